@@ -1,0 +1,245 @@
+"""One outer iteration of co-evolution for every run of a grid at once.
+
+The step functions act on the whole grid: per-run work is vmapped over the run axis
+(R) and per-judge work over the slot axis (J). Work that only some runs need on a
+given step (judge updates, meta-correction) sits behind one grid-level `lax.cond`,
+so steps where no run is due skip it, and runs that are not due keep their old
+values through a select.
+"""
+
+from __future__ import annotations
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from harness.grid import GridShape
+from harness.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
+from harness.keys import distinct_pairs
+from harness.models import Params, judge_scores, sample_with_log_prob
+
+
+@flax.struct.dataclass
+class GridConstants:
+    """Arrays fixed for the life of a grid.
+
+    outputs int32 (N, L); q_star (N,); run_keys (R, 2) training keys; slot_run,
+    slot_member int32 (J,); anchor_slot_ids (Ja,), meta_slot_ids (Jm,);
+    holdout_pairs int32 (H, 2) output indices and holdout_labels (H,) = 1[q*(a) > q*(b)];
+    pretrained_judges: params with leading axis J.
+    """
+
+    outputs: jax.Array
+    q_star: jax.Array
+    run_keys: jax.Array
+    slot_run: jax.Array
+    slot_member: jax.Array
+    anchor_slot_ids: jax.Array
+    meta_slot_ids: jax.Array
+    holdout_pairs: jax.Array
+    holdout_labels: jax.Array
+    pretrained_judges: Params
+
+
+@flax.struct.dataclass
+class CoevolutionState:
+    """Everything that changes during training. Leading axes: R for the policy, J for judges."""
+
+    policy_params: Params
+    policy_opt_state: optax.OptState
+    judge_params: Params
+    judge_opt_state: optax.OptState
+    step: jax.Array  # global inner-step count, shared by all runs
+    judge_updates: jax.Array  # int32 (R,): judge updates in the current outer iteration
+
+
+def adam_step(params: Params, opt_state: optax.OptState, grads: Params, learning_rate: jax.Array) -> tuple:
+    """One Adam update with a traced learning rate (so it can vary per run)."""
+    updates, opt_state = optax.adam(learning_rate).update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+
+def init_opt_state(params: Params) -> optax.OptState:
+    """Fresh Adam state; its structure does not depend on the learning rate."""
+    return optax.adam(1.0).init(params)
+
+
+def _select(mask: jax.Array, new: chex.ArrayTree, old: chex.ArrayTree) -> chex.ArrayTree:
+    """Per leading-axis entry: new where mask, else old."""
+
+    def pick(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree.map(pick, new, old)
+
+
+def _take(tree: chex.ArrayTree, index: jax.Array) -> chex.ArrayTree:
+    return jax.tree.map(lambda leaf: leaf[index], tree)
+
+
+def _put(tree: chex.ArrayTree, index: jax.Array, values: chex.ArrayTree) -> chex.ArrayTree:
+    return jax.tree.map(lambda leaf, value: leaf.at[index].set(value), tree, values)
+
+
+def pairwise_bce(params: Params, first: jax.Array, second: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int):
+    """Masked Bradley–Terry loss on pairs: labels say whether `first` should outscore `second`.
+
+    first, second int32 (P, L); labels, mask (P,). Returns (loss, pairwise accuracy on the mask).
+    """
+    scores = judge_scores(params, jnp.concatenate([first, second]), vocab)
+    margin = scores[: first.shape[0]] - scores[first.shape[0] :]
+    weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
+    loss = jnp.sum(weight * optax.sigmoid_binary_cross_entropy(margin, labels))
+    accuracy = jnp.sum(weight * ((margin > 0) == (labels > 0.5)))
+    return loss, accuracy
+
+
+def self_labelled_bce(params: Params, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
+    """Bradley–Terry loss with the judge's own current preference 1[J(a) > J(b)] as the label."""
+    scores = judge_scores(params, jnp.concatenate([first, second]), vocab)
+    margin = scores[: first.shape[0]] - scores[first.shape[0] :]
+    labels = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
+
+
+def ensemble_scores(shape: GridShape, consts: GridConstants, knobs: RunKnobs, judge_params: Params, tokens: jax.Array):
+    """Mean score over each run's judges: tokens int32 (R, B, L) -> float32 (R, B)."""
+    per_slot = jax.vmap(judge_scores, (0, 0, None))(judge_params, tokens[consts.slot_run], shape.vocab_size)
+    total = jax.ops.segment_sum(per_slot, consts.slot_run, num_segments=shape.n_runs)
+    return total / knobs.n_judges[:, None]
+
+
+def _policy_step(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array):
+    """Sample a batch per run, reward it with the run's judges, take one REINFORCE step."""
+
+    def sample_all(policy_params: Params) -> tuple[jax.Array, jax.Array]:
+        tokens, log_prob = jax.vmap(sample_with_log_prob, (0, 0, None, None, None))(
+            policy_params, keys, shape.batch_size, shape.vocab_size, shape.seq_len
+        )
+        return log_prob, tokens
+
+    # One forward pass gives both the samples and log π; its VJP is the score function.
+    log_prob, pullback, tokens = jax.vjp(sample_all, state.policy_params, has_aux=True)
+    rewards = ensemble_scores(shape, consts, knobs, state.judge_params, tokens)
+    advantage = rewards - jnp.mean(rewards, axis=1, keepdims=True)
+    # loss = -mean(advantage * log π) + entropy_bonus * mean(log π); d loss / d log π:
+    cotangent = (knobs.entropy_bonus[:, None] - advantage) / shape.batch_size
+    (grads,) = pullback(cotangent)
+    params, opt_state = jax.vmap(adam_step)(state.policy_params, state.policy_opt_state, grads, knobs.lr_policy)
+    return state.replace(policy_params=params, policy_opt_state=opt_state)
+
+
+def _judge_update(
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array, due: jax.Array
+):
+    """Self-labelled Bradley–Terry step (then the anchor step) for every slot where `due` (J,)."""
+    pair_keys, anchor_keys = keys[:, 0], keys[:, 1]
+    batch, vocab = shape.batch_size, shape.vocab_size
+    tokens, _ = jax.vmap(sample_with_log_prob, (0, 0, None, None, None))(
+        state.policy_params, pair_keys, 2 * batch, vocab, shape.seq_len
+    )
+    tokens = tokens[consts.slot_run]
+    grads = jax.vmap(jax.grad(self_labelled_bce), (0, 0, 0, None))(
+        state.judge_params, tokens[:, :batch], tokens[:, batch:], vocab
+    )
+    lr = knobs.lr_judge[consts.slot_run]
+    params, opt_state = jax.vmap(adam_step)(state.judge_params, state.judge_opt_state, grads, lr)
+
+    if shape.anchor_slots:
+        # q*-labelled pairs drawn uniformly from all outputs, padded to the grid's maximum count.
+        slots = consts.anchor_slot_ids
+        runs = consts.slot_run[slots]
+        pairs = jax.vmap(distinct_pairs, (0, None, None))(anchor_keys[runs], shape.max_anchor_pairs, consts.q_star.shape[0])
+        labels = (consts.q_star[pairs[..., 0]] > consts.q_star[pairs[..., 1]]).astype(jnp.float32)
+        count = anchor_pair_count(knobs.anchor_fraction[runs], batch)
+        mask = (jnp.arange(shape.max_anchor_pairs)[None, :] < count[:, None]).astype(jnp.float32)
+        anchor_grads, _ = jax.vmap(jax.grad(pairwise_bce, has_aux=True), (0, 0, 0, 0, 0, None))(
+            _take(params, slots), consts.outputs[pairs[..., 0]], consts.outputs[pairs[..., 1]], labels, mask, vocab
+        )
+        anchored = jax.vmap(adam_step)(_take(params, slots), _take(opt_state, slots), anchor_grads, lr[slots])
+        params = _put(params, slots, anchored[0])
+        opt_state = _put(opt_state, slots, anchored[1])
+
+    params = _select(due, params, state.judge_params)
+    opt_state = _select(due, opt_state, state.judge_opt_state)
+    return state.replace(judge_params=params, judge_opt_state=opt_state)
+
+
+def _meta_correction(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, due: jax.Array):
+    """On meta slots where `due` (Jm,), one held-out BCE step if held-out accuracy is below threshold."""
+    slots = consts.meta_slot_ids
+    runs = consts.slot_run[slots]
+    count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
+    mask = (jnp.arange(shape.max_holdout_pairs)[None, :] < count[:, None]).astype(jnp.float32)
+    first = consts.outputs[consts.holdout_pairs[:, 0]]
+    second = consts.outputs[consts.holdout_pairs[:, 1]]
+    params, opt_state = _take(state.judge_params, slots), _take(state.judge_opt_state, slots)
+    (_, accuracy), grads = jax.vmap(jax.value_and_grad(pairwise_bce, has_aux=True), (0, None, None, None, 0, None))(
+        params, first, second, consts.holdout_labels, mask, shape.vocab_size
+    )
+    corrected = jax.vmap(adam_step)(params, opt_state, grads, knobs.lr_judge[runs])
+    needs_correction = due & (accuracy < knobs.meta_accuracy_threshold[runs])
+    params = _select(needs_correction, corrected[0], params)
+    opt_state = _select(needs_correction, corrected[1], opt_state)
+    return state.replace(
+        judge_params=_put(state.judge_params, slots, params),
+        judge_opt_state=_put(state.judge_opt_state, slots, opt_state),
+    )
+
+
+def inner_step(
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, step_in_iteration: jax.Array
+) -> CoevolutionState:
+    """Policy step, then the judge update and meta-correction where due, for every run."""
+    step_keys = jax.vmap(jax.random.fold_in, (0, None))(consts.run_keys, state.step)
+    step_keys = jax.vmap(lambda k: jax.random.split(k, 4))(step_keys)  # (R, 4, 2)
+    state = _policy_step(shape, consts, knobs, state, step_keys[:, 0])
+
+    counter = step_in_iteration + 1
+    run_update_due = (~knobs.freeze_judge) & (counter % knobs.judge_update_every == 0)
+    slot_update_due = run_update_due[consts.slot_run]
+    state = jax.lax.cond(
+        jnp.any(slot_update_due),
+        lambda s: _judge_update(shape, consts, knobs, s, step_keys[:, 1:3], slot_update_due),
+        lambda s: s,
+        state,
+    )
+    if shape.meta_slots:
+        meta_runs = consts.slot_run[consts.meta_slot_ids]
+        meta_due = counter % knobs.meta_update_every[meta_runs] == 0
+        state = jax.lax.cond(
+            jnp.any(meta_due), lambda s: _meta_correction(shape, consts, knobs, s, meta_due), lambda s: s, state
+        )
+    return state.replace(step=state.step + 1, judge_updates=state.judge_updates + run_update_due)
+
+
+def reset_judges(
+    consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+) -> CoevolutionState:
+    """After outer iteration `iteration` (0-based): judges of runs due a reset return to pretrained."""
+    run_due = (knobs.reset_every > 0) & ((iteration + 1) % jnp.maximum(knobs.reset_every, 1) == 0)
+    slot_due = run_due[consts.slot_run]
+    fresh_opt = jax.vmap(init_opt_state)(consts.pretrained_judges)
+    return state.replace(
+        judge_params=_select(slot_due, consts.pretrained_judges, state.judge_params),
+        judge_opt_state=_select(slot_due, fresh_opt, state.judge_opt_state),
+    )
+
+
+def train_iteration(
+    shape: GridShape,
+    consts: GridConstants,
+    knobs: RunKnobs,
+    state: CoevolutionState,
+    iteration: jax.Array,
+) -> CoevolutionState:
+    """All inner steps of one outer iteration, then resets."""
+    state = state.replace(judge_updates=jnp.zeros_like(state.judge_updates))
+
+    def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
+        return inner_step(shape, consts, knobs, carry, step_in_iteration), None
+
+    state, _ = jax.lax.scan(body, state, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
+    return reset_judges(consts, knobs, state, iteration)

@@ -1,0 +1,206 @@
+"""The compiled grid program: pretrain judges, then train every run of a grid together.
+
+`GridProgram` owns the host side: it lays out the grid, pretrains the judges, builds
+the initial state, and drives one compiled executable per outer iteration (the same
+executable every time), so the host can report progress and checkpoint in between.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from harness import keys
+from harness.coevolution import CoevolutionState, GridConstants, init_opt_state, train_iteration
+from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
+from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
+from harness.knobs import RunKnobs, holdout_pair_count
+from harness.models import init_policy
+from harness.pretrain import PretrainResult, pretrain_judges
+from harness.world import World
+
+
+class PretrainingFailed(RuntimeError):
+    """Some judges never reached the target rank correlation."""
+
+
+@functools.cache
+def iteration_program(shape: GridShape) -> Callable:
+    """The jitted outer iteration for one grid shape: (consts, knobs, state, iteration) -> (state, diagnostics).
+
+    Knob values, keys and parameters are arguments, so every grid of this shape reuses
+    one executable; a second trace would mean something static leaked into the inputs.
+    """
+
+    @chex.assert_max_traces(n=1)
+    def iterate(
+        consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+    ) -> tuple[CoevolutionState, Diagnostics]:
+        state = train_iteration(shape, consts, knobs, state, iteration)
+        return state, diagnose(shape, consts, knobs, state)
+
+    return jax.jit(iterate, donate_argnums=2)
+
+
+@functools.cache
+def diagnostics_program(shape: GridShape) -> Callable:
+    return jax.jit(functools.partial(diagnose, shape))
+
+
+@dataclass
+class PhaseTimes:
+    pretrain: float = 0.0
+    compile: float = 0.0
+    train: float = 0.0
+
+
+@dataclass
+class GridProgram:
+    """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`)."""
+
+    spec: GridSpec
+    layout: GridLayout = field(init=False)
+    world: World = field(init=False)
+    times: PhaseTimes = field(default_factory=PhaseTimes)
+
+    def __post_init__(self) -> None:
+        self.layout = layout_grid(self.spec)
+        self.world = World(self.spec.world)
+        self.pretrained: PretrainResult | None = None
+        self.consts: GridConstants | None = None
+        self._executable: Callable | None = None
+
+    @property
+    def shape(self) -> GridShape:
+        return self.layout.shape
+
+    def pretrain(self) -> PretrainResult:
+        """Pretrain judge (seed, member) for every seed and every member any condition uses."""
+        start = time.perf_counter()
+        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
+        members = jnp.arange(self.shape.max_members)
+        init_keys, data_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m))(members))(seeds)
+        flat = pretrain_judges(init_keys.reshape(-1, 2), data_keys.reshape(-1, 2), self.world, self.spec.pretrain)
+        result = jax.tree.map(lambda x: x.reshape((len(seeds), self.shape.max_members) + x.shape[1:]), flat)
+        jax.block_until_ready(result)
+        self.times.pretrain = time.perf_counter() - start
+        failed = np.argwhere(~np.asarray(result.reached))
+        if len(failed):
+            names = ", ".join(
+                f"seed {self.spec.run.seeds[s]} member {m} (Spearman {float(result.spearman[s, m]):.3f})"
+                for s, m in failed
+            )
+            raise PretrainingFailed(
+                f"judges did not reach Spearman {self.spec.pretrain.target_spearman} within "
+                f"{self.spec.pretrain.max_steps} steps: {names}"
+            )
+        self.pretrained = result
+        return result
+
+    def pretrain_table(self) -> pd.DataFrame:
+        """Steps and final Spearman of each pretrained (seed, member) judge."""
+        assert self.pretrained is not None, "call pretrain() first"
+        rows = [
+            {
+                "seed": seed,
+                "member": member,
+                "steps": int(self.pretrained.steps[s, member]),
+                "spearman": float(self.pretrained.spearman[s, member]),
+            }
+            for s, seed in enumerate(self.spec.run.seeds)
+            for member in range(self.shape.max_members)
+        ]
+        return pd.DataFrame(rows)
+
+    def start(self) -> tuple[CoevolutionState, Diagnostics]:
+        """Initial state of every run and its iteration-0 diagnostics; compiles the iteration program."""
+        if self.pretrained is None:
+            self.pretrain()
+        assert self.pretrained is not None
+        layout, world = self.layout, self.world
+        seed_index = jnp.asarray(layout.run_seed_index)
+        slot_run = jnp.asarray(layout.slot_run, jnp.int32)
+        slot_seed = seed_index[slot_run]
+        pretrained = jax.tree.map(lambda x: x[slot_seed, jnp.asarray(layout.slot_member)], self.pretrained.params)
+
+        n_holdout = int(holdout_pair_count(jnp.float32(1.0), world.n_outputs))
+        holdout = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY), n_holdout, world.n_outputs)
+        holdout = holdout[: max(self.shape.max_holdout_pairs, 1)]
+        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
+        self.consts = GridConstants(
+            outputs=world.outputs,
+            q_star=world.q_star,
+            run_keys=jax.vmap(keys.training_key)(seeds)[seed_index],
+            slot_run=slot_run,
+            slot_member=jnp.asarray(layout.slot_member, jnp.int32),
+            anchor_slot_ids=jnp.asarray(layout.anchor_slot_ids, jnp.int32),
+            meta_slot_ids=jnp.asarray(layout.meta_slot_ids, jnp.int32),
+            holdout_pairs=holdout,
+            holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
+            pretrained_judges=pretrained,
+        )
+        seed_policies = jax.vmap(lambda s: init_policy(keys.policy_init_key(s), world.config.vocab_size, world.config.seq_len))(
+            seeds
+        )
+        policy = jax.tree.map(lambda x: x[seed_index], seed_policies)
+        state = CoevolutionState(
+            policy_params=policy,
+            policy_opt_state=jax.vmap(init_opt_state)(policy),
+            judge_params=jax.tree.map(jnp.copy, pretrained),  # state is donated; constants are not
+            judge_opt_state=jax.vmap(init_opt_state)(pretrained),
+            step=jnp.int32(0),
+            judge_updates=jnp.zeros(self.shape.n_runs, jnp.int32),
+        )
+        chex.assert_tree_shape_prefix(state.policy_params, (self.shape.n_runs,))
+        chex.assert_tree_shape_prefix(state.judge_params, (self.shape.n_slots,))
+        initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)
+
+        start = time.perf_counter()
+        self._executable = (
+            iteration_program(self.shape).lower(self.consts, self.layout.knobs, state, jnp.int32(0)).compile()
+        )
+        self.times.compile = time.perf_counter() - start
+        return state, initial
+
+    def step(self, state: CoevolutionState, iteration: int) -> tuple[CoevolutionState, Diagnostics]:
+        """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
+        assert self._executable is not None, "call start() first"
+        start = time.perf_counter()
+        state, diagnostics = self._executable(self.consts, self.layout.knobs, state, jnp.int32(iteration))
+        jax.block_until_ready(diagnostics)
+        self.times.train += time.perf_counter() - start
+        return state, diagnostics
+
+    def run(self, on_iteration: Callable[[int], None] | None = None) -> pd.DataFrame:
+        """Pretrain, compile and train every iteration; returns the tidy metrics table."""
+        state, diagnostics = self.start()
+        records = [diagnostics]
+        for iteration in range(self.spec.run.iterations):
+            state, diagnostics = self.step(state, iteration)
+            records.append(diagnostics)
+            if on_iteration:
+                on_iteration(iteration)
+        self.final_state = state
+        return self.metrics_table(records)
+
+    def metrics_table(self, records: list[Diagnostics]) -> pd.DataFrame:
+        """Tidy metrics: one row per condition × seed × iteration (record k = after iteration k; 0 = start)."""
+        labels = self.layout.run_labels()
+        frames = []
+        for iteration, record in enumerate(records):
+            columns = {name: np.asarray(getattr(record, name)) for name in METRIC_NAMES}
+            frame = pd.DataFrame(columns)
+            frame.insert(0, "iteration", iteration)
+            frame.insert(0, "seed", [seed for _, seed in labels])
+            frame.insert(0, "condition", [name for name, _ in labels])
+            frame["mode_sequence"] = [self.world.render(int(i)) for i in columns["mode_index"]]
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,25 @@
+"""Rank statistics in JAX, so alignment can be measured inside the compiled program."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def average_ranks(values: jax.Array) -> jax.Array:
+    """1-based ranks of a 1-D array, ties sharing the mean of the ranks they span."""
+    ordered = jnp.sort(values)
+    below = jnp.searchsorted(ordered, values, side="left")
+    through = jnp.searchsorted(ordered, values, side="right")
+    return (below + through + 1).astype(jnp.float32) / 2.0
+
+
+def pearson(x: jax.Array, y: jax.Array) -> jax.Array:
+    x = x - jnp.mean(x)
+    y = y - jnp.mean(y)
+    return jnp.sum(x * y) / jnp.sqrt(jnp.sum(x * x) * jnp.sum(y * y))
+
+
+def spearman(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Spearman rank correlation of two 1-D arrays (average ranks for ties); NaN if one is constant."""
+    return pearson(average_ranks(x), average_ranks(y))
