@@ -18,24 +18,22 @@ import optax
 from harness.grid import GridShape
 from harness.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
 from harness.keys import distinct_pairs
-from harness.models import Params, judge_scores, sample_with_log_prob
+from harness.models import Params, judge_scores, judge_scores_of_outputs, sample_with_log_prob
 
 
 @flax.struct.dataclass
 class GridConstants:
     """Arrays fixed for the life of a grid.
 
-    outputs int32 (N, L); q_star (N,); run_keys (R, 2) training keys; slot_run,
-    slot_member int32 (J,); anchor_slot_ids (Ja,), meta_slot_ids (Jm,);
+    q_star (N,); run_keys (R, 2) training keys; slot_run int32 (J,)
+    the run of each judge slot; anchor_slot_ids (Ja,), meta_slot_ids (Jm,);
     holdout_pairs int32 (H, 2) output indices and holdout_labels (H,) = 1[q*(a) > q*(b)];
     pretrained_judges: params with leading axis J.
     """
 
-    outputs: jax.Array
     q_star: jax.Array
     run_keys: jax.Array
     slot_run: jax.Array
-    slot_member: jax.Array
     anchor_slot_ids: jax.Array
     meta_slot_ids: jax.Array
     holdout_pairs: jax.Array
@@ -83,13 +81,16 @@ def _put(tree: chex.ArrayTree, index: jax.Array, values: chex.ArrayTree) -> chex
     return jax.tree.map(lambda leaf, value: leaf.at[index].set(value), tree, values)
 
 
-def pairwise_bce(params: Params, first: jax.Array, second: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int):
-    """Masked Bradley–Terry loss on pairs: labels say whether `first` should outscore `second`.
+def output_pair_bce(
+    params: Params, pairs: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int, seq_len: int
+) -> tuple[jax.Array, jax.Array]:
+    """Masked Bradley–Terry loss on pairs of outputs given by enumeration index.
 
-    first, second int32 (P, L); labels, mask (P,). Returns (loss, pairwise accuracy on the mask).
+    pairs int32 (P, 2); labels (P,) say whether the first should outscore the second;
+    mask (P,) marks real pairs (the rest is padding). Returns (loss, accuracy on the mask).
     """
-    scores = judge_scores(params, jnp.concatenate([first, second]), vocab)
-    margin = scores[: first.shape[0]] - scores[first.shape[0] :]
+    scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len)
+    margin = scores[: pairs.shape[0]] - scores[pairs.shape[0] :]
     weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
     loss = jnp.sum(weight * optax.sigmoid_binary_cross_entropy(margin, labels))
     accuracy = jnp.sum(weight * ((margin > 0) == (labels > 0.5)))
@@ -155,8 +156,8 @@ def _judge_update(
         labels = (consts.q_star[pairs[..., 0]] > consts.q_star[pairs[..., 1]]).astype(jnp.float32)
         count = anchor_pair_count(knobs.anchor_fraction[runs], batch)
         mask = (jnp.arange(shape.max_anchor_pairs)[None, :] < count[:, None]).astype(jnp.float32)
-        anchor_grads, _ = jax.vmap(jax.grad(pairwise_bce, has_aux=True), (0, 0, 0, 0, 0, None))(
-            _take(params, slots), consts.outputs[pairs[..., 0]], consts.outputs[pairs[..., 1]], labels, mask, vocab
+        anchor_grads, _ = jax.vmap(jax.grad(output_pair_bce, has_aux=True), (0, 0, 0, 0, None, None))(
+            _take(params, slots), pairs, labels, mask, vocab, shape.seq_len
         )
         anchored = jax.vmap(adam_step)(_take(params, slots), _take(opt_state, slots), anchor_grads, lr[slots])
         params = _put(params, slots, anchored[0])
@@ -173,12 +174,10 @@ def _meta_correction(shape: GridShape, consts: GridConstants, knobs: RunKnobs, s
     runs = consts.slot_run[slots]
     count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
     mask = (jnp.arange(shape.max_holdout_pairs)[None, :] < count[:, None]).astype(jnp.float32)
-    first = consts.outputs[consts.holdout_pairs[:, 0]]
-    second = consts.outputs[consts.holdout_pairs[:, 1]]
     params, opt_state = _take(state.judge_params, slots), _take(state.judge_opt_state, slots)
-    (_, accuracy), grads = jax.vmap(jax.value_and_grad(pairwise_bce, has_aux=True), (0, None, None, None, 0, None))(
-        params, first, second, consts.holdout_labels, mask, shape.vocab_size
-    )
+    (_, accuracy), grads = jax.vmap(
+        jax.value_and_grad(output_pair_bce, has_aux=True), (0, None, None, 0, None, None)
+    )(params, consts.holdout_pairs, consts.holdout_labels, mask, shape.vocab_size, shape.seq_len)
     corrected = jax.vmap(adam_step)(params, opt_state, grads, knobs.lr_judge[runs])
     needs_correction = due & (accuracy < knobs.meta_accuracy_threshold[runs])
     params = _select(needs_correction, corrected[0], params)

@@ -7,6 +7,8 @@ unbounded scalar score from its final hidden state.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import chex
 import flax.linen as nn
 import jax
@@ -80,15 +82,73 @@ def init_judge(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
     return Judge(vocab_size).init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
+class _GRUTables(NamedTuple):
+    """A flax GRUCell's weights rearranged for fused evaluation."""
+
+    token_inputs: jax.Array  # (V, 3H): embedding @ [W_ir | W_iz | W_in] + [b_ir | b_iz | b_in]
+    recurrent_kernel: jax.Array  # (H, 3H): [W_hr | W_hz | W_hn]
+    recurrent_bias: jax.Array  # (H,): b_hn
+
+
+def _gru_tables(params: Params) -> _GRUTables:
+    """Fold the embedding into the cell's input kernels; stack the recurrent kernels."""
+    cell = params["params"]["cell"]
+    gates = ("r", "z", "n")
+    input_kernel = jnp.concatenate([cell[f"i{g}"]["kernel"] for g in gates], axis=1)
+    input_bias = jnp.concatenate([cell[f"i{g}"]["bias"] for g in gates])
+    return _GRUTables(
+        token_inputs=params["params"]["embed"]["embedding"] @ input_kernel + input_bias,
+        recurrent_kernel=jnp.concatenate([cell[f"h{g}"]["kernel"] for g in gates], axis=1),
+        recurrent_bias=cell["hn"]["bias"],
+    )
+
+
+def _gru_step(tables: _GRUTables, hidden: jax.Array | None, tokens: jax.Array) -> jax.Array:
+    """flax's GRUCell update, fused: two matmuls per step instead of six, none when hidden is zero.
+
+    hidden (B, H) or None for the all-zero initial state; tokens int32 (B,) -> new hidden (B, H).
+    A one-hot product stands in for the embedding gather so its gradient is a matmul,
+    not a scatter.
+    """
+    size = tables.recurrent_bias.shape[0]
+    inputs = jax.nn.one_hot(tokens, tables.token_inputs.shape[0]) @ tables.token_inputs
+    if hidden is None:
+        recurrent = jnp.zeros((tokens.shape[0], 3 * size))
+        hidden = jnp.zeros((tokens.shape[0], size))
+    else:
+        recurrent = hidden @ tables.recurrent_kernel
+    reset = jax.nn.sigmoid(inputs[:, :size] + recurrent[:, :size])
+    update = jax.nn.sigmoid(inputs[:, size : 2 * size] + recurrent[:, size : 2 * size])
+    candidate = jnp.tanh(inputs[:, 2 * size :] + reset * (recurrent[:, 2 * size :] + tables.recurrent_bias))
+    return (1.0 - update) * candidate + update * hidden
+
+
+def _head(params: Params, hidden: jax.Array) -> jax.Array:
+    head = params["params"]["head"]
+    return hidden @ head["kernel"] + head["bias"]
+
+
 def judge_scores(params: Params, tokens: jax.Array, vocab_size: int) -> jax.Array:
     """Scores of a batch: tokens int32 (B, L) -> float32 (B,)."""
-    return Judge(vocab_size).apply(params, tokens)
+    del vocab_size  # carried by the parameter shapes
+    tables = _gru_tables(params)
+    hidden = None
+    for position in range(tokens.shape[1]):
+        hidden = _gru_step(tables, hidden, tokens[:, position])
+    return _head(params, hidden)[:, 0]
 
 
 def policy_log_prob(params: Params, tokens: jax.Array, vocab_size: int) -> jax.Array:
     """Teacher-forced log π(x): tokens int32 (B, L) -> float32 (B,)."""
-    log_probs = jax.nn.log_softmax(Policy(vocab_size).apply(params, tokens), axis=-1)
-    return jnp.sum(jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0], axis=-1)
+    tables = _gru_tables(params)
+    hidden, previous = None, jnp.full((tokens.shape[0],), vocab_size, dtype=jnp.int32)
+    log_prob = jnp.zeros((tokens.shape[0],))
+    for position in range(tokens.shape[1]):
+        hidden = _gru_step(tables, hidden, previous)
+        log_probs = jax.nn.log_softmax(_head(params, hidden), axis=-1)
+        previous = tokens[:, position]
+        log_prob = log_prob + jnp.take_along_axis(log_probs, previous[:, None], axis=-1)[:, 0]
+    return log_prob
 
 
 def sample_with_log_prob(
@@ -100,17 +160,17 @@ def sample_with_log_prob(
     differentiating the log-probability through this function gives the REINFORCE
     score function with a single forward pass.
     """
-    policy = Policy(vocab_size)
-    hidden = jnp.zeros((batch_size, HIDDEN_DIM))
-    previous = jnp.full((batch_size,), vocab_size, dtype=jnp.int32)
+    tables = _gru_tables(params)
+    hidden, previous = None, jnp.full((batch_size,), vocab_size, dtype=jnp.int32)
     tokens, log_prob = [], jnp.zeros((batch_size,))
     for position_key in jax.random.split(key, seq_len):
-        hidden, logits = policy.apply(params, hidden, previous, method=Policy.step)
+        hidden = _gru_step(tables, hidden, previous)
+        logits = _head(params, hidden)
         log_probs = jax.nn.log_softmax(logits, axis=-1)
-        previous = jax.random.categorical(position_key, jax.lax.stop_gradient(logits), axis=-1)
+        previous = jax.random.categorical(position_key, jax.lax.stop_gradient(logits), axis=-1).astype(jnp.int32)
         log_prob = log_prob + jnp.take_along_axis(log_probs, previous[:, None], axis=-1)[:, 0]
         tokens.append(previous)
-    return jnp.stack(tokens, axis=1).astype(jnp.int32), log_prob
+    return jnp.stack(tokens, axis=1), log_prob
 
 
 def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
@@ -119,14 +179,14 @@ def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.
     Walks the prefix tree (K + K**2 + ... cell evaluations instead of L * K**L), so
     the exact distribution is cheap enough to recompute every iteration.
     """
-    policy = Policy(vocab_size)
-    hidden = jnp.zeros((1, HIDDEN_DIM))
-    previous = jnp.full((1,), vocab_size, dtype=jnp.int32)
+    tables = _gru_tables(params)
+    hidden, previous = None, jnp.full((1,), vocab_size, dtype=jnp.int32)
     prefix_log_prob = jnp.zeros((1,))
     for position in range(seq_len):
-        hidden, logits = policy.apply(params, hidden, previous, method=Policy.step)
+        hidden = _gru_step(tables, hidden, previous)
         # Prefix p followed by token t becomes output p * K + t: lexicographic order.
-        prefix_log_prob = (prefix_log_prob[:, None] + jax.nn.log_softmax(logits, -1)).reshape(-1)
+        log_probs = jax.nn.log_softmax(_head(params, hidden), axis=-1)
+        prefix_log_prob = (prefix_log_prob[:, None] + log_probs).reshape(-1)
         if position + 1 < seq_len:
             n_prefixes = hidden.shape[0]
             hidden = jnp.repeat(hidden, vocab_size, axis=0)
@@ -134,13 +194,35 @@ def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.
     return prefix_log_prob
 
 
+def _judge_prefix_hidden(tables: _GRUTables, vocab_size: int, length: int) -> jax.Array:
+    """Judge hidden state after every prefix of `length` tokens, lexicographic: (K**length, H)."""
+    hidden = None
+    for _ in range(length):
+        n_prefixes = 1 if hidden is None else hidden.shape[0]
+        if hidden is not None:
+            hidden = jnp.repeat(hidden, vocab_size, axis=0)
+        tokens = jnp.tile(jnp.arange(vocab_size, dtype=jnp.int32), n_prefixes)
+        hidden = _gru_step(tables, hidden, tokens)
+    return hidden
+
+
 def judge_score_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
     """Judge score of every output, in enumeration order: float32 (K**L,), via the prefix tree."""
-    judge = Judge(vocab_size)
-    hidden = jnp.zeros((1, HIDDEN_DIM))
-    for _ in range(seq_len):
-        n_prefixes = hidden.shape[0]
-        hidden = jnp.repeat(hidden, vocab_size, axis=0)
-        tokens = jnp.tile(jnp.arange(vocab_size, dtype=jnp.int32), n_prefixes)
-        hidden = judge.apply(params, hidden, tokens, method=Judge.read)
-    return judge.apply(params, hidden, method=Judge.score_hidden)
+    return _head(params, _judge_prefix_hidden(_gru_tables(params), vocab_size, seq_len))[:, 0]
+
+
+def judge_scores_of_outputs(params: Params, output_ids: jax.Array, vocab_size: int, seq_len: int) -> jax.Array:
+    """Scores of outputs given by enumeration index: int32 (n,) -> float32 (n,).
+
+    For large n it shares work along the prefix tree: the hidden state after every
+    (L-1)-token prefix once, then one cell step per requested output.
+    """
+    tables = _gru_tables(params)
+    n_prefixes = vocab_size ** (seq_len - 1)
+    if seq_len == 1 or n_prefixes + output_ids.shape[0] >= seq_len * output_ids.shape[0]:
+        # The tree would not save work: read each output from the start.
+        digits = vocab_size ** jnp.arange(seq_len - 1, -1, -1)
+        return judge_scores(params, (output_ids[:, None] // digits) % vocab_size, vocab_size)
+    prefix_hidden = _judge_prefix_hidden(tables, vocab_size, seq_len - 1)
+    hidden = _gru_step(tables, prefix_hidden[output_ids // vocab_size], output_ids % vocab_size)
+    return _head(params, hidden)[:, 0]

@@ -136,11 +136,9 @@ class GridProgram:
         holdout = holdout[: max(self.shape.max_holdout_pairs, 1)]
         seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
         self.consts = GridConstants(
-            outputs=world.outputs,
             q_star=world.q_star,
             run_keys=jax.vmap(keys.training_key)(seeds)[seed_index],
             slot_run=slot_run,
-            slot_member=jnp.asarray(layout.slot_member, jnp.int32),
             anchor_slot_ids=jnp.asarray(layout.anchor_slot_ids, jnp.int32),
             meta_slot_ids=jnp.asarray(layout.meta_slot_ids, jnp.int32),
             holdout_pairs=holdout,
