@@ -9,6 +9,7 @@ values through a select.
 
 from __future__ import annotations
 
+import functools
 import chex
 import flax.struct
 import jax
@@ -50,7 +51,8 @@ class CoevolutionState:
     judge_params: Params
     judge_opt_state: optax.OptState
     step: jax.Array  # global inner-step count, shared by all runs
-    judge_updates: jax.Array  # int32 (R,): judge updates in the current outer iteration
+    judge_updates: jax.Array  # int32 (R,): steps with a judge update in the current outer iteration
+    meta_corrections: jax.Array  # int32 (R,): meta-correction steps (summed over judges) this iteration
 
 
 def adam_step(params: Params, opt_state: optax.OptState, grads: Params, learning_rate: jax.Array) -> tuple:
@@ -152,7 +154,9 @@ def _judge_update(
         # q*-labelled pairs drawn uniformly from all outputs, padded to the grid's maximum count.
         slots = consts.anchor_slot_ids
         runs = consts.slot_run[slots]
-        pairs = jax.vmap(distinct_pairs, (0, None, None))(anchor_keys[runs], shape.max_anchor_pairs, consts.q_star.shape[0])
+        pairs = jax.vmap(distinct_pairs, (0, None, None))(
+            anchor_keys[runs], shape.max_anchor_pairs, consts.q_star.shape[0]
+        )
         labels = (consts.q_star[pairs[..., 0]] > consts.q_star[pairs[..., 1]]).astype(jnp.float32)
         count = anchor_pair_count(knobs.anchor_fraction[runs], batch)
         mask = (jnp.arange(shape.max_anchor_pairs)[None, :] < count[:, None]).astype(jnp.float32)
@@ -169,23 +173,38 @@ def _judge_update(
 
 
 def _meta_correction(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, due: jax.Array):
-    """On meta slots where `due` (Jm,), one held-out BCE step if held-out accuracy is below threshold."""
+    """On meta slots where `due` (Jm,): one held-out BCE step if held-out accuracy is below threshold.
+
+    The accuracy check is a forward pass only; the gradient step sits behind its own
+    grid-level cond, so steps where every judge passes its check skip the backward pass.
+    Returns the new state and whether each meta slot was corrected (Jm,).
+    """
     slots = consts.meta_slot_ids
     runs = consts.slot_run[slots]
     count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
     mask = (jnp.arange(shape.max_holdout_pairs)[None, :] < count[:, None]).astype(jnp.float32)
     params, opt_state = _take(state.judge_params, slots), _take(state.judge_opt_state, slots)
-    (_, accuracy), grads = jax.vmap(
-        jax.value_and_grad(output_pair_bce, has_aux=True), (0, None, None, 0, None, None)
-    )(params, consts.holdout_pairs, consts.holdout_labels, mask, shape.vocab_size, shape.seq_len)
-    corrected = jax.vmap(adam_step)(params, opt_state, grads, knobs.lr_judge[runs])
+    holdout_bce = functools.partial(
+        output_pair_bce,
+        pairs=consts.holdout_pairs,
+        labels=consts.holdout_labels,
+        vocab=shape.vocab_size,
+        seq_len=shape.seq_len,
+    )
+    _, accuracy = jax.vmap(lambda p, m: holdout_bce(p, mask=m))(params, mask)
     needs_correction = due & (accuracy < knobs.meta_accuracy_threshold[runs])
-    params = _select(needs_correction, corrected[0], params)
-    opt_state = _select(needs_correction, corrected[1], opt_state)
-    return state.replace(
+
+    def correct(judges: tuple[Params, optax.OptState]) -> tuple[Params, optax.OptState]:
+        grads, _ = jax.vmap(jax.grad(lambda p, m: holdout_bce(p, mask=m), has_aux=True))(params, mask)
+        corrected = jax.vmap(adam_step)(params, opt_state, grads, knobs.lr_judge[runs])
+        return _select(needs_correction, corrected[0], judges[0]), _select(needs_correction, corrected[1], judges[1])
+
+    params, opt_state = jax.lax.cond(jnp.any(needs_correction), correct, lambda j: j, (params, opt_state))
+    state = state.replace(
         judge_params=_put(state.judge_params, slots, params),
         judge_opt_state=_put(state.judge_opt_state, slots, opt_state),
     )
+    return state, needs_correction
 
 
 def inner_step(
@@ -205,13 +224,22 @@ def inner_step(
         lambda s: s,
         state,
     )
+    meta_corrections = jnp.zeros_like(state.meta_corrections)
     if shape.meta_slots:
         meta_runs = consts.slot_run[consts.meta_slot_ids]
         meta_due = counter % knobs.meta_update_every[meta_runs] == 0
-        state = jax.lax.cond(
-            jnp.any(meta_due), lambda s: _meta_correction(shape, consts, knobs, s, meta_due), lambda s: s, state
+        state, corrected = jax.lax.cond(
+            jnp.any(meta_due),
+            lambda s: _meta_correction(shape, consts, knobs, s, meta_due),
+            lambda s: (s, jnp.zeros_like(meta_due)),
+            state,
         )
-    return state.replace(step=state.step + 1, judge_updates=state.judge_updates + run_update_due)
+        meta_corrections = jax.ops.segment_sum(corrected.astype(jnp.int32), meta_runs, num_segments=shape.n_runs)
+    return state.replace(
+        step=state.step + 1,
+        judge_updates=state.judge_updates + run_update_due,
+        meta_corrections=state.meta_corrections + meta_corrections,
+    )
 
 
 def reset_judges(
@@ -235,7 +263,9 @@ def train_iteration(
     iteration: jax.Array,
 ) -> CoevolutionState:
     """All inner steps of one outer iteration, then resets."""
-    state = state.replace(judge_updates=jnp.zeros_like(state.judge_updates))
+    state = state.replace(
+        judge_updates=jnp.zeros_like(state.judge_updates), meta_corrections=jnp.zeros_like(state.meta_corrections)
+    )
 
     def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
         return inner_step(shape, consts, knobs, carry, step_in_iteration), None

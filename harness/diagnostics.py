@@ -22,6 +22,7 @@ METRIC_NAMES = (
     "mode_index",
     "mode_quality",
     "judge_updates",
+    "meta_corrections",
     "finite",
 )
 
@@ -34,8 +35,9 @@ class Diagnostics:
     the run's judges; policy_entropy in nats; judge_perceived_quality = Σ π J̄;
     meta_accuracy = mean held-out pairwise accuracy of the run's judges (NaN where meta
     is off); mode_index / mode_quality: most probable output and its q*;
-    judge_updates: steps with a judge update this iteration; finite: whether every
-    parameter of the run is finite.
+    judge_updates: steps with a judge update this iteration; meta_corrections:
+    meta-correction steps this iteration, summed over the run's judges; finite:
+    whether every parameter of the run is finite.
     """
 
     policy_quality: jax.Array
@@ -46,6 +48,7 @@ class Diagnostics:
     mode_index: jax.Array
     mode_quality: jax.Array
     judge_updates: jax.Array
+    meta_corrections: jax.Array
     finite: jax.Array
 
 
@@ -84,5 +87,6 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: Co
         mode_index=mode,
         mode_quality=consts.q_star[mode],
         judge_updates=state.judge_updates,
+        meta_corrections=state.meta_corrections,
         finite=_all_finite(state.policy_params) & judges_finite,
     )

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.knobs import Knobs, RunKnobs, anchor_pair_count, holdout_pair_count
 from harness.world import WorldConfig
@@ -22,10 +22,30 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seeds: tuple[int, ...] = Field((0, 1, 2, 3, 4), min_length=1)
+    seeds: tuple[int, ...] = Field((0, 1, 2, 3, 4), min_length=1, description="a count N (seeds 0..N-1) or a list")
     iterations: int = Field(10, ge=1, description="outer iterations")
     steps_per_iteration: int = Field(200, ge=1, description="inner steps per outer iteration")
     batch_size: int = Field(64, ge=2, le=4096, description="sequences per policy step and per judge batch")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _count_or_list(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("seeds must be a count or a list of seeds")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError("a seed count must be at least 1")
+            return tuple(range(value))
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_non_negative(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        if any(s < 0 for s in seeds):
+            raise ValueError(f"seeds must be non-negative, got {list(seeds)}")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {list(seeds)}")
+        return seeds
 
 
 class PretrainSettings(BaseModel):
@@ -42,10 +62,14 @@ class PretrainSettings(BaseModel):
 
 
 class Condition(BaseModel):
+    """A named set of knobs. `boundary` marks reference conditions (e.g. frozen judge, oracle anchor)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str
+    name: str = Field(min_length=1)
     knobs: Knobs = Knobs()
+    description: str = ""
+    boundary: bool = False
 
 
 class GridSpec(BaseModel):
@@ -58,6 +82,15 @@ class GridSpec(BaseModel):
     run: RunSettings = RunSettings()
     pretrain: PretrainSettings = PretrainSettings()
     conditions: tuple[Condition, ...] = Field(min_length=1)
+
+    @field_validator("conditions")
+    @classmethod
+    def _unique_names(cls, conditions: tuple[Condition, ...]) -> tuple[Condition, ...]:
+        names = [c.name for c in conditions]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"condition names must be unique; repeated: {', '.join(repeated)}")
+        return conditions
 
     def condition(self, name: str) -> Condition:
         return next(c for c in self.conditions if c.name == name)
@@ -123,9 +156,7 @@ def layout_grid(spec: GridSpec) -> GridLayout:
     slot_run = np.repeat(np.arange(len(run_knobs)), members)
     slot_member = np.concatenate([np.arange(m) for m in members])
 
-    anchor_pairs = np.asarray(
-        anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
-    )
+    anchor_pairs = np.asarray(anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size))
     holdout_pairs = np.asarray(
         holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), spec.world.n_outputs)
     )

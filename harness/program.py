@@ -145,9 +145,9 @@ class GridProgram:
             holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
             pretrained_judges=pretrained,
         )
-        seed_policies = jax.vmap(lambda s: init_policy(keys.policy_init_key(s), world.config.vocab_size, world.config.seq_len))(
-            seeds
-        )
+        seed_policies = jax.vmap(
+            lambda s: init_policy(keys.policy_init_key(s), world.config.vocab_size, world.config.seq_len)
+        )(seeds)
         policy = jax.tree.map(lambda x: x[seed_index], seed_policies)
         state = CoevolutionState(
             policy_params=policy,
@@ -156,6 +156,7 @@ class GridProgram:
             judge_opt_state=jax.vmap(init_opt_state)(pretrained),
             step=jnp.int32(0),
             judge_updates=jnp.zeros(self.shape.n_runs, jnp.int32),
+            meta_corrections=jnp.zeros(self.shape.n_runs, jnp.int32),
         )
         chex.assert_tree_shape_prefix(state.policy_params, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.judge_params, (self.shape.n_slots,))

@@ -6,7 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TOKEN_GLYPHS = ("↑", "↗", "→", "↘", "↓", "↙", "←", "↖")
 
@@ -24,6 +24,15 @@ class WorldConfig(BaseModel):
     seq_len: int = Field(4, ge=1, le=16, description="L: tokens per output")
     pair_scale: float = Field(0.3, ge=0.0, description="scale of the position×token term")
     q_star_seed: int = Field(42, ge=0, description="PRNG seed of the ground truth")
+
+    @model_validator(mode="after")
+    def _enumerable(self) -> WorldConfig:
+        if self.n_outputs > MAX_OUTPUTS:
+            raise ValueError(
+                f"vocab_size**seq_len = {self.vocab_size}**{self.seq_len} = {self.n_outputs:,} outputs; "
+                f"exact diagnostics enumerate every output, so at most {MAX_OUTPUTS:,} are supported"
+            )
+        return self
 
     @property
     def n_outputs(self) -> int:
@@ -80,6 +89,4 @@ def ground_truth_quality(config: WorldConfig, outputs: jax.Array) -> jax.Array:
     w_token = jax.random.normal(k_token, (config.vocab_size,))
     w_pair = config.pair_scale * jax.random.normal(k_pair, (config.seq_len, config.vocab_size))
     positions = jnp.arange(config.seq_len)[None, :]
-    return jnp.sum(w_position[None, :] * w_token[outputs], axis=1) + jnp.sum(
-        w_pair[positions, outputs], axis=1
-    )
+    return jnp.sum(w_position[None, :] * w_token[outputs], axis=1) + jnp.sum(w_pair[positions, outputs], axis=1)

@@ -1,0 +1,142 @@
+"""Condition files: TOML in, a validated GridSpec out.
+
+A file has optional [run], [world] and [pretrain] tables and one [conditions.NAME]
+table per condition. A knob given as a list sweeps: one condition per value, named
+`NAME[knob=value]`; several lists expand to their product, except the knobs named in
+`zip`, whose lists advance together. Every mistake becomes a ConditionFileError
+naming the file, the condition and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from harness.grid import Condition, GridSpec, PretrainSettings, RunSettings
+from harness.knobs import Knobs
+from harness.world import WorldConfig
+
+_SECTIONS: dict[str, type[BaseModel]] = {"run": RunSettings, "world": WorldConfig, "pretrain": PretrainSettings}
+_CONDITION_FIELDS = ("description", "boundary")
+_ZIP = "zip"
+
+
+class ConditionFileError(ValueError):
+    """A condition file that cannot become a grid; the message names file, condition and key."""
+
+    def __init__(self, file: str, message: str, condition: str | None = None, key: str | None = None) -> None:
+        self.file, self.condition, self.key = file, condition, key
+        where = [file]
+        if condition is not None:
+            where.append(f"condition '{condition}'")
+        if key is not None:
+            where.append(f"key '{key}'")
+        super().__init__(f"{': '.join([', '.join(where), message])}")
+
+
+def _unknown_key_message(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
+    return f"unknown key{hint}"
+
+
+def _validate(model: type[BaseModel], values: Mapping[str, Any], file: str, condition: str | None, prefix: str = ""):
+    """Build `model` from `values`, turning the first validation problem into a ConditionFileError."""
+    valid = list(model.model_fields)
+    for key in values:
+        if key not in model.model_fields:
+            raise ConditionFileError(file, _unknown_key_message(key, valid), condition, prefix + key)
+    try:
+        return model(**values)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        key = ".".join(str(part) for part in problem["loc"] if not isinstance(part, int)) or None
+        raise ConditionFileError(file, problem["msg"], condition, prefix + key if key else None) from None
+
+
+def _format_value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Condition]:
+    """One condition table -> its conditions: a list-valued knob sweeps, several lists take the product."""
+    if not isinstance(table, Mapping):
+        raise ConditionFileError(file, "a condition must be a table of knobs", name)
+    extras = {k: table[k] for k in _CONDITION_FIELDS if k in table}
+    knob_values = {k: v for k, v in table.items() if k not in (*_CONDITION_FIELDS, _ZIP)}
+    valid = [*Knobs.model_fields, *_CONDITION_FIELDS, _ZIP]
+    for key in knob_values:
+        if key not in Knobs.model_fields:
+            raise ConditionFileError(file, _unknown_key_message(key, valid), name, key)
+    swept = [k for k, v in knob_values.items() if isinstance(v, list)]
+    for key in swept:
+        if not knob_values[key]:
+            raise ConditionFileError(file, "a sweep needs at least one value", name, key)
+    zipped = table.get(_ZIP, [])
+    if not isinstance(zipped, list) or not all(isinstance(k, str) and k in swept for k in zipped):
+        raise ConditionFileError(file, "zip must list knobs that are given as lists", name, _ZIP)
+    if len({len(knob_values[k]) for k in zipped}) > 1:
+        raise ConditionFileError(file, "zipped knobs need lists of the same length", name, _ZIP)
+    # Axes of the product: each free list, plus one axis that walks the zipped lists together.
+    axes = [[(k, v) for v in knob_values[k]] for k in swept if k not in zipped]
+    if zipped:
+        axes.append(list(zip(*([(k, v) for v in knob_values[k]] for k in zipped))))
+    conditions = []
+    for combination in itertools.product(*axes):
+        chosen = dict(pair for item in combination for pair in (item if isinstance(item[0], tuple) else [item]))
+        values = dict(knob_values) | chosen
+        combination = [chosen[k] for k in swept]
+        label = (
+            name if not swept else f"{name}[{','.join(f'{k}={_format_value(v)}' for k, v in zip(swept, combination))}]"
+        )
+        knobs = _validate(Knobs, values, file, label)
+        conditions.append(_validate(Condition, {"name": label, "knobs": knobs, **extras}, file, label))
+    return conditions
+
+
+def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) -> GridSpec:
+    """A parsed TOML document -> GridSpec."""
+    valid_sections = [*_SECTIONS, "conditions"]
+    for section in document:
+        if section not in valid_sections:
+            raise ConditionFileError(file, _unknown_key_message(section, valid_sections), key=section)
+    settings = {}
+    for section, model in _SECTIONS.items():
+        table = document.get(section, {})
+        if not isinstance(table, Mapping):
+            raise ConditionFileError(file, f"[{section}] must be a table", key=section)
+        settings[section] = _validate(model, table, file, None, prefix=f"{section}.")
+    tables = document.get("conditions", {})
+    if not isinstance(tables, Mapping) or not tables:
+        raise ConditionFileError(file, "no conditions: add at least one [conditions.NAME] table", key="conditions")
+    conditions = [c for cname, table in tables.items() for c in expand_condition(cname, table, file)]
+    names = [c.name for c in conditions]
+    for repeated in names:
+        if names.count(repeated) > 1:
+            raise ConditionFileError(file, "two conditions have this name (after sweep expansion)", repeated)
+    return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), **settings)
+
+
+def load_grid(path: str | Path, seeds: list[int] | None = None) -> GridSpec:
+    """Read and validate a condition file; `seeds` (a count as [N] or a list) overrides [run].seeds."""
+    path = Path(path)
+    file = str(path)
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConditionFileError(file, "no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConditionFileError(file, f"cannot read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConditionFileError(file, f"not valid TOML: {error}") from None
+    if seeds is not None:
+        run = dict(document.get("run", {})) if isinstance(document.get("run", {}), Mapping) else {}
+        run["seeds"] = seeds[0] if len(seeds) == 1 else seeds
+        document = {**document, "run": run}
+    return parse_grid(document, file)
