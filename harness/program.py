@@ -23,6 +23,7 @@ from harness.coevolution import CoevolutionState, GridConstants, init_opt_state,
 from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs, holdout_pair_count
+from harness.memory import check_fits
 from harness.models import init_policy
 from harness.pretrain import PretrainResult, pretrain_judges
 from harness.world import World
@@ -73,6 +74,7 @@ class GridProgram:
 
     def __post_init__(self) -> None:
         self.layout = layout_grid(self.spec)
+        self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
         self.world = World(self.spec.world)
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
@@ -120,8 +122,13 @@ class GridProgram:
         ]
         return pd.DataFrame(rows)
 
-    def start(self) -> tuple[CoevolutionState, Diagnostics]:
-        """Initial state of every run and its iteration-0 diagnostics; compiles the iteration program."""
+    def start(self, pretrained: PretrainResult | None = None) -> tuple[CoevolutionState, Diagnostics]:
+        """Initial state of every run and its iteration-0 diagnostics; compiles the iteration program.
+
+        pretrained: judges from an earlier `pretrain()` (e.g. a checkpoint); pretrains if absent.
+        """
+        if pretrained is not None:
+            self.pretrained = pretrained
         if self.pretrained is None:
             self.pretrain()
         assert self.pretrained is not None
@@ -202,4 +209,11 @@ class GridProgram:
             frame.insert(0, "condition", [name for name, _ in labels])
             frame["mode_sequence"] = [self.world.render(int(i)) for i in columns["mode_index"]]
             frames.append(frame)
-        return pd.concat(frames, ignore_index=True)
+        order = {c.name: i for i, c in enumerate(self.spec.conditions)}
+        table = pd.concat(frames, ignore_index=True).sort_values(
+            ["condition", "seed", "iteration"], key=lambda col: col.map(order) if col.name == "condition" else col
+        )
+        boundary = {c.name: c.boundary for c in self.spec.conditions}
+        table["boundary"] = table["condition"].map(boundary)
+        table["diverged"] = ~table.groupby(["condition", "seed"])["finite"].cummin().astype(bool)
+        return table.reset_index(drop=True)

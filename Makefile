@@ -1,0 +1,39 @@
+# Two commands on a fresh machine:  make run  (published grid -> report)  and  make test.
+# Both create .venv from the pinned requirements.lock when it is missing or stale.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench reference lint format clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/coevolab run conditions/paper.toml
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest benchmarks --benchmark-enable -q
+
+# Regenerates the committed reference report that the README quotes.
+reference: $(STAMP)
+	$(BIN)/coevolab run conditions/paper.toml --out artifacts/reference/paper --force
+	$(BIN)/python -m harness.readme_tables artifacts/reference/paper README.md
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

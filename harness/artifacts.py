@@ -1,0 +1,105 @@
+"""Files of a run directory: atomic writes, fresh directory names, and the manifest."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jax
+
+PACKAGES = ("coevolab", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "scipy", "pandas", "seaborn", "pydantic")
+
+METRICS_FILE = "metrics.csv"
+GRID_FILE = "grid.json"
+MANIFEST_FILE = "manifest.json"
+CHECKPOINT_FILE = "checkpoint.msgpack"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def fresh_run_dir(root: Path, grid_name: str) -> Path:
+    """A new directory `root/<grid>-<UTC timestamp>` (suffixed if that name is taken)."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        candidate = root / (f"{grid_name}-{stamp}" + (f"-{attempt}" if attempt else ""))
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a fresh run directory under {root}")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit() -> str | None:
+    """The commit of the source tree the harness was loaded from, if it is a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def manifest(grid: dict[str, Any], times: dict[str, float], started: dt.datetime, **extra: Any) -> dict[str, Any]:
+    """Everything needed to know how a run was made."""
+    return {
+        "grid": grid,
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "jax_devices": [str(device) for device in jax.devices()],
+        "machine": machine(),
+        "wall_seconds": times,
+        "started": started.isoformat(timespec="seconds"),
+        "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+def write_json(path: Path, payload: Any) -> None:
+    atomic_write_text(path, json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -1,0 +1,84 @@
+"""The README's reproduced end-state table, rendered from a real run's metrics.
+
+`python -m harness.readme_tables RUN_DIR README.md` rewrites the block between the
+markers below, so the README's numbers always come from a run, not from typing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness import report
+from harness.artifacts import METRICS_FILE, atomic_write_text
+
+START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
+
+# End-state means over seeds 0–4 reported by the original lab (quality, alignment), and
+# the condition (or family, of which the best is reported) each row corresponds to here.
+PUBLISHED: list[tuple[str, str, float, float]] = [
+    ("Baseline", "baseline", 1.594, 0.449),
+    ("Frozen judge", "frozen", 1.610, 0.718),
+    ("Slower judge updates (every 10)", "slow-judge[judge_update_every=10]", 1.912, 0.674),
+    ("Slower updates + meta (every 10, 5%)", "slow-meta[judge_update_every=10,meta_update_every=10]", 1.977, 0.715),
+    ("Judge ensemble (best of 3, 5)", "ensemble[", 1.747, 0.480),
+    ("Periodic reset (best of 3, 5)", "reset[", 1.770, 0.718),
+    ("Anchor 10% (oracle)", "anchor[anchor_fraction=0.1]", 2.214, 0.993),
+]
+
+
+def comparison_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Published end-state numbers beside ours (mean, std, 95% CI over seeds at the last iteration)."""
+    summary = report.summarize(metrics).set_index("condition")
+    rows = []
+    for label, match, quality, alignment in PUBLISHED:
+        candidates = (
+            summary[summary.index == match] if not match.endswith("[") else summary[summary.index.str.startswith(match)]
+        )
+        if candidates.empty:
+            continue
+        best = candidates["quality_mean"].idxmax()
+        row = candidates.loc[best]
+        rows.append(
+            {
+                "published row": label,
+                "our condition": best,
+                "published quality": quality,
+                "our quality": f"{row.quality_mean:.3f} ± {row.quality_std:.3f} [{row.quality_ci_low:.3f}, {row.quality_ci_high:.3f}]",
+                "published alignment": alignment,
+                "our alignment": f"{row.alignment_mean:.3f} ± {row.alignment_std:.3f} [{row.alignment_ci_low:.3f}, {row.alignment_ci_high:.3f}]",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join(table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    lines = [
+        "| " + " | ".join(str(v) if not isinstance(v, float) else f"{v:.3f}" for v in row) + " |"
+        for row in table.itertuples(index=False)
+    ]
+    return "\n".join([header, rule, *lines])
+
+
+def rewrite_readme(run_dir: Path, readme: Path) -> None:
+    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    seeds = sorted(metrics["seed"].unique())
+    block = (
+        f"{START}\n"
+        f"End state (iteration {metrics['iteration'].max()}), mean ± std [95% CI] over seeds {seeds}, "
+        f"from `{run_dir.as_posix()}` (regenerate: `make reference`).\n\n{markdown(comparison_table(metrics))}\n{END}"
+    )
+    text = readme.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise SystemExit(f"{readme}: markers {START} / {END} not found")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    atomic_write_text(readme, head + block + tail)
+
+
+if __name__ == "__main__":
+    rewrite_readme(Path(sys.argv[1]), Path(sys.argv[2]))

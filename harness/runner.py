@@ -1,0 +1,128 @@
+"""A whole run of a grid into a directory: pretrain, compile, train with checkpoints, write artifacts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from harness import report
+from harness.artifacts import CHECKPOINT_FILE, GRID_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
+from harness.checkpoint import Checkpoint, has_checkpoint, load_checkpoint, load_pretrained, save_checkpoint
+from harness.grid import GridSpec
+from harness.program import GridProgram
+
+
+class Progress(Protocol):
+    """What a run reports as it goes; the command line renders it."""
+
+    def phase(self, name: str, detail: str = "") -> None: ...
+    def phase_done(self, name: str, seconds: float) -> None: ...
+    def iterations(self, done: int, total: int) -> None: ...
+    def iteration_done(self, iteration: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class SilentProgress:
+    def phase(self, name: str, detail: str = "") -> None:
+        pass
+
+    def phase_done(self, name: str, seconds: float) -> None:
+        pass
+
+    def iterations(self, done: int, total: int) -> None:
+        pass
+
+    def iteration_done(self, iteration: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class RunOutcome:
+    """Where a run wrote its artifacts, its metrics, and the runs that diverged (condition, seed, first bad iteration)."""
+
+    run_dir: Path
+    metrics: pd.DataFrame
+    diverged: pd.DataFrame
+
+
+def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    bad = metrics[metrics["diverged"]]
+    return bad.groupby(["condition", "seed"], sort=False)["iteration"].min().rename("first_bad_iteration").reset_index()
+
+
+def load_spec(run_dir: Path) -> GridSpec:
+    return GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
+
+
+def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, resume: bool = False) -> RunOutcome:
+    """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint."""
+    progress = progress or SilentProgress()
+    started = dt.datetime.now(dt.UTC)
+    if not resume:
+        atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    program = GridProgram(spec)
+    total = spec.run.iterations
+
+    resuming = resume and has_checkpoint(run_dir)
+    pretrained = None
+    if resuming:
+        progress.phase("restore", f"checkpoint in {run_dir}")
+        pretrained = load_pretrained(run_dir)  # no need to pretrain again
+    else:
+        progress.phase("pretrain", f"{len(spec.run.seeds)} seeds × {program.shape.max_members} judges")
+        program.pretrain()
+        progress.phase_done("pretrain", program.times.pretrain)
+
+    progress.phase("compile", f"{program.shape.n_runs} runs, {program.shape.n_slots} judges, one program")
+    state, initial = program.start(pretrained)
+    checkpoint = load_checkpoint(run_dir, state) if resuming else None
+    if checkpoint:
+        state, records, done = checkpoint.state, checkpoint.records, checkpoint.completed_iterations
+    else:
+        records, done = [initial], 0
+    progress.phase_done("compile", program.times.compile)
+
+    progress.iterations(done, total)
+    for iteration in range(done, total):
+        state, diagnostics = program.step(state, iteration)
+        records.append(diagnostics)
+        save_checkpoint(run_dir, Checkpoint(iteration + 1, program.pretrained, state, records))
+        progress.iteration_done(iteration)
+    progress.phase_done("train", program.times.train)
+
+    metrics = program.metrics_table(records)
+    atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
+    progress.phase("report", str(run_dir))
+    report_start = time.perf_counter()
+    report.write_report(metrics, run_dir, title=f"coevolab report: {spec.name}")
+    report_seconds = time.perf_counter() - report_start
+    progress.phase_done("report", report_seconds)
+    times = {
+        "pretrain": program.times.pretrain,
+        "compile": program.times.compile,
+        "train": program.times.train,
+        "report": report_seconds,
+    }
+    write_json(
+        run_dir / MANIFEST_FILE,
+        manifest(
+            spec.model_dump(mode="json"),
+            times,
+            started,
+            resumed_from_iteration=checkpoint.completed_iterations if checkpoint else None,
+            runs=len(spec.conditions) * len(spec.run.seeds),
+            pretrain=program.pretrain_table().to_dict(orient="records"),
+        ),
+    )
+    # Finished: metrics.csv holds everything the checkpoint did.
+    (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+    progress.close()
+    return RunOutcome(run_dir, metrics, diverged_runs(metrics))

@@ -1,0 +1,24 @@
+"""Shared fixtures: grids that several test files train once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.conditions import load_grid
+from harness.program import GridProgram
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def paper_metrics() -> pd.DataFrame:
+    """Metrics of the published grid (18 conditions × 5 seeds × 10 iterations × 200 steps)."""
+    return GridProgram(load_grid(ROOT / "conditions" / "paper.toml")).run()
+
+
+@pytest.fixture(scope="session")
+def smoke_metrics() -> pd.DataFrame:
+    return GridProgram(load_grid(ROOT / "conditions" / "smoke.toml")).run()

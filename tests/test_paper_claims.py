@@ -1,0 +1,76 @@
+"""The published grid (all 90 runs) shows the lab's scientific claims.
+
+Thresholds sit between the effect and the seed spread measured on seeds 0–4, so a
+regression in the dynamics (not seed noise) is what fails them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+
+def _mean_curve(metrics: pd.DataFrame, condition: str, metric: str) -> pd.Series:
+    return metrics[metrics["condition"] == condition].groupby("iteration")[metric].mean()
+
+
+def _final(metrics: pd.DataFrame, condition: str, metric: str) -> pd.Series:
+    rows = metrics[(metrics["condition"] == condition) & (metrics["iteration"] == metrics["iteration"].max())]
+    return rows.set_index("seed")[metric]
+
+
+@pytest.fixture(scope="module")
+def m(paper_metrics: pd.DataFrame) -> pd.DataFrame:
+    assert paper_metrics["condition"].nunique() == 18
+    assert paper_metrics["seed"].nunique() == 5
+    assert not paper_metrics["diverged"].any()
+    return paper_metrics
+
+
+def test_baseline_quality_gain_comes_early_then_plateaus(m: pd.DataFrame) -> None:
+    quality = _mean_curve(m, "baseline", "policy_quality")
+    total_gain = quality.iloc[-1] - quality.iloc[0]
+    assert total_gain > 1.5
+    assert quality[1] - quality[0] > 0.6 * total_gain  # most of the gain in iteration 1
+    assert quality[2:].max() - quality[2:].min() < 0.05  # then a narrow band
+
+
+def test_baseline_entropy_near_collapse_by_iteration_3(m: pd.DataFrame) -> None:
+    entropy = _mean_curve(m, "baseline", "policy_entropy")
+    assert entropy[0] > 8.0  # nearly uniform over 4096 outputs (ln 4096 = 8.32)
+    assert entropy[3] < 1.0
+    assert (m[(m["condition"] == "baseline") & (m["iteration"] == 3)]["policy_entropy"] < 1.0).all()
+
+
+def test_baseline_alignment_drifts_down(m: pd.DataFrame) -> None:
+    alignment = m[m["condition"] == "baseline"].pivot(index="seed", columns="iteration", values="judge_alignment")
+    assert (alignment[alignment.columns[-1]] < alignment[0] - 0.1).all()
+
+
+def test_inside_score_outgrows_real_quality_after_iteration_1(m: pd.DataFrame) -> None:
+    perceived = _mean_curve(m, "baseline", "judge_perceived_quality")
+    quality = _mean_curve(m, "baseline", "policy_quality")
+    assert perceived.iloc[-1] - perceived[1] > 2.0 * (quality.iloc[-1] - quality[1])
+    # With slower judge updates the inside score is still climbing over the last iterations.
+    slow = _mean_curve(m, "slow-judge[judge_update_every=10]", "judge_perceived_quality")
+    assert (slow.diff().iloc[-3:] > 0).all()
+
+
+def test_slow_judge_ends_above_baseline(m: pd.DataFrame) -> None:
+    slow = _final(m, "slow-judge[judge_update_every=10]", "policy_quality")
+    base = _final(m, "baseline", "policy_quality")
+    assert slow.mean() > base.mean()
+    assert (slow - base).min() > -0.01  # paired by seed: never worse
+    assert _final(m, "slow-judge[judge_update_every=10]", "judge_alignment").mean() > 0.6
+
+
+def test_oracle_anchor_ends_highest_and_aligned(m: pd.DataFrame) -> None:
+    final = m[m["iteration"] == m["iteration"].max()].groupby("condition")["policy_quality"].mean()
+    assert final.idxmax() == "anchor[anchor_fraction=0.1]"
+    assert _final(m, "anchor[anchor_fraction=0.1]", "judge_alignment").min() > 0.95
+
+
+def test_frozen_keeps_pretrained_alignment(m: pd.DataFrame) -> None:
+    frozen = m[m["condition"] == "frozen"].pivot(index="seed", columns="iteration", values="judge_alignment")
+    assert (frozen.sub(frozen[0], axis=0).abs() < 1e-6).all().all()
+    assert (frozen[0] >= 0.70).all()
