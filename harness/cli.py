@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from harness.conditions import ConditionFileError, load_grid
-from harness.memory import GridTooLarge
+from harness.grid import layout_grid
+from harness.memory import GridTooLarge, check_fits
 from harness.program import PretrainingFailed
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -136,6 +137,7 @@ def command_run(args: argparse.Namespace) -> int:
         spec = load_spec(run_dir)
     else:
         spec = load_grid(args.conditions or DEFAULT_CONDITIONS, seeds=args.seeds)
+        check_fits(layout_grid(spec).shape, len(spec.run.seeds))  # refuse before writing anything
         run_dir = _prepare_run_dir(args, spec.name)
     progress = _progress(args.quiet)
     try:

@@ -57,7 +57,9 @@ def _validate(model: type[BaseModel], values: Mapping[str, Any], file: str, cond
     except ValidationError as error:
         problem = error.errors()[0]
         key = ".".join(str(part) for part in problem["loc"] if not isinstance(part, int)) or None
-        raise ConditionFileError(file, problem["msg"], condition, prefix + key if key else None) from None
+        # A whole-model rule (no field) is blamed on the section it came from.
+        located = prefix + key if key else prefix.rstrip(".") or None
+        raise ConditionFileError(file, problem["msg"], condition, located) from None
 
 
 def _format_value(value: Any) -> str:

@@ -20,7 +20,7 @@ from harness.world import WorldConfig
 class RunSettings(BaseModel):
     """Length and batch size shared by every run of a grid."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     seeds: tuple[int, ...] = Field((0, 1, 2, 3, 4), min_length=1, description="a count N (seeds 0..N-1) or a list")
     iterations: int = Field(10, ge=1, description="outer iterations")
@@ -51,7 +51,7 @@ class RunSettings(BaseModel):
 class PretrainSettings(BaseModel):
     """Judge pretraining: MSE regression on noisy q* until a rank-correlation target."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     target_spearman: float = Field(0.70, gt=-1.0, le=1.0)
     check_every: int = Field(50, ge=1)
@@ -64,7 +64,7 @@ class PretrainSettings(BaseModel):
 class Condition(BaseModel):
     """A named set of knobs. `boundary` marks reference conditions (e.g. frozen judge, oracle anchor)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     knobs: Knobs = Knobs()
@@ -75,7 +75,7 @@ class Condition(BaseModel):
 class GridSpec(BaseModel):
     """Everything that defines a grid: world, run settings, pretraining and named conditions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "grid"
     world: WorldConfig = WorldConfig()

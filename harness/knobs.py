@@ -21,7 +21,7 @@ MAX_JUDGES = 16
 class Knobs(BaseModel):
     """One condition's mechanisms. Every field has a default; they compose freely."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     freeze_judge: StrictBool = Field(
         False, description="skip the judge's self-labelled updates (and the anchor step riding on them)"

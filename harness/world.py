@@ -18,7 +18,7 @@ MAX_OUTPUTS = 2**20
 class WorldConfig(BaseModel):
     """Size of the world and the recipe for its ground truth."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     vocab_size: int = Field(8, ge=2, le=64, description="K: number of tokens")
     seq_len: int = Field(4, ge=1, le=16, description="L: tokens per output")

@@ -1,0 +1,151 @@
+"""The command line as a user meets it: real subprocesses, real files, real interruptions."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.artifacts import CHECKPOINT_FILE
+from harness.conditions import load_grid
+from harness.program import GridProgram
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = """
+[run]
+seeds = 1
+iterations = {iterations}
+steps_per_iteration = {steps}
+batch_size = 16
+
+[conditions.baseline]
+{extra}
+"""
+
+
+def coevolab(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, **kwargs
+    )
+
+
+def tiny_grid(tmp_path: Path, iterations: int = 2, steps: int = 10, extra: str = "") -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY.format(iterations=iterations, steps=steps, extra=extra))
+    return path
+
+
+def test_help_on_every_command() -> None:
+    for command in ([], ["run"], ["report"], ["list"]):
+        result = coevolab(*command, "--help")
+        assert result.returncode == 0 and "usage: coevolab" in result.stdout
+
+
+def test_bad_condition_file_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[conditions.a]\njudge_update_evry = 3\n")
+    out = tmp_path / "out"
+    result = coevolab("run", str(bad), "--out", str(out))
+    assert result.returncode == 2
+    assert "condition 'a', key 'judge_update_evry'" in result.stderr
+    assert "did you mean 'judge_update_every'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_list_shows_resolved_knobs() -> None:
+    result = coevolab("list", "conditions/smoke.toml")
+    assert result.returncode == 0
+    assert "slow-meta" in result.stdout and "meta_holdout_fraction" in result.stdout
+
+
+def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
+    grid = tiny_grid(tmp_path)
+    out = tmp_path / "run"
+    first = coevolab("run", str(grid), "--out", str(out), "--quiet")
+    assert first.returncode == 0, first.stderr
+    for name in ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]:
+        assert (out / name).is_file(), name
+    assert len(list((out / "figures").glob("*.png"))) == 5
+    assert not (out / CHECKPOINT_FILE).exists()
+
+    metrics = out / "metrics.csv"
+    digest = hashlib.sha256(metrics.read_bytes()).hexdigest()
+    again = coevolab("run", str(grid), "--out", str(out), "--quiet")
+    assert again.returncode == 2 and "--force" in again.stderr
+
+    (out / "figures" / "headline.png").unlink()
+    report = coevolab("report", str(out))
+    assert report.returncode == 0, report.stderr
+    assert (out / "figures" / "headline.png").is_file()
+    assert hashlib.sha256(metrics.read_bytes()).hexdigest() == digest  # report never touches metrics
+
+
+def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:
+    grid = tiny_grid(tmp_path, iterations=6, steps=40)
+    out = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while not (out / CHECKPOINT_FILE).exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert (out / CHECKPOINT_FILE).exists(), "no checkpoint appeared"
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=300)
+    if process.returncode == 0:
+        pytest.skip("the run finished before the interrupt landed")
+    assert process.returncode == 130
+    assert f"coevolab run --resume {out}" in stdout
+    assert not (out / "metrics.csv").exists()
+
+    resumed = coevolab("run", "--resume", str(out), "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    metrics = pd.read_csv(out / "metrics.csv")
+
+    expected = GridProgram(load_grid(grid)).run()
+    assert len(metrics) == len(expected) == 7
+    for column in ["policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality"]:
+        np.testing.assert_allclose(metrics[column], expected[column], rtol=0, atol=1e-6, err_msg=column)
+
+
+def test_divergent_runs_are_flagged_and_the_rest_unaffected(tmp_path: Path) -> None:
+    path = tmp_path / "diverge.toml"
+    path.write_text(
+        "[run]\nseeds = 1\niterations = 2\nsteps_per_iteration = 20\nbatch_size = 16\n"
+        "[conditions.baseline]\n[conditions.exploding-judge]\nlr_judge = 1e30\n"
+    )
+    out = tmp_path / "run"
+    result = coevolab("run", str(path), "--out", str(out), "--quiet")
+    assert result.returncode == 3, result.stderr
+    assert "exploding-judge" in result.stdout
+    metrics = pd.read_csv(out / "metrics.csv")
+    bad = metrics[metrics["condition"] == "exploding-judge"]
+    assert bad["diverged"].iloc[-1] and not bad["diverged"].iloc[0]
+    alone = GridProgram(load_grid(path).only(["baseline"])).run()
+    good = metrics[metrics["condition"] == "baseline"].reset_index(drop=True)
+    assert not good["diverged"].any()
+    np.testing.assert_allclose(good["policy_quality"], alone["policy_quality"], atol=1e-5)
+    assert "diverged" in (out / "report.md").read_text()
+
+
+def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path) -> None:
+    path = tmp_path / "huge.toml"
+    path.write_text("[run]\nseeds = 4000\n[world]\nvocab_size = 16\nseq_len = 5\n[conditions.a]\nn_judges = 16\n")
+    out = tmp_path / "run"
+    env = {**os.environ}
+    result = coevolab("run", str(path), "--out", str(out), env=env)
+    assert result.returncode == 2
+    assert "GiB" in result.stderr and "fewer seeds" in result.stderr
