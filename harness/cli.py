@@ -60,9 +60,15 @@ class RichProgress(PlainProgress):
 
     def __init__(self) -> None:
         super().__init__()
-        from rich.console import Console  # noqa: PLC0415 - terminal only
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        from rich.progress import TimeRemainingColumn  # noqa: PLC0415
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = Console()
         self.bar = Progress(
@@ -97,17 +103,16 @@ class RichProgress(PlainProgress):
 
 
 def _progress(quiet: bool):  # noqa: ANN202 - one of three progress classes
-    from harness.runner import SilentProgress  # noqa: PLC0415
+    from harness.runner import SilentProgress
 
     if quiet:
         return SilentProgress()
     return RichProgress() if sys.stdout.isatty() else PlainProgress()
 
 
-
 def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
-    from harness.artifacts import METRICS_FILE, fresh_run_dir  # noqa: PLC0415
-    from harness.checkpoint import has_checkpoint  # noqa: PLC0415
+    from harness.artifacts import METRICS_FILE, fresh_run_dir
+    from harness.checkpoint import has_checkpoint
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -128,7 +133,7 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from harness.runner import execute, load_spec  # noqa: PLC0415
+    from harness.runner import execute, load_spec
 
     if args.resume:
         if args.conditions or args.seeds:
@@ -154,10 +159,10 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
-    from harness import report  # noqa: PLC0415
-    from harness.artifacts import METRICS_FILE  # noqa: PLC0415
+    from harness import report
+    from harness.artifacts import METRICS_FILE
 
     run_dir = Path(args.run_dir)
     metrics_path = run_dir / METRICS_FILE
@@ -169,7 +174,7 @@ def command_report(args: argparse.Namespace) -> int:
 
 
 def command_list(args: argparse.Namespace) -> int:
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
     spec = load_grid(args.conditions or DEFAULT_CONDITIONS)
     rows = [{"condition": c.name, **c.knobs.model_dump(), "boundary": c.boundary} for c in spec.conditions]

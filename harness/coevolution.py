@@ -10,6 +10,7 @@ values through a select.
 from __future__ import annotations
 
 import functools
+
 import chex
 import flax.struct
 import jax
@@ -17,8 +18,8 @@ import jax.numpy as jnp
 import optax
 
 from harness.grid import GridShape
-from harness.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
 from harness.keys import distinct_pairs
+from harness.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
 from harness.models import Params, judge_scores, judge_scores_of_outputs, sample_with_log_prob
 
 
@@ -107,14 +108,18 @@ def self_labelled_bce(params: Params, first: jax.Array, second: jax.Array, vocab
     return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
 
 
-def ensemble_scores(shape: GridShape, consts: GridConstants, knobs: RunKnobs, judge_params: Params, tokens: jax.Array):
+def ensemble_scores(
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, judge_params: Params, tokens: jax.Array
+) -> jax.Array:
     """Mean score over each run's judges: tokens int32 (R, B, L) -> float32 (R, B)."""
     per_slot = jax.vmap(judge_scores, (0, 0, None))(judge_params, tokens[consts.slot_run], shape.vocab_size)
     total = jax.ops.segment_sum(per_slot, consts.slot_run, num_segments=shape.n_runs)
     return total / knobs.n_judges[:, None]
 
 
-def _policy_step(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array):
+def _policy_step(
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array
+) -> CoevolutionState:
     """Sample a batch per run, reward it with the run's judges, take one REINFORCE step."""
 
     def sample_all(policy_params: Params) -> tuple[jax.Array, jax.Array]:
@@ -124,7 +129,7 @@ def _policy_step(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state
         return log_prob, tokens
 
     # One forward pass gives both the samples and log π; its VJP is the score function.
-    log_prob, pullback, tokens = jax.vjp(sample_all, state.policy_params, has_aux=True)
+    _, pullback, tokens = jax.vjp(sample_all, state.policy_params, has_aux=True)
     rewards = ensemble_scores(shape, consts, knobs, state.judge_params, tokens)
     advantage = rewards - jnp.mean(rewards, axis=1, keepdims=True)
     # loss = -mean(advantage * log π) + entropy_bonus * mean(log π); d loss / d log π:
@@ -136,7 +141,7 @@ def _policy_step(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state
 
 def _judge_update(
     shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array, due: jax.Array
-):
+) -> CoevolutionState:
     """Self-labelled Bradley–Terry step (then the anchor step) for every slot where `due` (J,)."""
     pair_keys, anchor_keys = keys[:, 0], keys[:, 1]
     batch, vocab = shape.batch_size, shape.vocab_size
@@ -172,7 +177,9 @@ def _judge_update(
     return state.replace(judge_params=params, judge_opt_state=opt_state)
 
 
-def _meta_correction(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, due: jax.Array):
+def _meta_correction(
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, due: jax.Array
+) -> tuple[CoevolutionState, jax.Array]:
     """On meta slots where `due` (Jm,): one held-out BCE step if held-out accuracy is below threshold.
 
     The accuracy check is a forward pass only; the gradient step sits behind its own

@@ -46,7 +46,9 @@ def _unknown_key_message(key: str, valid: list[str]) -> str:
     return f"unknown key{hint}"
 
 
-def _validate(model: type[BaseModel], values: Mapping[str, Any], file: str, condition: str | None, prefix: str = ""):
+def _validate(
+    model: type[BaseModel], values: Mapping[str, Any], file: str, condition: str | None, prefix: str = ""
+) -> Any:
     """Build `model` from `values`, turning the first validation problem into a ConditionFileError."""
     valid = list(model.model_fields)
     for key in values:
@@ -88,14 +90,16 @@ def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Con
     # Axes of the product: each free list, plus one axis that walks the zipped lists together.
     axes = [[(k, v) for v in knob_values[k]] for k in swept if k not in zipped]
     if zipped:
-        axes.append(list(zip(*([(k, v) for v in knob_values[k]] for k in zipped))))
+        axes.append(list(zip(*([(k, v) for v in knob_values[k]] for k in zipped), strict=True)))
     conditions = []
     for combination in itertools.product(*axes):
         chosen = dict(pair for item in combination for pair in (item if isinstance(item[0], tuple) else [item]))
         values = dict(knob_values) | chosen
         combination = [chosen[k] for k in swept]
         label = (
-            name if not swept else f"{name}[{','.join(f'{k}={_format_value(v)}' for k, v in zip(swept, combination))}]"
+            name
+            if not swept
+            else f"{name}[{','.join(f'{k}={_format_value(v)}' for k, v in zip(swept, combination, strict=True))}]"
         )
         knobs = _validate(Knobs, values, file, label)
         conditions.append(_validate(Condition, {"name": label, "knobs": knobs, **extras}, file, label))

@@ -143,7 +143,7 @@ class GridLayout:
     def run_labels(self) -> list[tuple[str, int]]:
         """(condition name, seed) of every run, in run order."""
         names = [c.name for c in self.spec.conditions]
-        return [(names[c], self.seeds[s]) for c, s in zip(self.run_condition, self.run_seed_index)]
+        return [(names[c], self.seeds[s]) for c, s in zip(self.run_condition, self.run_seed_index, strict=True)]
 
 
 def layout_grid(spec: GridSpec) -> GridLayout:

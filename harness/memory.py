@@ -28,7 +28,9 @@ def estimate_bytes(shape: GridShape) -> int:
     n_outputs = shape.vocab_size**shape.seq_len
     policy, judge = parameter_count(shape.vocab_size)
     state = STATE_COPIES * (shape.n_runs * policy + 2 * shape.n_slots * judge)  # judges: live + pretrained
-    per_step = ACTIVATION_FACTOR * 3 * HIDDEN_DIM * shape.seq_len * 2 * shape.batch_size * (shape.n_runs + shape.n_slots)
+    per_step = (
+        ACTIVATION_FACTOR * 3 * HIDDEN_DIM * shape.seq_len * 2 * shape.batch_size * (shape.n_runs + shape.n_slots)
+    )
     holdout = shape.meta_slots * (n_outputs // shape.vocab_size + 2 * shape.max_holdout_pairs) * 3 * HIDDEN_DIM * 3
     # Exact diagnostics: every run's distribution and every judge's score table over all outputs,
     # plus the prefix-tree hidden states behind them.

@@ -91,7 +91,7 @@ class GridProgram:
         members = jnp.arange(self.shape.max_members)
         init_keys, data_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m))(members))(seeds)
         flat = pretrain_judges(init_keys.reshape(-1, 2), data_keys.reshape(-1, 2), self.world, self.spec.pretrain)
-        result = jax.tree.map(lambda x: x.reshape((len(seeds), self.shape.max_members) + x.shape[1:]), flat)
+        result = jax.tree.map(lambda x: x.reshape((len(seeds), self.shape.max_members, *x.shape[1:])), flat)
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start
         failed = np.argwhere(~np.asarray(result.reached))

@@ -29,6 +29,13 @@ PUBLISHED: list[tuple[str, str, float, float]] = [
 ]
 
 
+def _mean_std_ci(row: pd.Series, metric: str) -> str:
+    return (
+        f"{row[f'{metric}_mean']:.3f} ± {row[f'{metric}_std']:.3f} "
+        f"[{row[f'{metric}_ci_low']:.3f}, {row[f'{metric}_ci_high']:.3f}]"
+    )
+
+
 def comparison_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """Published end-state numbers beside ours (mean, std, 95% CI over seeds at the last iteration)."""
     summary = report.summarize(metrics).set_index("condition")
@@ -46,9 +53,9 @@ def comparison_table(metrics: pd.DataFrame) -> pd.DataFrame:
                 "published row": label,
                 "our condition": best,
                 "published quality": quality,
-                "our quality": f"{row.quality_mean:.3f} ± {row.quality_std:.3f} [{row.quality_ci_low:.3f}, {row.quality_ci_high:.3f}]",
+                "our quality": _mean_std_ci(row, "quality"),
                 "published alignment": alignment,
-                "our alignment": f"{row.alignment_mean:.3f} ± {row.alignment_std:.3f} [{row.alignment_ci_low:.3f}, {row.alignment_ci_high:.3f}]",
+                "our alignment": _mean_std_ci(row, "alignment"),
             }
         )
     return pd.DataFrame(rows)
@@ -66,7 +73,7 @@ def markdown(table: pd.DataFrame) -> str:
 
 def rewrite_readme(run_dir: Path, readme: Path) -> None:
     metrics = pd.read_csv(run_dir / METRICS_FILE)
-    seeds = sorted(metrics["seed"].unique())
+    seeds = sorted(int(seed) for seed in metrics["seed"].unique())
     block = (
         f"{START}\n"
         f"End state (iteration {metrics['iteration'].max()}), mean ± std [95% CI] over seeds {seeds}, "

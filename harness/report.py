@@ -465,7 +465,7 @@ def _fig_headline(m: pd.DataFrame, path: Path, palette: dict, reference: str) ->
     dropped = f", {n_diverged} diverged and dropped from then on" if n_diverged else ""
     fig.suptitle(
         f"Reference condition '{reference}': mean ± 1 sd over {n_seeds} seeds{dropped} (thin lines: individual seeds)",
-        fontsize=13,
+        fontsize=12,
     )
     return _save(fig, path)
 

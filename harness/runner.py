@@ -11,7 +11,15 @@ from typing import Protocol
 import pandas as pd
 
 from harness import report
-from harness.artifacts import CHECKPOINT_FILE, GRID_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
+from harness.artifacts import (
+    CHECKPOINT_FILE,
+    GRID_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    atomic_write_text,
+    manifest,
+    write_json,
+)
 from harness.checkpoint import Checkpoint, has_checkpoint, load_checkpoint, load_pretrained, save_checkpoint
 from harness.grid import GridSpec
 from harness.program import GridProgram
@@ -46,7 +54,7 @@ class SilentProgress:
 
 @dataclass
 class RunOutcome:
-    """Where a run wrote its artifacts, its metrics, and the runs that diverged (condition, seed, first bad iteration)."""
+    """Where a run wrote its artifacts, its metrics, and its diverged runs (condition, seed, first bad iteration)."""
 
     run_dir: Path
     metrics: pd.DataFrame

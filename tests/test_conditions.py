@@ -82,7 +82,10 @@ def test_sweeps_expand_to_the_product_with_generated_names(tmp_path: Path) -> No
 
 
 def test_zipped_lists_advance_together(tmp_path: Path) -> None:
-    text = '[conditions.z]\njudge_update_every = [1, 10]\nmeta_update_every = [1, 10]\nzip = ["judge_update_every", "meta_update_every"]\n'
+    text = (
+        "[conditions.z]\njudge_update_every = [1, 10]\nmeta_update_every = [1, 10]\n"
+        'zip = ["judge_update_every", "meta_update_every"]\n'
+    )
     spec = load_grid(write(tmp_path, text))
     assert [(c.knobs.judge_update_every, c.knobs.meta_update_every) for c in spec.conditions] == [(1, 1), (10, 10)]
 

@@ -19,7 +19,6 @@ TOLERANCE = {"atol": 1e-4, "rtol": 1e-4}
 def test_smoke_metrics_match_golden_file(smoke_metrics: pd.DataFrame, dataframe_regression) -> None:
     table = smoke_metrics[["condition", "seed", "iteration", *FLOAT_METRICS, *EXACT_METRICS]].copy()
     table["meta_accuracy"] = table["meta_accuracy"].fillna(-1.0)  # NaN (meta off) compares as a value
-    table = table.set_index(["condition", "seed", "iteration"]).reset_index(drop=True)
     dataframe_regression.check(
         table,
         basename="smoke_metrics",

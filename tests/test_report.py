@@ -1,0 +1,255 @@
+"""Tests for harness.report: summary numbers checked against independent numpy/scipy computations."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from harness.report import make_figures, run_summary, summarize, summary_markdown, write_report
+
+METRIC_COLUMNS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")
+
+
+def make_metrics(runs: dict[tuple[str, int], list[float]], boundary: set[str] = frozenset(), **extra) -> pd.DataFrame:
+    """A tidy table from {(condition, seed): quality per iteration}; other metrics are simple functions of quality.
+
+    extra: {(condition, seed): {"diverged": [...], "judge_alignment": [...], ...}} overrides per run.
+    """
+    overrides = extra.get("overrides", {})
+    rows = []
+    for (condition, seed), quality in runs.items():
+        for iteration, q in enumerate(quality):
+            row = {
+                "condition": condition,
+                "seed": seed,
+                "iteration": iteration,
+                "policy_quality": q,
+                "judge_alignment": 0.5 + 0.1 * q,
+                "policy_entropy": 2.0 - 0.3 * iteration + 0.01 * seed,
+                "judge_perceived_quality": 2.0 * q + 0.1 * iteration,
+                "meta_accuracy": math.nan,
+                "boundary": condition in boundary,
+                "diverged": False,
+            }
+            for column, values in overrides.get((condition, seed), {}).items():
+                row[column] = values[iteration]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    v = np.asarray(values, dtype=float)
+    return stats.t.interval(confidence, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
+
+
+@pytest.fixture
+def grid() -> pd.DataFrame:
+    runs = {
+        ("baseline", 0): [0.0, 1.0, 0.8],
+        ("baseline", 1): [0.0, 1.2, 1.1],
+        ("baseline", 2): [0.0, 0.9, 1.3],
+        ("low", 0): [0.0, 0.5, 0.4],
+        ("low", 1): [0.0, 0.6, 0.7],
+        ("low", 2): [0.0, 0.2, 0.3],
+        ("bound", 0): [0.0, 2.0, 3.0],
+        ("bound", 1): [0.0, 2.5, 2.9],
+        ("bound", 2): [0.0, 2.2, 3.1],
+        ("high", 0): [0.0, 1.5, 2.0],
+        ("high", 1): [0.0, 1.6, 1.9],
+        ("high", 5): [0.0, 1.7, 2.6],  # seed 5 has no reference partner
+        ("bound2", 0): [0.0, 0.1, 0.2],
+        ("bound2", 1): [0.0, 0.1, 0.3],
+    }
+    return make_metrics(runs, boundary={"bound", "bound2"})
+
+
+def test_run_summary_peak_ties_degradation() -> None:
+    metrics = make_metrics(
+        {
+            ("baseline", 0): [1.0, 3.0, 3.0, 2.0],  # tie at the peak -> earliest iteration
+            ("baseline", 1): [-2.0, -1.0, -1.0, -1.5],  # negative peak: divide by |peak|
+            ("baseline", 2): [0.0, 1.0, 2.0, 2.0],  # peak == final (the tie resolves to iteration 2)
+        }
+    )
+    runs = run_summary(metrics).set_index("seed")
+    assert list(runs["peak_iteration"]) == [1, 1, 2]
+    assert list(runs["peak_quality"]) == [3.0, -1.0, 2.0]
+    assert list(runs["final_quality"]) == [2.0, -1.5, 2.0]
+    assert list(runs["final_iteration"]) == [3, 3, 3]
+    assert runs.loc[0, "degradation_pct"] == pytest.approx(100.0 * (3.0 - 2.0) / 3.0)
+    assert runs.loc[1, "degradation_pct"] == pytest.approx(50.0)
+    assert runs.loc[2, "degradation_pct"] == 0.0
+
+
+def test_summarize_means_stds_and_t_intervals(grid: pd.DataFrame) -> None:
+    summary = summarize(grid).set_index("condition")
+    finals = {c: grid[(grid.condition == c) & (grid.iteration == 2)] for c in summary.index}
+    for condition, final in finals.items():
+        row = summary.loc[condition]
+        assert row["n_seeds"] == final["seed"].nunique()
+        for short, column in zip(("quality", "alignment", "entropy", "perceived"), METRIC_COLUMNS, strict=True):
+            values = final[column].to_numpy()
+            assert row[f"{short}_mean"] == pytest.approx(values.mean())
+            assert row[f"{short}_std"] == pytest.approx(values.std(ddof=1))
+            low, high = ci(values)
+            assert row[f"{short}_ci_low"] == pytest.approx(low)
+            assert row[f"{short}_ci_high"] == pytest.approx(high)
+    # Confidence level is honoured.
+    wide = summarize(grid, confidence=0.99).set_index("condition")
+    low, high = ci(finals["low"]["policy_quality"].tolist(), 0.99)
+    assert wide.loc["low", "quality_ci_low"] == pytest.approx(low)
+    assert wide.loc["low", "quality_ci_high"] == pytest.approx(high)
+
+
+def test_peak_and_degradation_means(grid: pd.DataFrame) -> None:
+    summary = summarize(grid).set_index("condition")
+    # baseline: peaks at iterations 1, 1, 2; degradations 20%, 100*(0.1/1.2)%, 0%.
+    assert summary.loc["baseline", "peak_iteration_mean"] == pytest.approx((1 + 1 + 2) / 3)
+    assert summary.loc["baseline", "degradation_pct_mean"] == pytest.approx((20.0 + 100 * 0.1 / 1.2 + 0.0) / 3)
+
+
+def test_paired_difference_uses_shared_seeds_only(grid: pd.DataFrame) -> None:
+    summary = summarize(grid).set_index("condition")
+    reference = {0: 0.8, 1: 1.1, 2: 1.3}
+    high = {0: 2.0, 1: 1.9}  # seed 5 has no reference partner and is left out
+    diffs = [high[s] - reference[s] for s in high]
+    low_ci, high_ci = ci(diffs)
+    row = summary.loc["high"]
+    assert row["quality_diff_mean"] == pytest.approx(np.mean(diffs))
+    assert row["quality_diff_ci_low"] == pytest.approx(low_ci)
+    assert row["quality_diff_ci_high"] == pytest.approx(high_ci)
+    assert row["n_paired"] == 2
+    # The unpaired mean includes seed 5, so it differs from reference mean + paired diff.
+    assert row["quality_mean"] == pytest.approx(np.mean([2.0, 1.9, 2.6]))
+    assert all(math.isnan(summary.loc["baseline", c]) for c in ("quality_diff_mean", "quality_diff_ci_low"))
+
+
+def test_sort_order_and_roles(grid: pd.DataFrame) -> None:
+    summary = summarize(grid)
+    assert summary["condition"].tolist() == ["baseline", "high", "low", "bound", "bound2"]
+    assert summary["role"].tolist() == ["reference", "mechanism", "mechanism", "boundary", "boundary"]
+
+
+def test_reference_falls_back_to_first_condition() -> None:
+    metrics = make_metrics({("first", 0): [0.0, 1.0], ("first", 1): [0.0, 2.0], ("second", 0): [0.0, 3.0]})
+    summary = summarize(metrics).set_index("condition")
+    assert summary.loc["first", "role"] == "reference"
+    assert summary.loc["second", "quality_diff_mean"] == pytest.approx(2.0)
+    # One pair: a mean but no interval.
+    assert math.isnan(summary.loc["second", "quality_diff_ci_low"])
+
+
+def test_single_seed_has_nan_spread() -> None:
+    summary = summarize(make_metrics({("baseline", 0): [0.0, 1.0]})).iloc[0]
+    assert summary["quality_mean"] == 1.0
+    assert math.isnan(summary["quality_std"])
+    assert math.isnan(summary["quality_ci_low"]) and math.isnan(summary["quality_ci_high"])
+
+
+def test_diverged_runs_are_counted_and_excluded() -> None:
+    metrics = make_metrics(
+        {
+            ("baseline", 0): [0.0, 1.0, 1.0],
+            ("baseline", 1): [0.0, 2.0, 3.0],
+            ("baseline", 2): [0.0, 5.0, math.nan],
+            ("other", 0): [0.0, 1.0, math.inf],  # non-finite but not flagged: treated as missing
+            ("other", 1): [0.0, 1.0, 2.0],
+        },
+        overrides={("baseline", 2): {"diverged": [False, True, True]}},
+    )
+    summary = summarize(metrics).set_index("condition")
+    assert summary.loc["baseline", "diverged_runs"] == 1
+    assert summary.loc["baseline", "n_seeds"] == 3
+    assert summary.loc["baseline", "n_final"] == 2
+    assert summary.loc["baseline", "quality_mean"] == pytest.approx(2.0)  # the 5.0 at a diverged row is ignored
+    assert summary.loc["other", "diverged_runs"] == 0
+    assert summary.loc["other", "quality_mean"] == pytest.approx(2.0)
+    runs = run_summary(metrics).set_index(["condition", "seed"])
+    assert runs.loc[("baseline", 2), "diverged"]
+    assert runs.loc[("baseline", 2), "peak_quality"] == 0.0
+    assert math.isnan(runs.loc[("baseline", 2), "final_quality"])
+    # Paired difference: only seed 1 has finite finals on both sides.
+    assert summary.loc["other", "n_paired"] == 1
+    assert summary.loc["other", "quality_diff_mean"] == pytest.approx(-1.0)
+    assert "(1/3 runs diverged)" in summary_markdown(summarize(metrics))
+
+
+def test_missing_columns_raise() -> None:
+    with pytest.raises(ValueError, match="lacks columns"):
+        summarize(pd.DataFrame({"condition": ["a"], "seed": [0], "iteration": [0]}))
+
+
+def test_summary_markdown_layout(grid: pd.DataFrame) -> None:
+    text = summary_markdown(summarize(grid))
+    lines = text.strip().splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == [
+        "Condition",
+        "Role",
+        "Quality (mean ± std [CI])",
+        "Alignment (mean ± std)",
+        "Entropy",
+        "Judge-perceived",
+        "Δ quality vs reference [CI]",
+        "Peak iter",
+        "Degradation %",
+    ]
+    assert len(lines) == 2 + 5
+    rows = {line.split("|")[1].strip(): line for line in lines[2:]}
+    assert "(boundary)" in rows["bound"] and "(boundary)" in rows["bound2"]
+    assert "—" in rows["baseline"]
+    low, high = ci([0.4, 0.7, 0.3])
+    assert (
+        f"{np.mean([0.4, 0.7, 0.3]):.3f} ± {np.std([0.4, 0.7, 0.3], ddof=1):.3f} [{low:.3f}, {high:.3f}]" in rows["low"]
+    )
+
+
+def test_write_report_writes_everything_and_leaves_metrics_alone(grid: pd.DataFrame, tmp_path: Path) -> None:
+    metrics_path = tmp_path / "metrics.csv"
+    grid.to_csv(metrics_path, index=False)
+    before = metrics_path.read_bytes()
+    write_report(pd.read_csv(metrics_path), tmp_path, title="Test report")
+    assert metrics_path.read_bytes() == before
+    for name in ("summary.csv", "summary.md", "report.md"):
+        assert (tmp_path / name).stat().st_size > 0
+    keys = ("headline", "boundaries_and_best", "all_conditions", "end_state", "inside_vs_outside")
+    for key in keys:
+        assert (tmp_path / "figures" / f"{key}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# Test report")
+    for key in keys:
+        assert f"(figures/{key}.png)" in report
+    # Readings are derived from the data: reference mean quality at iteration 0, 1 and the end.
+    reference = grid[grid.condition == "baseline"].groupby("iteration")["policy_quality"].mean()
+    assert f"from {reference[0]:.3f} at iteration 0 to {reference[1]:.3f} after iteration 1" in report
+    assert f"{reference[2]:.3f} at the end" in report
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert summary["condition"].tolist() == ["baseline", "high", "low", "bound", "bound2"]
+    # Atomic writes leave no temp files behind.
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_make_figures_survives_non_finite_values(tmp_path: Path) -> None:
+    metrics = make_metrics(
+        {
+            ("baseline", 0): [0.0, 1.0, 1.0],
+            ("baseline", 1): [0.0, math.nan, math.nan],
+            ("broken", 0): [0.0, math.inf, math.nan],
+            ("flat", 0): [1.0, 1.0, 1.0],
+        },
+        boundary={"flat"},
+        overrides={
+            ("baseline", 1): {"diverged": [False, True, True]},
+            ("broken", 0): {"diverged": [False, True, True]},
+        },
+    )
+    paths = make_figures(metrics, tmp_path / "figs")
+    assert set(paths) == {"headline", "boundaries_and_best", "all_conditions", "end_state", "inside_vs_outside"}
+    assert all(p.exists() and p.parent == tmp_path / "figs" for p in paths.values())
+    write_report(metrics, tmp_path / "report")
+    assert (tmp_path / "report" / "report.md").exists()
