@@ -1,0 +1,443 @@
+"""What the benchmarks share: sizes per mode, grids, pretrained judges, timing, FLOP counts, machine peak."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import re
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax.experimental.compilation_cache import compilation_cache
+
+from harness import coevolution, keys
+from harness.compile_cache import enable_compilation_cache
+from harness.conditions import load_grid
+from harness.grid import Condition, GridSpec, layout_grid
+from harness.knobs import Knobs
+from harness.models import EMBED_DIM, HIDDEN_DIM, init_judge
+from harness.pretrain import PretrainResult
+from harness.program import GridProgram, diagnostics_program, iteration_program
+from harness.world import WorldConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "conditions" / "paper.toml"
+QUICK_ENV = "COEVOLAB_BENCH_QUICK"
+
+
+# --- sizes -----------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How big each benchmark is in one mode.
+
+    smoke: benchmarks disabled (`make test`): every body runs once, as small as it goes:
+      the baseline condition only, in a 2-token × 1-position world, with freshly
+      initialised (not pretrained) judges, so the whole folder compiles few, small programs.
+    quick: enabled with COEVOLAB_BENCH_QUICK=1: real code paths, small grids, few rounds.
+    full: enabled (`make bench`): the sizes the figures are quoted at.
+    """
+
+    mode: str
+    steps_per_iteration: int  # inner steps per timed program.step() call
+    grid_seeds: int  # seeds of the published grid
+    grid_conditions: tuple[str, ...] | None  # None: all 18 published conditions
+    scaling_runs: tuple[int, ...]  # baseline runs per program in the scaling benchmark
+    batched_runs: int  # runs in the batched vs one-at-a-time comparison
+    flops_runs: int  # baseline runs of the program whose FLOPs are counted
+    rounds: int  # timed program.step() calls (after warm-up)
+    warmup_rounds: int  # untimed calls first (the first call of an executable pays one-off costs)
+    compile_rounds: int  # cold / warm compiles
+    loop_check: bool  # also compile steps_per_iteration=1 to show XLA counts the scan body once
+    world: tuple[int, int] | None = None  # (vocab_size, seq_len) instead of the published world
+    pretrain_judges: bool = True  # False: judges start from their initialisation (smoke mode only)
+
+
+SMOKE = Sizes(
+    mode="smoke",
+    steps_per_iteration=2,
+    grid_seeds=1,
+    grid_conditions=("baseline",),
+    scaling_runs=(1, 2),
+    batched_runs=2,
+    flops_runs=1,
+    rounds=1,
+    warmup_rounds=0,
+    compile_rounds=1,
+    loop_check=False,
+    world=(2, 1),
+    pretrain_judges=False,
+)
+QUICK = Sizes(
+    mode="quick",
+    steps_per_iteration=10,
+    grid_seeds=1,
+    grid_conditions=None,
+    scaling_runs=(1, 2, 4),
+    batched_runs=2,
+    flops_runs=2,
+    rounds=3,
+    warmup_rounds=1,
+    compile_rounds=1,
+    loop_check=True,
+)
+FULL = Sizes(
+    mode="full",
+    steps_per_iteration=100,
+    grid_seeds=5,
+    grid_conditions=None,
+    scaling_runs=(1, 5, 20, 90, 360),
+    batched_runs=10,
+    flops_runs=90,
+    rounds=5,
+    warmup_rounds=1,
+    compile_rounds=3,
+    loop_check=True,
+)
+
+
+def benchmarks_disabled(config: Any) -> bool:
+    """Whether pytest-benchmark runs each benchmark body once, untimed (`--benchmark-disable`)."""
+    session = getattr(config, "_benchmarksession", None)
+    if session is not None:
+        return bool(session.disabled)
+    return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
+
+
+def sizes_for(config: Any) -> Sizes:
+    if benchmarks_disabled(config):
+        return SMOKE
+    return QUICK if os.environ.get(QUICK_ENV, "").strip() not in ("", "0") else FULL
+
+
+# --- grids -----------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def paper_grid() -> GridSpec:
+    return load_grid(PAPER)
+
+
+def base_grid(sizes: Sizes) -> GridSpec:
+    """The published grid, in this mode's world."""
+    spec = paper_grid()
+    if sizes.world is not None:
+        vocab_size, seq_len = sizes.world
+        spec = spec.model_copy(update={"world": WorldConfig(vocab_size=vocab_size, seq_len=seq_len)})
+    return spec
+
+
+def with_run(spec: GridSpec, seeds: tuple[int, ...], steps_per_iteration: int) -> GridSpec:
+    run = spec.run.model_copy(update={"seeds": seeds, "steps_per_iteration": steps_per_iteration, "iterations": 1})
+    return spec.model_copy(update={"run": run})
+
+
+def published_grid(sizes: Sizes, steps_per_iteration: int | None = None) -> GridSpec:
+    """The published grid (the baseline alone in smoke mode) at this mode's seeds and steps per iteration."""
+    spec = base_grid(sizes)
+    if sizes.grid_conditions is not None:
+        spec = spec.only(sizes.grid_conditions)
+    steps = sizes.steps_per_iteration if steps_per_iteration is None else steps_per_iteration
+    return with_run(spec, tuple(range(sizes.grid_seeds)), steps)
+
+
+def baseline_grid(sizes: Sizes, n_runs: int, steps_per_iteration: int | None = None) -> GridSpec:
+    """The baseline condition alone with seeds 0..n_runs-1."""
+    steps = sizes.steps_per_iteration if steps_per_iteration is None else steps_per_iteration
+    return with_run(base_grid(sizes).only(["baseline"]), tuple(range(n_runs)), steps)
+
+
+def single_run_grid(sizes: Sizes, seed: int) -> GridSpec:
+    return with_run(base_grid(sizes).only(["baseline"]), (seed,), sizes.steps_per_iteration)
+
+
+def shape_groups(spec: GridSpec) -> dict[str, GridSpec]:
+    """The grid split into sub-grids whose runs need no padding: same ensemble size, anchor on/off, meta on/off."""
+    groups: dict[str, list[str]] = {}
+    for condition in spec.conditions:
+        knobs = condition.knobs
+        name = f"{knobs.n_judges} judge{'s' if knobs.n_judges > 1 else ''}"
+        name += " + anchor" if knobs.anchor_fraction > 0 else ""
+        name += " + meta" if knobs.meta_holdout_fraction > 0 else ""
+        groups.setdefault(name, []).append(condition.name)
+    return {name: spec.only(names) for name, names in groups.items()}
+
+
+# --- pretrained judges -----------------------------------------------------------------------------------------------
+
+
+def judge_pool(sizes: Sizes) -> PretrainResult:
+    """Judges (seed, member) for the published grid's seeds and largest ensemble, pretrained once.
+
+    Smoke mode skips pretraining (its compile alone would dominate): every judge keeps
+    the initial weights pretraining would have started from.
+    """
+    grid = published_grid(sizes)
+    seeds, members = grid.run.seeds, max(c.knobs.n_judges for c in grid.conditions)
+    if sizes.pretrain_judges:
+        pool_spec = grid.model_copy(update={"conditions": (Condition(name="pool", knobs=Knobs(n_judges=members)),)})
+        return GridProgram(pool_spec).pretrain()
+    world, member_ids = grid.world, jnp.arange(members)
+    init_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m)[0])(member_ids))(jnp.asarray(seeds))
+    params = jax.vmap(jax.vmap(lambda key: init_judge(key, world.vocab_size, world.seq_len)))(init_keys)
+    shape = (len(seeds), members)
+    return PretrainResult(
+        params, jnp.zeros(shape, jnp.int32), jnp.full(shape, jnp.nan, jnp.float32), jnp.ones(shape, jnp.bool_)
+    )
+
+
+def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
+    """Judges for every seed of `spec` from the pool; seed s gets the pool's seed s mod pool size.
+
+    Exact for seeds inside the pool (the published grid); beyond it, runs share judge
+    starting weights but keep their own training keys and policies. Step time does not
+    depend on the weight values (except through meta-correction's accuracy check).
+    """
+    pool_seeds, pool_members = pool.steps.shape
+    members = layout_grid(spec).shape.max_members
+    if members > pool_members:
+        raise ValueError(f"grid needs {members} judges per seed, pool has {pool_members}")
+    index = jnp.asarray([seed % pool_seeds for seed in spec.run.seeds])
+    return jax.tree.map(lambda leaf: leaf[index][:, :members], pool)
+
+
+def started(spec: GridSpec, pool: PretrainResult) -> tuple[GridProgram, Any]:
+    """A compiled program and its initial state.
+
+    `iterate` carries chex.assert_max_traces(1), and chex tells traces apart by the call
+    stack, not the grid shape, so a second shape built from here would count as a retrace;
+    the counter is cleared first (each shape is still traced once: iteration_program is cached).
+    """
+    chex.clear_trace_counter()
+    program = GridProgram(spec)
+    state, _ = program.start(pretrained_for(spec, pool))
+    return program, state
+
+
+def clear_in_memory_caches() -> None:
+    """Forget every compiled program of this process (the persistent cache is untouched)."""
+    jax.clear_caches()
+    iteration_program.cache_clear()
+    diagnostics_program.cache_clear()
+    chex.clear_trace_counter()
+
+
+_CACHE_FLAGS = (
+    "jax_enable_compilation_cache",
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
+
+@contextlib.contextmanager
+def persistent_cache(path: Path | None) -> Iterator[None]:
+    """Inside: JAX's persistent cache at `path` (None: disabled). Restores the previous settings after."""
+    saved = {flag: getattr(jax.config, flag) for flag in _CACHE_FLAGS}
+    try:
+        if path is None:
+            jax.config.update("jax_enable_compilation_cache", False)
+            compilation_cache.reset_cache()
+        else:
+            enable_compilation_cache(path)
+        yield
+    finally:
+        for flag, value in saved.items():
+            jax.config.update(flag, value)
+        compilation_cache.reset_cache()
+
+
+# --- timing ----------------------------------------------------------------------------------------------------------
+
+
+class Stepper:
+    """Drives one started program: each call runs one outer iteration and returns its wall seconds."""
+
+    def __init__(self, program: GridProgram, state: Any) -> None:
+        self.program, self.state, self.iteration = program, state, 0
+
+    @property
+    def run_steps(self) -> int:
+        """Run-steps per call: runs × inner steps per iteration."""
+        return self.program.shape.n_runs * self.program.shape.steps_per_iteration
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        self.state, _ = self.program.step(self.state, self.iteration)  # blocks on the iteration's outputs
+        self.iteration += 1
+        return time.perf_counter() - start
+
+
+def measure(
+    benchmark: Any, target: Callable[[], Any], sizes: Sizes, rounds: int | None = None, warmup: int | None = None
+) -> list[Any]:
+    """Run `target` under benchmark.pedantic; returns what it returned in each timed round.
+
+    Enabled: warm-up rounds first (dropped from the result), then the timed rounds.
+    Disabled: pytest-benchmark calls it once, and that one result is returned.
+    """
+    rounds = sizes.rounds if rounds is None else rounds
+    warmup = sizes.warmup_rounds if warmup is None else warmup
+    results: list[Any] = []
+    benchmark.pedantic(lambda: results.append(target()), rounds=rounds, warmup_rounds=warmup, iterations=1)
+    return results if benchmark.disabled else results[warmup:]
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def us_per_run_step(seconds: float, run_steps: int) -> float:
+    return 1e6 * seconds / run_steps
+
+
+# --- FLOPs -----------------------------------------------------------------------------------------------------------
+
+
+def xla_flops(compiled: Any) -> float:
+    """'flops' of XLA's cost analysis (a dict, or a list of dicts on some versions)."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, dict):
+        analysis = [analysis]
+    return float(sum(entry.get("flops", 0.0) for entry in analysis))
+
+
+def abstract(tree: Any) -> Any:
+    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
+
+
+def inner_step_flops(program: GridProgram, state: Any) -> float:
+    """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
+    assert program.consts is not None
+    compiled = (
+        jax.jit(functools.partial(coevolution.inner_step, program.shape))
+        .lower(program.consts, program.layout.knobs, abstract(state), jax.ShapeDtypeStruct((), jnp.int32))
+        .compile()
+    )
+    return xla_flops(compiled)
+
+
+def diagnostics_flops(program: GridProgram, state: Any) -> float:
+    assert program.consts is not None
+    compiled = diagnostics_program(program.shape).lower(program.consts, program.layout.knobs, abstract(state)).compile()
+    return xla_flops(compiled)
+
+
+def gru_forward_flops(batch: int, in_width: int, out_width: int, seq_len: int, heads: int) -> int:
+    """Matmul FLOPs (2 per multiply-add) of one fused GRU pass over `seq_len` positions, as harness.models runs it.
+
+    Per call: the embedding folded into the input kernels, (in_width, E) @ (E, 3H).
+    Per position: one-hot (b, in_width) @ (in_width, 3H); hidden (b, H) @ (H, 3H) except at
+    the first position, where the hidden state is zero and the code skips the product.
+    Heads: (b, H) @ (H, out_width), `heads` times (every position for the policy, once for a judge).
+    """
+    hidden = HIDDEN_DIM
+    fold = 2 * in_width * EMBED_DIM * 3 * hidden
+    inputs = seq_len * 2 * batch * in_width * 3 * hidden
+    recurrent = (seq_len - 1) * 2 * batch * hidden * 3 * hidden
+    head = heads * 2 * batch * hidden * out_width
+    return fold + inputs + recurrent + head
+
+
+def analytic_flops_per_run_step(batch: int, vocab: int, seq_len: int, n_judges: int = 1) -> dict[str, int]:
+    """Matmul FLOPs of one inner step of one run that updates its judges (every step for the baseline).
+
+    Policy: input width vocab + 1 (start token), head width vocab; judge: input width vocab, head width 1.
+    Backward passes are counted as 2× their forward pass.
+    """
+    policy = functools.partial(gru_forward_flops, in_width=vocab + 1, out_width=vocab, seq_len=seq_len, heads=seq_len)
+    judge = functools.partial(gru_forward_flops, in_width=vocab, out_width=1, seq_len=seq_len, heads=1)
+    parts = {
+        "policy sample forward (B)": policy(batch),
+        "policy backward (2× forward)": 2 * policy(batch),
+        "reward: judge forward (B) × judges": n_judges * judge(batch),
+        "judge-update sample forward (2B)": policy(2 * batch),
+        "judge BT forward + backward (2B) × judges": n_judges * 3 * judge(2 * batch),
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+# --- machine ---------------------------------------------------------------------------------------------------------
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _lscpu() -> dict[str, str]:
+    try:
+        output = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in output.splitlines()) if v}
+
+
+def cpu_model() -> str:
+    match = re.search(r"^model name\s*:\s*(.+)$", _cpuinfo(), re.MULTILINE)
+    return match.group(1).strip() if match else (_lscpu().get("Model name") or "unknown")
+
+
+def fp32_peak() -> dict[str, Any]:
+    """Theoretical FP32 peak = cores × clock × FLOPs/cycle/core, with how each factor was found."""
+    info, lscpu = _cpuinfo(), _lscpu()
+    flags_line = re.search(r"^flags\s*:\s*(.+)$", info, re.MULTILINE)
+    flags = set((flags_line.group(1) if flags_line else lscpu.get("Flags", "")).split())
+    if "avx512f" in flags:
+        simd, per_cycle, how = "avx512f", 64, "2 FMA units × 16 fp32 lanes × 2 FLOPs per FMA"
+    elif {"avx2", "fma"} <= flags:
+        simd, per_cycle, how = "avx2+fma", 32, "2 FMA units × 8 fp32 lanes × 2 FLOPs per FMA"
+    else:
+        simd, per_cycle, how = "sse", 8, "no AVX2/FMA: 8 FLOPs per cycle assumed"
+
+    clock_mhz, clock_source = None, None
+    if lscpu.get("CPU max MHz"):
+        clock_mhz, clock_source = float(lscpu["CPU max MHz"]), "lscpu 'CPU max MHz'"
+    elif re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.MULTILINE):
+        mhz = re.findall(r"^cpu MHz\s*:\s*([\d.]+)", info, re.MULTILINE)
+        clock_mhz, clock_source = max(float(m) for m in mhz), "/proc/cpuinfo 'cpu MHz' (max over CPUs)"
+    elif lscpu.get("CPU MHz"):
+        clock_mhz, clock_source = float(lscpu["CPU MHz"]), "lscpu 'CPU MHz'"
+    else:
+        ghz = re.search(r"([\d.]+)\s*GHz", cpu_model())
+        if ghz:
+            clock_mhz, clock_source = 1000 * float(ghz.group(1)), "model name GHz"
+    if clock_mhz is None:
+        clock_mhz, clock_source = 2000.0, "unknown: 2.0 GHz assumed"
+
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads_per_core = int(lscpu.get("Thread(s) per core", "1") or 1)
+    cores = max(1, logical // max(1, threads_per_core))
+    gflops = cores * clock_mhz / 1000 * per_cycle
+    return {
+        "cores": cores,
+        "logical_cpus": logical,
+        "threads_per_core": threads_per_core,
+        "clock_ghz": clock_mhz / 1000,
+        "clock_source": clock_source,
+        "simd": simd,
+        "flops_per_cycle_per_core": per_cycle,
+        "gflops": gflops,
+        "derivation": (
+            f"{cores} cores ({logical} usable CPUs / {threads_per_core} threads per core) × "
+            f"{clock_mhz / 1000:.2f} GHz ({clock_source}) × {per_cycle} FLOPs/cycle ({simd}: {how}) "
+            f"= {gflops:.1f} GFLOP/s"
+        ),
+    }
+
+
+def machine_summary() -> dict[str, Any]:
+    return {"cpu": cpu_model(), "fp32_peak": fp32_peak()}

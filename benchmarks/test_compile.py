@@ -1,0 +1,65 @@
+"""Compile time of the grid program, cold and warm from JAX's persistent compilation cache.
+
+The figure is GridProgram.times.compile: `iteration_program(shape).lower(...).compile()`,
+i.e. tracing + lowering + XLA compilation (cold) or tracing + lowering + loading the
+executable from the cache (warm). Before every compile the process's in-memory caches
+are cleared (jax.clear_caches(), iteration_program / diagnostics_program cache_clear()).
+"""
+
+from __future__ import annotations
+
+from benchmarks import support
+from harness.grid import GridSpec
+from harness.pretrain import PretrainResult
+
+
+def _compile_afresh(spec: GridSpec, pool: PretrainResult) -> float:
+    support.clear_in_memory_caches()
+    program, _ = support.started(spec, pool)
+    return program.times.compile
+
+
+def _describe(spec: GridSpec) -> str:
+    conditions, seeds = len(spec.conditions), len(spec.run.seeds)
+    return f"{conditions} conditions × {seeds} seeds, steps_per_iteration={spec.run.steps_per_iteration}"
+
+
+def test_compile_cold(benchmark, sizes, judge_pool, figures):
+    spec = support.published_grid(sizes)
+    with support.persistent_cache(None):
+        seconds = support.measure(
+            benchmark, lambda: _compile_afresh(spec, judge_pool), sizes, rounds=sizes.compile_rounds, warmup=0
+        )
+    figures.add(
+        benchmark,
+        "compile: cold",
+        support.median(seconds),
+        "s",
+        f"published grid ({_describe(spec)}); persistent cache disabled, in-memory caches cleared; "
+        f"median of {len(seconds)}",
+    )
+
+
+def test_compile_warm(benchmark, sizes, judge_pool, figures, tmp_path):
+    spec = support.published_grid(sizes)
+    cache_dir = tmp_path / "jax-cache"
+    with support.persistent_cache(cache_dir):
+        fill = _compile_afresh(spec, judge_pool)
+        entries = sum(1 for path in cache_dir.rglob("*") if path.is_file())
+        seconds = support.measure(
+            benchmark, lambda: _compile_afresh(spec, judge_pool), sizes, rounds=sizes.compile_rounds, warmup=0
+        )
+    warm = support.median(seconds)
+    benchmark.extra_info["compile: filling the cache (s)"] = fill
+    benchmark.extra_info["cache entries"] = entries
+    figures.add(
+        benchmark,
+        "compile: warm (persistent cache)",
+        warm,
+        "s",
+        f"published grid ({_describe(spec)}); a fresh cache dir filled by one compile ({fill:.1f} s, {entries} files), "
+        f"in-memory caches cleared before each; median of {len(seconds)}",
+    )
+    cold = figures.figures.get("compile: cold")
+    if cold is not None and warm > 0:
+        figures.add(benchmark, "compile: cold / warm", cold.value / warm, "×", "speedup from the persistent cache")

@@ -1,0 +1,87 @@
+"""Achieved GFLOP/s of the baseline program against the CPU's FP32 peak.
+
+XLA's cost analysis counts a while/scan body once, not once per trip: the compiled
+iteration at steps_per_iteration=S reports body + diagnostics + reset whatever S is
+(checked by compiling the same runs at S=1 too: the two counts agree). So the FLOPs of
+one inner step are taken from `coevolution.inner_step` compiled on its own (the scan
+body, with the same constants, knobs and state shapes), and one iteration really does
+S × inner + (iteration count − inner). The analytic count covers the GRU and dense
+matmuls only (see support.analytic_flops_per_run_step); XLA also counts elementwise
+work (gates, softmax, Adam, random bits), so its count is expected to be larger.
+"""
+
+from __future__ import annotations
+
+from benchmarks import support
+
+
+def test_flops(benchmark, sizes, judge_pool, figures):
+    n_runs, steps = sizes.flops_runs, sizes.steps_per_iteration
+    program, state = support.started(support.baseline_grid(sizes, n_runs), judge_pool)
+    shape = program.shape
+    f_iteration = support.xla_flops(program._executable)
+    f_inner = support.inner_step_flops(program, state)
+    f_diagnostics = support.diagnostics_flops(program, state)
+    info = benchmark.extra_info
+    info["XLA FLOPs: iteration program (scan body counted once)"] = f_iteration
+    info["XLA FLOPs: inner step of all runs"] = f_inner
+    info["XLA FLOPs: diagnostics"] = f_diagnostics
+    info["XLA FLOPs: iteration - inner - diagnostics (reset, loop bookkeeping)"] = f_iteration - f_inner - f_diagnostics
+    loop_note = ""
+    if sizes.loop_check:
+        one_step, _ = support.started(support.baseline_grid(sizes, n_runs, steps_per_iteration=1), judge_pool)
+        f_one = support.xla_flops(one_step._executable)
+        info["XLA FLOPs: iteration program at steps_per_iteration=1"] = f_one
+        figures.add(
+            benchmark,
+            f"flops: XLA count at steps_per_iteration={steps} / at 1",
+            f_iteration / f_one,
+            "×",
+            "≈1: the scan body is counted once, so a difference of step counts gives ≈0 FLOPs per step",
+        )
+        loop_note = f"; iteration at S={steps} vs S=1 differ by {f_iteration - f_one:,.0f} FLOPs"
+
+    stepper = support.Stepper(program, state)
+    seconds = support.median(support.measure(benchmark, stepper, sizes))
+
+    xla_per_run_step = f_inner / n_runs
+    analytic = support.analytic_flops_per_run_step(shape.batch_size, shape.vocab_size, shape.seq_len)
+    for part, flops in analytic.items():
+        info[f"analytic FLOPs per run-step: {part}"] = flops
+    iteration_flops = steps * f_inner + (f_iteration - f_inner)
+    achieved = iteration_flops / seconds / 1e9
+    peak = support.fp32_peak()
+    info["FP32 peak derivation"] = peak["derivation"]
+    where = f"baseline × {n_runs} runs, steps_per_iteration={steps}"
+    figures.add(
+        benchmark,
+        "flops: XLA per run-step",
+        xla_per_run_step / 1e6,
+        "MFLOP",
+        f"cost analysis of inner_step (the scan body) compiled alone, ÷ {n_runs} runs; {where}{loop_note}",
+    )
+    figures.add(
+        benchmark,
+        "flops: analytic matmuls per run-step",
+        analytic["total"] / 1e6,
+        "MFLOP",
+        f"B={shape.batch_size}, L={shape.seq_len}, K={shape.vocab_size}, H=32: policy sample fwd + bwd (2× fwd), "
+        "judge reward fwd, judge-update sample fwd (2B), judge BT fwd + bwd (2B)",
+    )
+    figures.add(
+        benchmark,
+        "flops: XLA / analytic",
+        xla_per_run_step / analytic["total"],
+        "×",
+        "XLA also counts elementwise ops (gates, softmax, Adam, RNG)",
+    )
+    figures.add(
+        benchmark,
+        "flops: achieved",
+        achieved,
+        "GFLOP/s",
+        f"XLA FLOPs of one iteration ({steps} × inner step + diagnostics and reset) ÷ median step() time "
+        f"({seconds * 1e3:.1f} ms); {where}",
+    )
+    figures.add(benchmark, "flops: FP32 peak", peak["gflops"], "GFLOP/s", peak["derivation"])
+    figures.add(benchmark, "flops: share of FP32 peak", 100 * achieved / peak["gflops"], "%", "achieved ÷ peak")

@@ -1,0 +1,81 @@
+"""Steady-state speed: µs per run-step (one inner step of one (condition, seed) run).
+
+Each figure is the median wall time of program.step() calls after the first (warm-up),
+divided by runs × steps_per_iteration. A step() call is one outer iteration: the scan
+of inner steps plus the per-iteration exact diagnostics, which steps_per_iteration=100
+makes a small share.
+"""
+
+from __future__ import annotations
+
+from benchmarks import support
+
+
+def pytest_generate_tests(metafunc):
+    if "n_runs" in metafunc.fixturenames:
+        metafunc.parametrize("n_runs", support.sizes_for(metafunc.config).scaling_runs)
+
+
+def test_grid_step(benchmark, sizes, judge_pool, figures):
+    spec = support.published_grid(sizes)
+    stepper = support.Stepper(*support.started(spec, judge_pool))
+    seconds = support.median(support.measure(benchmark, stepper, sizes))
+    shape = stepper.program.shape
+    benchmark.extra_info["steps_per_iteration"] = shape.steps_per_iteration
+    figures.add(
+        benchmark,
+        "grid: µs per run-step",
+        support.us_per_run_step(seconds, stepper.run_steps),
+        "µs",
+        f"published grid: {shape.n_runs} runs ({len(spec.conditions)} conditions × {shape.n_seeds} seeds), "
+        f"{shape.n_slots} judge slots; steps_per_iteration={shape.steps_per_iteration}; "
+        f"median of {sizes.rounds} step() calls after {sizes.warmup_rounds} warm-up",
+    )
+    figures.add(
+        benchmark,
+        "grid: s per outer iteration",
+        seconds,
+        "s",
+        f"one program.step() at steps_per_iteration={shape.steps_per_iteration}, diagnostics included",
+    )
+
+
+def test_scaling(benchmark, sizes, judge_pool, figures, n_runs):
+    stepper = support.Stepper(*support.started(support.baseline_grid(sizes, n_runs), judge_pool))
+    seconds = support.median(support.measure(benchmark, stepper, sizes))
+    us = support.us_per_run_step(seconds, stepper.run_steps)
+    benchmark.extra_info["run-steps per second"] = 1e6 / us
+    figures.add(
+        benchmark,
+        f"scaling: µs per run-step, runs={n_runs}",
+        us,
+        "µs",
+        f"baseline condition × {n_runs} seeds in one program; steps_per_iteration={sizes.steps_per_iteration}; "
+        f"{1e6 / us:,.0f} run-steps/s",
+    )
+
+
+def test_batched_vs_one_at_a_time(benchmark, sizes, judge_pool, figures):
+    """The same runs as a loop over single-run programs (all compiled; only step() timed) vs one batched program."""
+    n_runs, steps = sizes.batched_runs, sizes.steps_per_iteration
+    singles = [support.Stepper(*support.started(support.single_run_grid(sizes, s), judge_pool)) for s in range(n_runs)]
+    batched = support.Stepper(*support.started(support.baseline_grid(sizes, n_runs), judge_pool))
+
+    def one_round() -> dict[str, float]:
+        return {"one at a time": sum(single() for single in singles), "batched": batched()}
+
+    results = support.measure(benchmark, one_round, sizes)
+    loop_us = support.us_per_run_step(support.median([r["one at a time"] for r in results]), n_runs * steps)
+    batched_us = support.us_per_run_step(support.median([r["batched"] for r in results]), n_runs * steps)
+    where = f"baseline seeds 0..{n_runs - 1}, steps_per_iteration={steps}"
+    figures.add(
+        benchmark, "one-at-a-time: µs per run-step", loop_us, "µs", f"loop of {n_runs} single-run programs; {where}"
+    )
+    figures.add(benchmark, "batched: µs per run-step", batched_us, "µs", f"one program of {n_runs} runs; {where}")
+    figures.add(
+        benchmark,
+        "batching speedup (one-at-a-time / batched)",
+        loop_us / batched_us,
+        "×",
+        f"{n_runs} runs; each round times the loop and the batched call back to back",
+    )

@@ -1,0 +1,190 @@
+"""Each knob does exactly what it says, on one tiny grid where every condition is a paired run of seed 0.
+
+Conditions of one seed share the initial policy, the pretrained judges and all sampling noise, so a
+condition and its counterpart without a mechanism differ only by what that mechanism does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness import keys
+from harness.grid import Condition, GridSpec, RunSettings
+from harness.knobs import Knobs
+from harness.pretrain import pretrain_judges
+from harness.program import GridProgram
+
+STEPS = 20
+ITERATIONS = 2
+META = {"meta_holdout_fraction": 0.05}
+CONDITIONS = {
+    "base": Knobs(),
+    "frozen": Knobs(freeze_judge=True),
+    "every4": Knobs(judge_update_every=4),
+    "every5": Knobs(judge_update_every=5),
+    "every20": Knobs(judge_update_every=20),
+    "reset1": Knobs(reset_every=1),
+    "reset2": Knobs(reset_every=2),
+    "anchor": Knobs(anchor_fraction=0.25),
+    "anchor_frozen": Knobs(anchor_fraction=0.25, freeze_judge=True),
+    "anchor_never_due": Knobs(anchor_fraction=0.25, judge_update_every=2 * STEPS),
+    "meta_always": Knobs(meta_accuracy_threshold=1.0, **META),
+    "meta_always_pair": Knobs(meta_accuracy_threshold=1.0, n_judges=2, **META),
+    "meta_never": Knobs(meta_accuracy_threshold=0.0, **META),
+    "meta_every3": Knobs(meta_accuracy_threshold=1.0, meta_update_every=3, **META),
+    "meta_every5": Knobs(meta_accuracy_threshold=1.0, meta_update_every=5, **META),
+    "ensemble": Knobs(n_judges=3),
+}
+
+
+@dataclass
+class Trace:
+    program: GridProgram
+    judges: list  # host judge params (J, ...) at start and after each iteration
+    policies: list  # host policy params (R, ...) likewise
+    diagnostics: list  # per iteration (after it)
+
+    def run(self, name: str) -> int:
+        return self.program.layout.run_labels().index((name, 0))
+
+    def slots(self, name: str) -> np.ndarray:
+        return np.flatnonzero(self.program.layout.slot_run == self.run(name))
+
+    def judge(self, name: str, after: int, member: int = 0) -> chex.ArrayTree:
+        """Judge `member` of condition `name` after `after` iterations (0: at the start)."""
+        slot = self.slots(name)[member]
+        return jax.tree.map(lambda x: x[slot], self.judges[after])
+
+    def policy(self, name: str, after: int) -> chex.ArrayTree:
+        return jax.tree.map(lambda x, r=self.run(name): x[r], self.policies[after])
+
+    def metric(self, metric: str, name: str) -> list:
+        """Metric of condition `name` after each iteration."""
+        return [np.asarray(getattr(d, metric))[self.run(name)].item() for d in self.diagnostics]
+
+    def pretrained(self, member: int = 0) -> chex.ArrayTree:
+        """Pretraining's own output for (seed 0, member), independent of the grid's slot layout."""
+        return jax.tree.map(lambda x: np.asarray(x[0, member]), self.program.pretrained.params)
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    spec = GridSpec(
+        name="knobs",
+        run=RunSettings(seeds=(0,), iterations=ITERATIONS, steps_per_iteration=STEPS, batch_size=16),
+        conditions=tuple(Condition(name=n, knobs=k) for n, k in CONDITIONS.items()),
+    )
+    program = GridProgram(spec)
+    state, _ = program.start()
+    judges, policies, diagnostics = [jax.device_get(state.judge_params)], [jax.device_get(state.policy_params)], []
+    for iteration in range(ITERATIONS):
+        state, record = program.step(state, iteration)  # donates the old state: copy what we keep first
+        judges.append(jax.device_get(state.judge_params))
+        policies.append(jax.device_get(state.policy_params))
+        diagnostics.append(jax.device_get(record))
+    assert all(np.all(d.finite) for d in diagnostics)
+    return Trace(program, judges, policies, diagnostics)
+
+
+def _differ(a: chex.ArrayTree, b: chex.ArrayTree, atol: float = 1e-6) -> bool:
+    return any(not np.allclose(x, y, rtol=0, atol=atol) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_judges_start_pretrained(trace: Trace) -> None:
+    for name in CONDITIONS:
+        for member, _ in enumerate(trace.slots(name)):
+            chex.assert_trees_all_equal(trace.judge(name, 0, member), trace.pretrained(member))
+
+
+def test_frozen_judge_is_bit_identical_to_pretrained(trace: Trace) -> None:
+    for after in range(1, ITERATIONS + 1):
+        chex.assert_trees_all_equal(trace.judge("frozen", after), trace.pretrained())
+        assert _differ(trace.judge("base", after), trace.pretrained())
+    assert trace.metric("judge_updates", "frozen") == [0] * ITERATIONS
+    assert _differ(trace.policy("frozen", ITERATIONS), trace.policy("frozen", 0))  # the policy still trains
+
+
+@pytest.mark.parametrize(("name", "every"), [("base", 1), ("every4", 4), ("every5", 5), ("every20", 20)])
+def test_judge_update_cadence(trace: Trace, name: str, every: int) -> None:
+    assert trace.metric("judge_updates", name) == [STEPS // every] * ITERATIONS
+    assert _differ(trace.judge(name, 1), trace.pretrained())
+
+
+def test_ensemble_counts_judge_updates_per_run(trace: Trace) -> None:
+    assert trace.metric("judge_updates", "ensemble") == [STEPS] * ITERATIONS
+
+
+def test_reset_every_returns_judges_to_pretrained(trace: Trace) -> None:
+    consts = trace.program.consts
+    slot = trace.slots("reset1")[0]
+    pretrained_slot = jax.tree.map(lambda x: np.asarray(x[slot]), consts.pretrained_judges)
+    chex.assert_trees_all_equal(pretrained_slot, trace.pretrained())
+    for after in range(1, ITERATIONS + 1):
+        chex.assert_trees_all_equal(trace.judge("reset1", after), pretrained_slot)
+        assert _differ(trace.judge("base", after), pretrained_slot)  # reset_every=0: never reset
+    assert trace.metric("judge_updates", "reset1") == [STEPS] * ITERATIONS  # it did train in between
+    # reset_every=2: trained judge after iteration 1, pretrained again after iteration 2.
+    assert _differ(trace.judge("reset2", 1), pretrained_slot)
+    chex.assert_trees_all_equal(trace.judge("reset2", 2), pretrained_slot)
+    # Before its first reset, reset2 is the same run as base.
+    chex.assert_trees_all_close(trace.judge("reset2", 1), trace.judge("base", 1), rtol=0, atol=1e-6)
+
+
+def test_anchor_changes_the_judge_when_an_update_is_due(trace: Trace) -> None:
+    assert _differ(trace.judge("anchor", 1), trace.judge("base", 1))
+    assert trace.metric("judge_updates", "anchor") == [STEPS] * ITERATIONS
+
+
+def test_anchor_rides_on_the_judge_update(trace: Trace) -> None:
+    for name in ("anchor_frozen", "anchor_never_due"):
+        assert trace.metric("judge_updates", name) == [0] * ITERATIONS
+        for after in range(1, ITERATIONS + 1):
+            chex.assert_trees_all_equal(trace.judge(name, after), trace.pretrained())
+            # Same judge, same noise: the policy is the frozen run's policy.
+            chex.assert_trees_all_close(trace.policy(name, after), trace.policy("frozen", after), rtol=0, atol=1e-6)
+
+
+def test_meta_threshold_one_corrects_on_every_due_check(trace: Trace) -> None:
+    assert trace.metric("meta_corrections", "meta_always") == [STEPS] * ITERATIONS
+    assert trace.metric("meta_corrections", "meta_always_pair") == [2 * STEPS] * ITERATIONS
+    assert all(a < 1.0 for a in trace.metric("meta_accuracy", "meta_always_pair"))
+    assert _differ(trace.judge("meta_always", 1), trace.judge("base", 1))
+
+
+def test_meta_threshold_zero_never_corrects(trace: Trace) -> None:
+    assert trace.metric("meta_corrections", "meta_never") == [0] * ITERATIONS
+    assert trace.metric("meta_corrections", "base") == [0] * ITERATIONS
+    for after in range(1, ITERATIONS + 1):
+        chex.assert_trees_all_close(trace.judge("meta_never", after), trace.judge("base", after), rtol=0, atol=1e-6)
+        chex.assert_trees_all_close(trace.policy("meta_never", after), trace.policy("base", after), rtol=0, atol=1e-6)
+    assert all(np.isnan(trace.metric("meta_accuracy", "base")))
+    assert not any(np.isnan(trace.metric("meta_accuracy", "meta_never")))
+
+
+@pytest.mark.parametrize(("name", "every"), [("meta_every3", 3), ("meta_every5", 5)])
+def test_meta_update_cadence(trace: Trace, name: str, every: int) -> None:
+    assert trace.metric("meta_corrections", name) == [STEPS // every] * ITERATIONS
+
+
+def test_ensemble_member_zero_is_the_single_judge(trace: Trace) -> None:
+    consts = trace.program.consts
+    ensemble, single = trace.slots("ensemble"), trace.slots("base")
+    assert len(ensemble) == 3
+    assert len(single) == 1
+    chex.assert_trees_all_equal(
+        jax.tree.map(lambda x: x[ensemble[0]], consts.pretrained_judges),
+        jax.tree.map(lambda x: x[single[0]], consts.pretrained_judges),
+    )
+    for member in (1, 2):
+        assert _differ(jax.tree.map(lambda x, m=member: x[ensemble[m]], consts.pretrained_judges), trace.pretrained())
+    # Pretraining member 0 of seed 0 on its own gives the same judge as inside the 3-member batch.
+    init_key, data_key = keys.judge_keys(jnp.int32(0), jnp.int32(0))
+    alone = pretrain_judges(init_key[None], data_key[None], trace.program.world, trace.program.spec.pretrain)
+    assert int(alone.steps[0]) == int(trace.program.pretrained.steps[0, 0])
+    chex.assert_trees_all_close(jax.tree.map(lambda x: x[0], alone.params), trace.pretrained(), rtol=0, atol=1e-6)

@@ -1,0 +1,120 @@
+"""Judge pretraining stops at its first check that meets the target, judged by scipy's Spearman.
+
+The stopping rule is checked by re-running the same judges with the step cap set one check before each
+judge's reported stop: that judge must then fail (reached=False, Spearman below target), and
+GridProgram.pretrain() must raise PretrainingFailed naming exactly the judges that failed.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import numpy as np
+import pytest
+import scipy.stats
+
+from harness import program
+from harness.grid import Condition, GridSpec, PretrainSettings, RunSettings
+from harness.knobs import Knobs
+from harness.models import judge_score_table
+from harness.pretrain import PretrainResult, pretrain_judges
+from harness.program import GridProgram, PretrainingFailed
+
+SEED = 3  # its judges 0 and 1 stop at different checks under SETTINGS, so the cuts below differ in who fails
+SETTINGS = PretrainSettings(target_spearman=0.6, check_every=25, max_steps=1000, batch_size=32)
+score_tables = jax.jit(jax.vmap(judge_score_table, (0, None, None)), static_argnums=(1, 2))
+
+
+def _grid(settings: PretrainSettings) -> GridProgram:
+    return GridProgram(
+        GridSpec(
+            run=RunSettings(seeds=(SEED,), iterations=1, steps_per_iteration=1, batch_size=4),
+            pretrain=settings,
+            conditions=(Condition(name="pair", knobs=Knobs(n_judges=2)),),
+        )
+    )
+
+
+def _scipy_spearman(params: chex.ArrayTree, q_star: jax.Array) -> np.ndarray:
+    """Spearman of every judge's full score table with q*, by scipy. params: leading axis P."""
+    tables = np.asarray(score_tables(params, 8, 4))
+    return np.array([scipy.stats.spearmanr(t, np.asarray(q_star)).statistic for t in tables])
+
+
+def _member(tree: chex.ArrayTree, member: int) -> chex.ArrayTree:
+    return jax.tree.map(lambda x: x[0, member], tree)
+
+
+@pytest.fixture(scope="module")
+def first_run() -> tuple[GridProgram, PretrainResult]:
+    grid = _grid(SETTINGS)
+    return grid, grid.pretrain()
+
+
+def test_reported_steps_meet_target(first_run: tuple[GridProgram, PretrainResult]) -> None:
+    grid, result = first_run
+    chex.assert_shape([result.steps, result.spearman, result.reached], (1, 2))
+    steps = np.asarray(result.steps)[0]
+    assert np.all(steps % SETTINGS.check_every == 0)
+    assert np.all((steps > 0) & (steps <= SETTINGS.max_steps))
+    assert np.all(np.asarray(result.reached))
+    rho = _scipy_spearman(jax.tree.map(lambda x: x[0], result.params), grid.world.q_star)
+    assert np.all(rho >= SETTINGS.target_spearman)
+    np.testing.assert_allclose(np.asarray(result.spearman)[0], rho, rtol=0, atol=1e-5)
+    chex.assert_tree_all_finite(result.params)
+    table = grid.pretrain_table()
+    assert table[["seed", "member", "steps"]].values.tolist() == [[SEED, 0, steps[0]], [SEED, 1, steps[1]]]
+
+
+def test_stops_at_first_check_meeting_target(
+    first_run: tuple[GridProgram, PretrainResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grid, full = first_run
+    steps = np.asarray(full.steps)[0]
+    cuts = sorted({int(s) - SETTINGS.check_every for s in steps if s > SETTINGS.check_every})
+    assert len(cuts) == 2, f"pick a seed whose two judges stop at different checks (steps {steps})"
+
+    recorded: list[PretrainResult] = []
+
+    def recording_pretrain(*args, **kwargs) -> PretrainResult:
+        recorded.append(pretrain_judges(*args, **kwargs))
+        return recorded[-1]
+
+    monkeypatch.setattr(program, "pretrain_judges", recording_pretrain)
+    checked = set()
+    for cut in cuts:
+        capped = _grid(SETTINGS.model_copy(update={"max_steps": cut}))
+        with pytest.raises(PretrainingFailed) as failure:
+            capped.pretrain()
+        assert capped.pretrained is None
+        message = str(failure.value)
+        assert f"within {cut} steps" in message
+        result = jax.tree.map(lambda x: x.reshape((1, 2, *x.shape[1:])), recorded[-1])
+        rho = _scipy_spearman(jax.tree.map(lambda x: x[0], result.params), grid.world.q_star)
+        for member, full_steps in enumerate(steps):
+            named = f"seed {SEED} member {member}" in message
+            if full_steps > cut:
+                # Not yet at its stopping check: it ran to the cap and was below target there.
+                assert named
+                assert int(result.steps[0, member]) == cut
+                assert not bool(result.reached[0, member])
+                assert rho[member] < SETTINGS.target_spearman
+                assert float(result.spearman[0, member]) == pytest.approx(rho[member], abs=1e-5)
+                if full_steps == cut + SETTINGS.check_every:
+                    checked.add(member)
+            else:
+                # Stopped before the cap: the same judge as without it, and not named as failed.
+                assert not named
+                assert int(result.steps[0, member]) == full_steps
+                assert bool(result.reached[0, member])
+                chex.assert_trees_all_close(
+                    _member(result.params, member), _member(full.params, member), rtol=0, atol=1e-6
+                )
+    assert checked == {0, 1}
+
+
+def test_invalid_settings_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        PretrainSettings(target_spearman=1.01)
+    with pytest.raises(ValueError):
+        PretrainSettings(check_every=0)
