@@ -184,7 +184,9 @@ def test_changing_knob_values_never_recompiles(smoke: dict, pretrained: Pretrain
         assert int(record.judge_updates[runs["frozen"]]) == 20 // 10
         assert int(record.meta_corrections[runs["meta"]]) == 20 // 5
     ensemble_slots = np.flatnonzero(np.isin(retuned.layout.slot_run, np.flatnonzero(retuned.layout.run_condition == 1)))
-    for got, want in zip(jax.tree.leaves(state.judge_params), jax.tree.leaves(retuned.consts.pretrained_judges)):
+    for got, want in zip(
+        jax.tree.leaves(state.judge_params), jax.tree.leaves(retuned.consts.pretrained_judges), strict=True
+    ):
         np.testing.assert_array_equal(np.asarray(got)[ensemble_slots], np.asarray(want)[ensemble_slots])
 
 
@@ -211,7 +213,7 @@ def test_metrics_table(smoke: dict) -> None:
     # mode_sequence renders mode_index with the world's glyphs.
     outputs = np.asarray(smoke["grid"].world.outputs)
     glyphs = "↑↗→↘↓↙←↖"
-    for index, rendered in zip(table["mode_index"], table["mode_sequence"]):
+    for index, rendered in zip(table["mode_index"], table["mode_sequence"], strict=True):
         assert rendered == " ".join(glyphs[t] for t in outputs[index])
 
 

@@ -62,7 +62,8 @@ class Trace:
         return jax.tree.map(lambda x: x[slot], self.judges[after])
 
     def policy(self, name: str, after: int) -> chex.ArrayTree:
-        return jax.tree.map(lambda x, r=self.run(name): x[r], self.policies[after])
+        run = self.run(name)
+        return jax.tree.map(lambda x: x[run], self.policies[after])
 
     def metric(self, metric: str, name: str) -> list:
         """Metric of condition `name` after each iteration."""
@@ -93,7 +94,9 @@ def trace() -> Trace:
 
 
 def _differ(a: chex.ArrayTree, b: chex.ArrayTree, atol: float = 1e-6) -> bool:
-    return any(not np.allclose(x, y, rtol=0, atol=atol) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    return any(
+        not np.allclose(x, y, rtol=0, atol=atol) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
 
 
 def test_judges_start_pretrained(trace: Trace) -> None:

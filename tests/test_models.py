@@ -35,7 +35,7 @@ def _perturb(params: chex.ArrayTree, key: jax.Array) -> chex.ArrayTree:
     """Add noise to every leaf so biases (zero at flax's init) take part in the comparison."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(key, len(leaves))
-    noisy = [leaf + 0.2 * jax.random.normal(k, leaf.shape) for leaf, k in zip(leaves, keys)]
+    noisy = [leaf + 0.2 * jax.random.normal(k, leaf.shape) for leaf, k in zip(leaves, keys, strict=True)]
     return jax.tree.unflatten(treedef, noisy)
 
 
