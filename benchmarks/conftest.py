@@ -13,15 +13,18 @@ import datetime as dt
 import importlib.metadata
 import json
 import math
+import os
 import platform
 import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import jax
 import pytest
 
 from benchmarks import support
-from harness.artifacts import PACKAGES, atomic_write_text
+from harness.artifacts import PACKAGES
 from harness.pretrain import PretrainResult
 
 BENCH_DIR = support.ROOT / "artifacts" / "bench"
@@ -89,6 +92,20 @@ def judge_pool(sizes: support.Sizes) -> PretrainResult:
     return support.judge_pool(sizes)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and os.replace, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def _versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {}
     for name in (*PACKAGES, "pytest", "pytest-benchmark"):
@@ -148,5 +165,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "jax_devices": [str(device) for device in jax.devices()],
         "figures": [dataclasses.asdict(f) for f in book.figures.values()],
     }
-    atomic_write_text(BENCH_DIR / "bench.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-    atomic_write_text(BENCH_DIR / "bench.md", _markdown(payload))
+    write_atomically(BENCH_DIR / "bench.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    write_atomically(BENCH_DIR / "bench.md", _markdown(payload))

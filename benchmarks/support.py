@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import chex
 import jax
 import jax.numpy as jnp
 from jax.experimental.compilation_cache import compilation_cache
@@ -26,7 +25,7 @@ from harness.grid import Condition, GridSpec, layout_grid
 from harness.knobs import Knobs
 from harness.models import EMBED_DIM, HIDDEN_DIM, init_judge
 from harness.pretrain import PretrainResult
-from harness.program import GridProgram, diagnostics_program, iteration_program
+from harness.program import GridProgram, clear_program_caches, diagnostics_program
 from harness.world import WorldConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,13 +211,7 @@ def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
 
 
 def started(spec: GridSpec, pool: PretrainResult) -> tuple[GridProgram, Any]:
-    """A compiled program and its initial state.
-
-    `iterate` carries chex.assert_max_traces(1), and chex tells traces apart by the call
-    stack, not the grid shape, so a second shape built from here would count as a retrace;
-    the counter is cleared first (each shape is still traced once: iteration_program is cached).
-    """
-    chex.clear_trace_counter()
+    """A compiled program and its initial state (compiled once per grid shape and process)."""
     program = GridProgram(spec)
     state, _ = program.start(pretrained_for(spec, pool))
     return program, state
@@ -226,10 +219,7 @@ def started(spec: GridSpec, pool: PretrainResult) -> tuple[GridProgram, Any]:
 
 def clear_in_memory_caches() -> None:
     """Forget every compiled program of this process (the persistent cache is untouched)."""
-    jax.clear_caches()
-    iteration_program.cache_clear()
-    diagnostics_program.cache_clear()
-    chex.clear_trace_counter()
+    clear_program_caches()
 
 
 _CACHE_FLAGS = (
@@ -295,6 +285,10 @@ def measure(
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def us_per_run_step(seconds: float, run_steps: int) -> float:

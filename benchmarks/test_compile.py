@@ -20,8 +20,8 @@ def _compile_afresh(spec: GridSpec, pool: PretrainResult) -> float:
 
 
 def _describe(spec: GridSpec) -> str:
-    conditions, seeds = len(spec.conditions), len(spec.run.seeds)
-    return f"{conditions} conditions × {seeds} seeds, steps_per_iteration={spec.run.steps_per_iteration}"
+    conditions, seeds = support.plural(len(spec.conditions), "condition"), support.plural(len(spec.run.seeds), "seed")
+    return f"{conditions} × {seeds}, steps_per_iteration={spec.run.steps_per_iteration}"
 
 
 def test_compile_cold(benchmark, sizes, judge_pool, figures):

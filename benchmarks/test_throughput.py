@@ -8,12 +8,29 @@ makes a small share.
 
 from __future__ import annotations
 
+import time
+
+import jax
+
 from benchmarks import support
+from harness.program import diagnostics_program
 
 
 def pytest_generate_tests(metafunc):
     if "n_runs" in metafunc.fixturenames:
         metafunc.parametrize("n_runs", support.sizes_for(metafunc.config).scaling_runs)
+
+
+def _diagnostics_seconds(stepper: support.Stepper, repeats: int) -> float:
+    """Median wall time of the per-iteration diagnostics alone (the same program step() runs after its scan)."""
+    program = stepper.program
+    diagnose = diagnostics_program(program.shape)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(diagnose(program.consts, program.layout.knobs, stepper.state))
+        times.append(time.perf_counter() - start)
+    return support.median(times)
 
 
 def test_grid_step(benchmark, sizes, judge_pool, figures):
@@ -22,12 +39,14 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
     seconds = support.median(support.measure(benchmark, stepper, sizes))
     shape = stepper.program.shape
     benchmark.extra_info["steps_per_iteration"] = shape.steps_per_iteration
+    diagnostics = _diagnostics_seconds(stepper, repeats=sizes.rounds)
     figures.add(
         benchmark,
         "grid: µs per run-step",
         support.us_per_run_step(seconds, stepper.run_steps),
         "µs",
-        f"published grid: {shape.n_runs} runs ({len(spec.conditions)} conditions × {shape.n_seeds} seeds), "
+        f"published grid: {shape.n_runs} runs ({support.plural(len(spec.conditions), 'condition')} × "
+        f"{support.plural(shape.n_seeds, 'seed')}), "
         f"{shape.n_slots} judge slots; steps_per_iteration={shape.steps_per_iteration}; "
         f"median of {sizes.rounds} step() calls after {sizes.warmup_rounds} warm-up",
     )
@@ -37,6 +56,13 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
         seconds,
         "s",
         f"one program.step() at steps_per_iteration={shape.steps_per_iteration}, diagnostics included",
+    )
+    figures.add(
+        benchmark,
+        "grid: diagnostics share of a step() call",
+        100 * diagnostics / seconds,
+        "%",
+        f"the exact per-iteration diagnostics timed alone ({diagnostics * 1e3:.1f} ms, median of {sizes.rounds})",
     )
 
 
@@ -50,8 +76,8 @@ def test_scaling(benchmark, sizes, judge_pool, figures, n_runs):
         f"scaling: µs per run-step, runs={n_runs}",
         us,
         "µs",
-        f"baseline condition × {n_runs} seeds in one program; steps_per_iteration={sizes.steps_per_iteration}; "
-        f"{1e6 / us:,.0f} run-steps/s",
+        f"baseline condition × {support.plural(n_runs, 'seed')} in one program; "
+        f"steps_per_iteration={sizes.steps_per_iteration}; {1e6 / us:,.0f} run-steps/s",
     )
 
 

@@ -92,7 +92,7 @@ def output_pair_bce(
     pairs int32 (P, 2); labels (P,) say whether the first should outscore the second;
     mask (P,) marks real pairs (the rest is padding). Returns (loss, accuracy on the mask).
     """
-    scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len)
+    scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len, include_bias=False)
     margin = scores[: pairs.shape[0]] - scores[pairs.shape[0] :]
     weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
     loss = jnp.sum(weight * optax.sigmoid_binary_cross_entropy(margin, labels))
@@ -102,7 +102,7 @@ def output_pair_bce(
 
 def self_labelled_bce(params: Params, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
     """Bradley–Terry loss with the judge's own current preference 1[J(a) > J(b)] as the label."""
-    scores = judge_scores(params, jnp.concatenate([first, second]), vocab)
+    scores = judge_scores(params, jnp.concatenate([first, second]), vocab, include_bias=False)
     margin = scores[: first.shape[0]] - scores[first.shape[0] :]
     labels = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
     return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
@@ -159,9 +159,10 @@ def _judge_update(
         # q*-labelled pairs drawn uniformly from all outputs, padded to the grid's maximum count.
         slots = consts.anchor_slot_ids
         runs = consts.slot_run[slots]
-        pairs = jax.vmap(distinct_pairs, (0, None, None))(
-            anchor_keys[runs], shape.max_anchor_pairs, consts.q_star.shape[0]
-        )
+        # Draw the largest possible count (one per batch element) and keep a prefix, so a
+        # run's anchor pairs do not depend on how far the grid pads them.
+        pairs = jax.vmap(distinct_pairs, (0, None, None))(anchor_keys[runs], batch, consts.q_star.shape[0])
+        pairs = pairs[:, : shape.max_anchor_pairs]
         labels = (consts.q_star[pairs[..., 0]] > consts.q_star[pairs[..., 1]]).astype(jnp.float32)
         count = anchor_pair_count(knobs.anchor_fraction[runs], batch)
         mask = (jnp.arange(shape.max_anchor_pairs)[None, :] < count[:, None]).astype(jnp.float32)

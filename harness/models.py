@@ -123,19 +123,25 @@ def _gru_step(tables: _GRUTables, hidden: jax.Array | None, tokens: jax.Array) -
     return (1.0 - update) * candidate + update * hidden
 
 
-def _head(params: Params, hidden: jax.Array) -> jax.Array:
+def _head(params: Params, hidden: jax.Array, include_bias: bool = True) -> jax.Array:
     head = params["params"]["head"]
-    return hidden @ head["kernel"] + head["bias"]
+    return hidden @ head["kernel"] + head["bias"] if include_bias else hidden @ head["kernel"]
 
 
-def judge_scores(params: Params, tokens: jax.Array, vocab_size: int) -> jax.Array:
-    """Scores of a batch: tokens int32 (B, L) -> float32 (B,)."""
+def judge_scores(params: Params, tokens: jax.Array, vocab_size: int, include_bias: bool = True) -> jax.Array:
+    """Scores of a batch: tokens int32 (B, L) -> float32 (B,).
+
+    include_bias=False drops the head's bias, a constant shift of every score. Pairwise
+    losses use that: their true gradient for the bias is exactly zero, but computed as
+    a difference of two sums it is a rounding residue, which Adam would normalise into
+    steps of the full learning rate and so random-walk the judge's score level.
+    """
     del vocab_size  # carried by the parameter shapes
     tables = _gru_tables(params)
     hidden = None
     for position in range(tokens.shape[1]):
         hidden = _gru_step(tables, hidden, tokens[:, position])
-    return _head(params, hidden)[:, 0]
+    return _head(params, hidden, include_bias)[:, 0]
 
 
 def policy_log_prob(params: Params, tokens: jax.Array, vocab_size: int) -> jax.Array:
@@ -211,8 +217,10 @@ def judge_score_table(params: Params, vocab_size: int, seq_len: int) -> jax.Arra
     return _head(params, _judge_prefix_hidden(_gru_tables(params), vocab_size, seq_len))[:, 0]
 
 
-def judge_scores_of_outputs(params: Params, output_ids: jax.Array, vocab_size: int, seq_len: int) -> jax.Array:
-    """Scores of outputs given by enumeration index: int32 (n,) -> float32 (n,).
+def judge_scores_of_outputs(
+    params: Params, output_ids: jax.Array, vocab_size: int, seq_len: int, include_bias: bool = True
+) -> jax.Array:
+    """Scores of outputs given by enumeration index: int32 (n,) -> float32 (n,); include_bias as in judge_scores.
 
     For large n it shares work along the prefix tree: the hidden state after every
     (L-1)-token prefix once, then one cell step per requested output.
@@ -222,7 +230,7 @@ def judge_scores_of_outputs(params: Params, output_ids: jax.Array, vocab_size: i
     if seq_len == 1 or n_prefixes + output_ids.shape[0] >= seq_len * output_ids.shape[0]:
         # The tree would not save work: read each output from the start.
         digits = vocab_size ** jnp.arange(seq_len - 1, -1, -1)
-        return judge_scores(params, (output_ids[:, None] // digits) % vocab_size, vocab_size)
+        return judge_scores(params, (output_ids[:, None] // digits) % vocab_size, vocab_size, include_bias)
     prefix_hidden = _judge_prefix_hidden(tables, vocab_size, seq_len - 1)
     hidden = _gru_step(tables, prefix_hidden[output_ids // vocab_size], output_ids % vocab_size)
-    return _head(params, hidden)[:, 0]
+    return _head(params, hidden, include_bias)[:, 0]

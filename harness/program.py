@@ -41,14 +41,34 @@ def iteration_program(shape: GridShape) -> Callable:
     one executable; a second trace would mean something static leaked into the inputs.
     """
 
-    @chex.assert_max_traces(n=1)
+    # A per-shape counter rather than chex.assert_max_traces, whose counter is keyed on
+    # the definition site and so would be shared by the programs of every grid shape.
+    traces = 0
+
     def iterate(
         consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
     ) -> tuple[CoevolutionState, Diagnostics]:
+        nonlocal traces
+        traces += 1
+        if traces > 1:
+            raise AssertionError(f"the iteration program of {shape} was traced again: an input changed shape or dtype")
         state = train_iteration(shape, consts, knobs, state, iteration)
         return state, diagnose(shape, consts, knobs, state)
 
     return jax.jit(iterate, donate_argnums=2)
+
+
+# Compiled iteration programs by shape: a later grid of the same shape reuses the
+# executable instead of lowering (and tracing) the program again.
+_EXECUTABLES: dict[GridShape, jax.stages.Compiled] = {}
+
+
+def clear_program_caches() -> None:
+    """Forget every traced and compiled program (e.g. to measure a cold compile)."""
+    _EXECUTABLES.clear()
+    iteration_program.cache_clear()
+    diagnostics_program.cache_clear()
+    jax.clear_caches()
 
 
 @functools.cache
@@ -170,9 +190,10 @@ class GridProgram:
         initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)
 
         start = time.perf_counter()
-        self._executable = (
-            iteration_program(self.shape).lower(self.consts, self.layout.knobs, state, jnp.int32(0)).compile()
-        )
+        if self.shape not in _EXECUTABLES:
+            lowered = iteration_program(self.shape).lower(self.consts, self.layout.knobs, state, jnp.int32(0))
+            _EXECUTABLES[self.shape] = lowered.compile()
+        self._executable = _EXECUTABLES[self.shape]
         self.times.compile = time.perf_counter() - start
         return state, initial
 
