@@ -1,8 +1,8 @@
 """Judge pretraining: regress scores on noisy q* until the exact rank correlation reaches a target.
 
-Every (seed, member) judge trains in one vmapped while-loop and stops at its own
-first check that meets the target, so results do not depend on which judges share
-the batch.
+Every (seed, member) judge trains in one vmapped program and stops at its own first
+check that meets the target (later periods leave it unchanged), so results do not
+depend on which judges share the batch.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from harness.grid import PretrainSettings
@@ -58,27 +59,32 @@ def pretrain_judges(
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
-    def pretrain_one(init_key: jax.Array, data_key: jax.Array) -> PretrainResult:
+    def start(init_key: jax.Array) -> _PretrainState:
         params = init_judge(init_key, vocab, seq_len)
+        return _PretrainState(params, optimizer.init(params), jnp.int32(0), jnp.float32(jnp.nan), jnp.bool_(False))
 
-        def chunk(state: _PretrainState) -> _PretrainState:
-            step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(
-                state.steps + jnp.arange(settings.check_every)
-            )
-            (params, opt_state), _ = jax.lax.scan(train_step, (state.params, state.opt_state), step_keys)
-            rho = spearman(judge_score_table(params, vocab, seq_len), q_star)
-            return _PretrainState(
-                params, opt_state, state.steps + settings.check_every, rho, rho >= settings.target_spearman
-            )
-
-        def keep_going(state: _PretrainState) -> jax.Array:
-            return (~state.done) & (state.steps < settings.max_steps)
-
-        start = _PretrainState(params, optimizer.init(params), jnp.int32(0), jnp.float32(jnp.nan), jnp.bool_(False))
-        final = jax.lax.while_loop(keep_going, chunk, start)
-        return PretrainResult(final.params, final.steps, final.spearman, final.done)
+    def chunk(state: _PretrainState, data_key: jax.Array) -> _PretrainState:
+        """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
+        step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(state.steps + jnp.arange(settings.check_every))
+        (params, opt_state), _ = jax.lax.scan(train_step, (state.params, state.opt_state), step_keys)
+        rho = spearman(judge_score_table(params, vocab, seq_len), q_star)
+        trained = _PretrainState(
+            params, opt_state, state.steps + settings.check_every, rho, rho >= settings.target_spearman
+        )
+        finished = state.done | (state.steps >= settings.max_steps)
+        return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
 
     chex.assert_equal_shape([init_keys, data_keys])
-    result = jax.jit(jax.vmap(pretrain_one))(init_keys, data_keys)
+    # The host loops over check periods (at most max_steps / check_every calls of one
+    # executable) instead of a vmapped while-loop: XLA:CPU has intermittently hung
+    # executing that batched-predicate loop here.
+    state = jax.jit(jax.vmap(start))(init_keys)
+    run_chunk = jax.jit(jax.vmap(chunk))
+    while True:
+        state = run_chunk(state, data_keys)
+        steps, done = jax.device_get((state.steps, state.done))
+        if np.all(done | (steps >= settings.max_steps)):
+            break
+    result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
     return result
