@@ -38,15 +38,18 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> None:
     atomic_write_bytes(run_dir / CHECKPOINT_FILE, flax.serialization.msgpack_serialize(jax.device_get(payload)))
 
 
-def load_pretrained(run_dir: Path) -> PretrainResult:
-    """The pretrained judges stored in a run directory's checkpoint."""
-    payload = flax.serialization.msgpack_restore((run_dir / CHECKPOINT_FILE).read_bytes())
+def read_checkpoint(run_dir: Path) -> dict:
+    """The raw contents of a run directory's checkpoint (read once; see load_pretrained, load_checkpoint)."""
+    return flax.serialization.msgpack_restore((run_dir / CHECKPOINT_FILE).read_bytes())
+
+
+def load_pretrained(payload: dict) -> PretrainResult:
+    """The pretrained judges stored in a checkpoint."""
     return PretrainResult(**payload["pretrained"])
 
 
-def load_checkpoint(run_dir: Path, like_state: CoevolutionState) -> Checkpoint:
-    """Read a run directory's checkpoint; `like_state` gives the state's structure (e.g. a fresh initial state)."""
-    payload = flax.serialization.msgpack_restore((run_dir / CHECKPOINT_FILE).read_bytes())
+def load_checkpoint(payload: dict, like_state: CoevolutionState) -> Checkpoint:
+    """A checkpoint's contents; `like_state` gives the state's structure (e.g. a fresh initial state)."""
     records = payload["records"]
     n_records = len(next(iter(records.values())))
     return Checkpoint(

@@ -20,7 +20,14 @@ from harness.artifacts import (
     manifest,
     write_json,
 )
-from harness.checkpoint import Checkpoint, has_checkpoint, load_checkpoint, load_pretrained, save_checkpoint
+from harness.checkpoint import (
+    Checkpoint,
+    has_checkpoint,
+    load_checkpoint,
+    load_pretrained,
+    read_checkpoint,
+    save_checkpoint,
+)
 from harness.grid import GridSpec
 from harness.program import GridProgram
 
@@ -80,10 +87,11 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
     total = spec.run.iterations
 
     resuming = resume and has_checkpoint(run_dir)
-    pretrained = None
+    pretrained = payload = None
     if resuming:
         progress.phase("restore", f"checkpoint in {run_dir}")
-        pretrained = load_pretrained(run_dir)  # no need to pretrain again
+        payload = read_checkpoint(run_dir)
+        pretrained = load_pretrained(payload)  # no need to pretrain again
     else:
         progress.phase("pretrain", f"{len(spec.run.seeds)} seeds × {program.shape.max_members} judges")
         program.pretrain()
@@ -91,7 +99,7 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
 
     progress.phase("compile", f"{program.shape.n_runs} runs, {program.shape.n_slots} judges, one program")
     state, initial = program.start(pretrained)
-    checkpoint = load_checkpoint(run_dir, state) if resuming else None
+    checkpoint = load_checkpoint(payload, state) if payload is not None else None
     if checkpoint:
         state, records, done = checkpoint.state, checkpoint.records, checkpoint.completed_iterations
     else:
