@@ -23,7 +23,7 @@ from harness.compile_cache import enable_compilation_cache
 from harness.conditions import load_grid
 from harness.grid import Condition, GridSpec, layout_grid
 from harness.knobs import Knobs
-from harness.models import EMBED_DIM, HIDDEN_DIM, init_judge
+from harness.models import EMBED_DIM, HIDDEN_DIM, init_judges
 from harness.pretrain import PretrainResult
 from harness.program import GridProgram, clear_program_caches, diagnostics_program
 from harness.world import WorldConfig
@@ -188,8 +188,9 @@ def judge_pool(sizes: Sizes) -> PretrainResult:
         return GridProgram(pool_spec).pretrain()
     world, member_ids = grid.world, jnp.arange(members)
     init_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m)[0])(member_ids))(jnp.asarray(seeds))
-    params = jax.vmap(jax.vmap(lambda key: init_judge(key, world.vocab_size, world.seq_len)))(init_keys)
     shape = (len(seeds), members)
+    params = init_judges(init_keys.reshape(-1, 2), world.vocab_size, world.seq_len)
+    params = jax.tree.map(lambda x: x.reshape(*shape, *x.shape[1:]), params)
     return PretrainResult(
         params, jnp.zeros(shape, jnp.int32), jnp.full(shape, jnp.nan, jnp.float32), jnp.ones(shape, jnp.bool_)
     )

@@ -82,6 +82,24 @@ def init_judge(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
     return Judge(vocab_size).init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
+# Batched initialisation goes one key at a time (`lax.map`), never through vmap: flax's
+# orthogonal recurrent initializer runs a LAPACK QR, and jaxlib 0.10.2 splits a *batched*
+# QR across XLA:CPU's intra-op pool and then blocks on it from inside that same pool. When
+# every worker does so at once (two cores are enough) the process deadlocks at 0% CPU. An
+# unbatched QR runs inline on its worker. tests/test_models.py checks that no program here
+# holds a batched LAPACK call.
+
+
+def init_policies(keys: jax.Array, vocab_size: int, seq_len: int) -> Params:
+    """Keys (N, 2) -> N policies' parameters stacked on a leading axis."""
+    return jax.lax.map(lambda key: init_policy(key, vocab_size, seq_len), keys)
+
+
+def init_judges(keys: jax.Array, vocab_size: int, seq_len: int) -> Params:
+    """Keys (N, 2) -> N judges' parameters stacked on a leading axis."""
+    return jax.lax.map(lambda key: init_judge(key, vocab_size, seq_len), keys)
+
+
 class _GRUTables(NamedTuple):
     """A flax GRUCell's weights rearranged for fused evaluation."""
 

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 
 from harness.grid import PretrainSettings
-from harness.models import Params, init_judge, judge_score_table, judge_scores
+from harness.models import Params, init_judges, judge_score_table, judge_scores
 from harness.stats import spearman
 from harness.world import World
 
@@ -59,9 +59,16 @@ def pretrain_judges(
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
-    def start(init_key: jax.Array) -> _PretrainState:
-        params = init_judge(init_key, vocab, seq_len)
-        return _PretrainState(params, optimizer.init(params), jnp.int32(0), jnp.float32(jnp.nan), jnp.bool_(False))
+    def start(init_keys: jax.Array) -> _PretrainState:
+        params = init_judges(init_keys, vocab, seq_len)
+        count = init_keys.shape[0]
+        return _PretrainState(
+            params,
+            jax.vmap(optimizer.init)(params),
+            jnp.zeros(count, jnp.int32),
+            jnp.full(count, jnp.nan, jnp.float32),
+            jnp.zeros(count, jnp.bool_),
+        )
 
     def chunk(state: _PretrainState, data_key: jax.Array) -> _PretrainState:
         """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
@@ -76,9 +83,9 @@ def pretrain_judges(
 
     chex.assert_equal_shape([init_keys, data_keys])
     # The host loops over check periods (at most max_steps / check_every calls of one
-    # executable) instead of a vmapped while-loop: XLA:CPU has intermittently hung
-    # executing that batched-predicate loop here.
-    state = jax.jit(jax.vmap(start))(init_keys)
+    # executable): a vmapped while-loop would run every judge's body until the slowest
+    # stops anyway, and the host loop can stop as soon as all are done.
+    state = jax.jit(start)(init_keys)
     run_chunk = jax.jit(jax.vmap(chunk))
     while True:
         state = run_chunk(state, data_keys)

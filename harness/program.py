@@ -24,7 +24,7 @@ from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs, holdout_pair_count
 from harness.memory import check_fits
-from harness.models import init_policy
+from harness.models import init_policies
 from harness.pretrain import PretrainResult, pretrain_judges
 from harness.world import World
 
@@ -172,9 +172,9 @@ class GridProgram:
             holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
             pretrained_judges=pretrained,
         )
-        seed_policies = jax.vmap(
-            lambda s: init_policy(keys.policy_init_key(s), world.config.vocab_size, world.config.seq_len)
-        )(seeds)
+        seed_policies = init_policies(
+            jax.vmap(keys.policy_init_key)(seeds), world.config.vocab_size, world.config.seq_len
+        )
         policy = jax.tree.map(lambda x: x[seed_index], seed_policies)
         state = CoevolutionState(
             policy_params=policy,

@@ -18,7 +18,7 @@ from harness.coevolution import CoevolutionState
 from harness.diagnostics import Diagnostics
 from harness.grid import Condition, GridSpec, RunSettings
 from harness.knobs import Knobs
-from harness.models import Judge, Policy, init_judge, init_policy
+from harness.models import Judge, Policy, init_judges, init_policy
 from harness.pretrain import PretrainResult
 from harness.program import GridProgram, diagnostics_program
 
@@ -32,7 +32,7 @@ flax_judge_scores = jax.jit(Judge(K).apply)
 def _random_judges(key: jax.Array) -> chex.ArrayTree:
     """Random judges (seed, member) = (2, 3), every leaf perturbed so scores vary noticeably."""
     keys = jax.random.split(key, 6)
-    params = jax.vmap(lambda k: init_judge(k, K, L))(keys)
+    params = init_judges(keys, K, L)
     params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.fold_in(key, x.size), x.shape), params)
     return jax.tree.map(lambda x: x.reshape((2, 3, *x.shape[1:])), params)
 
