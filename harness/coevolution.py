@@ -2,9 +2,9 @@
 
 The step functions act on the whole grid: per-run work is vmapped over the run axis
 (R) and per-judge work over the slot axis (J). Work that only some runs need on a
-given step (judge updates, meta-correction) sits behind one grid-level `lax.cond`,
-so steps where no run is due skip it, and runs that are not due keep their old
-values through a select.
+given step (judge updates, meta-correction) is done per work group (see
+`harness.grid.layout_grid`) behind a `lax.cond`, so steps where no run of a group is
+due skip it, and runs that are not due keep their old values through a select.
 """
 
 from __future__ import annotations
@@ -17,27 +17,38 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from harness.grid import GridShape
+from harness.grid import GridShape, MetaGroupShape, UpdateGroupShape
 from harness.keys import distinct_pairs
 from harness.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
 from harness.models import Params, judge_scores, judge_scores_of_outputs, sample_with_log_prob
 
 
 @flax.struct.dataclass
+class UpdateGroupIds:
+    """Device copy of `harness.grid.UpdateGroup`: int32 run_ids (Rg,), slot_ids (Jg,),
+    slot_group_run (Jg,), anchor_positions (Jga,)."""
+
+    run_ids: jax.Array
+    slot_ids: jax.Array
+    slot_group_run: jax.Array
+    anchor_positions: jax.Array
+
+
+@flax.struct.dataclass
 class GridConstants:
     """Arrays fixed for the life of a grid.
 
-    q_star (N,); run_keys (R, 2) training keys; slot_run int32 (J,)
-    the run of each judge slot; anchor_slot_ids (Ja,), meta_slot_ids (Jm,);
-    holdout_pairs int32 (H, 2) output indices and holdout_labels (H,) = 1[q*(a) > q*(b)];
-    pretrained_judges: params with leading axis J.
+    q_star (N,); run_keys (R, 2) training keys; slot_run int32 (J,) the run of each judge
+    slot; update_groups, one per shape.update_groups; meta_groups: int32 slot ids (Jm,),
+    one per shape.meta_groups; holdout_pairs int32 (H, 2) output indices and holdout_labels
+    (H,) = 1[q*(a) > q*(b)]; pretrained_judges: params with leading axis J.
     """
 
     q_star: jax.Array
     run_keys: jax.Array
     slot_run: jax.Array
-    anchor_slot_ids: jax.Array
-    meta_slot_ids: jax.Array
+    update_groups: tuple[UpdateGroupIds, ...]
+    meta_groups: tuple[jax.Array, ...]
     holdout_pairs: jax.Array
     holdout_labels: jax.Array
     pretrained_judges: Params
@@ -140,62 +151,85 @@ def _policy_step(
 
 
 def _judge_update(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array, due: jax.Array
+    shape: GridShape,
+    group_shape: UpdateGroupShape,
+    group: UpdateGroupIds,
+    consts: GridConstants,
+    knobs: RunKnobs,
+    state: CoevolutionState,
+    keys: jax.Array,
+    run_due: jax.Array,
 ) -> CoevolutionState:
-    """Self-labelled Bradley–Terry step (then the anchor step) for every slot where `due` (J,)."""
-    pair_keys, anchor_keys = keys[:, 0], keys[:, 1]
+    """Self-labelled Bradley–Terry step (then the anchor step) for the group's judges whose
+    run is due. keys (R, 2, 2): pair and anchor keys of every run; run_due bool (Rg,)."""
     batch, vocab = shape.batch_size, shape.vocab_size
+    runs, slots = group.run_ids, group.slot_ids
+    pair_keys, anchor_keys = keys[runs, 0], keys[runs, 1]
     tokens, _ = jax.vmap(sample_with_log_prob, (0, 0, None, None, None))(
-        state.policy_params, pair_keys, 2 * batch, vocab, shape.seq_len
+        _take(state.policy_params, runs), pair_keys, 2 * batch, vocab, shape.seq_len
     )
-    tokens = tokens[consts.slot_run]
+    tokens = tokens[group.slot_group_run]
+    old_params, old_opt_state = _take(state.judge_params, slots), _take(state.judge_opt_state, slots)
     grads = jax.vmap(jax.grad(self_labelled_bce), (0, 0, 0, None))(
-        state.judge_params, tokens[:, :batch], tokens[:, batch:], vocab
+        old_params, tokens[:, :batch], tokens[:, batch:], vocab
     )
-    lr = knobs.lr_judge[consts.slot_run]
-    params, opt_state = jax.vmap(adam_step)(state.judge_params, state.judge_opt_state, grads, lr)
+    lr = knobs.lr_judge[consts.slot_run[slots]]
+    params, opt_state = jax.vmap(adam_step)(old_params, old_opt_state, grads, lr)
 
-    if shape.anchor_slots:
+    if group_shape.anchor_slots:
         # q*-labelled pairs drawn uniformly from all outputs, padded to the grid's maximum count.
-        slots = consts.anchor_slot_ids
-        runs = consts.slot_run[slots]
+        anchored_at = group.anchor_positions
+        anchor_runs = consts.slot_run[slots[anchored_at]]
         # Draw the largest possible count (one per batch element) and keep a prefix, so a
         # run's anchor pairs do not depend on how far the grid pads them.
-        pairs = jax.vmap(distinct_pairs, (0, None, None))(anchor_keys[runs], batch, consts.q_star.shape[0])
+        pairs = jax.vmap(distinct_pairs, (0, None, None))(
+            anchor_keys[group.slot_group_run[anchored_at]], batch, consts.q_star.shape[0]
+        )
         pairs = pairs[:, : shape.max_anchor_pairs]
         labels = (consts.q_star[pairs[..., 0]] > consts.q_star[pairs[..., 1]]).astype(jnp.float32)
-        count = anchor_pair_count(knobs.anchor_fraction[runs], batch)
+        count = anchor_pair_count(knobs.anchor_fraction[anchor_runs], batch)
         mask = (jnp.arange(shape.max_anchor_pairs)[None, :] < count[:, None]).astype(jnp.float32)
         anchor_grads, _ = jax.vmap(jax.grad(output_pair_bce, has_aux=True), (0, 0, 0, 0, None, None))(
-            _take(params, slots), pairs, labels, mask, vocab, shape.seq_len
+            _take(params, anchored_at), pairs, labels, mask, vocab, shape.seq_len
         )
-        anchored = jax.vmap(adam_step)(_take(params, slots), _take(opt_state, slots), anchor_grads, lr[slots])
-        params = _put(params, slots, anchored[0])
-        opt_state = _put(opt_state, slots, anchored[1])
+        anchored = jax.vmap(adam_step)(
+            _take(params, anchored_at), _take(opt_state, anchored_at), anchor_grads, lr[anchored_at]
+        )
+        params = _put(params, anchored_at, anchored[0])
+        opt_state = _put(opt_state, anchored_at, anchored[1])
 
-    params = _select(due, params, state.judge_params)
-    opt_state = _select(due, opt_state, state.judge_opt_state)
-    return state.replace(judge_params=params, judge_opt_state=opt_state)
+    slot_due = run_due[group.slot_group_run]
+    params = _select(slot_due, params, old_params)
+    opt_state = _select(slot_due, opt_state, old_opt_state)
+    return state.replace(
+        judge_params=_put(state.judge_params, slots, params),
+        judge_opt_state=_put(state.judge_opt_state, slots, opt_state),
+    )
 
 
 def _meta_correction(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, due: jax.Array
+    shape: GridShape,
+    group_shape: MetaGroupShape,
+    slots: jax.Array,
+    consts: GridConstants,
+    knobs: RunKnobs,
+    state: CoevolutionState,
+    due: jax.Array,
 ) -> tuple[CoevolutionState, jax.Array]:
-    """On meta slots where `due` (Jm,): one held-out BCE step if held-out accuracy is below threshold.
+    """On the group's meta slots (Jm,) where `due`: one held-out BCE step if held-out accuracy is below threshold.
 
     The accuracy check is a forward pass only; the gradient step sits behind its own
     grid-level cond, so steps where every judge passes its check skip the backward pass.
     Returns the new state and whether each meta slot was corrected (Jm,).
     """
-    slots = consts.meta_slot_ids
     runs = consts.slot_run[slots]
     count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
-    mask = (jnp.arange(shape.max_holdout_pairs)[None, :] < count[:, None]).astype(jnp.float32)
+    mask = (jnp.arange(group_shape.holdout_pairs)[None, :] < count[:, None]).astype(jnp.float32)
     params, opt_state = _take(state.judge_params, slots), _take(state.judge_opt_state, slots)
     holdout_bce = functools.partial(
         output_pair_bce,
-        pairs=consts.holdout_pairs,
-        labels=consts.holdout_labels,
+        pairs=consts.holdout_pairs[: group_shape.holdout_pairs],
+        labels=consts.holdout_labels[: group_shape.holdout_pairs],
         vocab=shape.vocab_size,
         seq_len=shape.seq_len,
     )
@@ -225,24 +259,27 @@ def inner_step(
 
     counter = step_in_iteration + 1
     run_update_due = (~knobs.freeze_judge) & (counter % knobs.judge_update_every == 0)
-    slot_update_due = run_update_due[consts.slot_run]
-    state = jax.lax.cond(
-        jnp.any(slot_update_due),
-        lambda s: _judge_update(shape, consts, knobs, s, step_keys[:, 1:3], slot_update_due),
-        lambda s: s,
-        state,
-    )
+    for group_shape, group in zip(shape.update_groups, consts.update_groups, strict=True):
+        group_due = run_update_due[group.run_ids]
+        state = jax.lax.cond(
+            jnp.any(group_due),
+            functools.partial(
+                _judge_update, shape, group_shape, group, consts, knobs, keys=step_keys[:, 1:3], run_due=group_due
+            ),
+            lambda s: s,
+            state,
+        )
     meta_corrections = jnp.zeros_like(state.meta_corrections)
-    if shape.meta_slots:
-        meta_runs = consts.slot_run[consts.meta_slot_ids]
+    for group_shape, slots in zip(shape.meta_groups, consts.meta_groups, strict=True):
+        meta_runs = consts.slot_run[slots]
         meta_due = counter % knobs.meta_update_every[meta_runs] == 0
         state, corrected = jax.lax.cond(
             jnp.any(meta_due),
-            lambda s: _meta_correction(shape, consts, knobs, s, meta_due),
-            lambda s: (s, jnp.zeros_like(meta_due)),
+            lambda s, g=group_shape, ids=slots, d=meta_due: _meta_correction(shape, g, ids, consts, knobs, s, d),
+            lambda s, d=meta_due: (s, jnp.zeros_like(d)),
             state,
         )
-        meta_corrections = jax.ops.segment_sum(corrected.astype(jnp.int32), meta_runs, num_segments=shape.n_runs)
+        meta_corrections += jax.ops.segment_sum(corrected.astype(jnp.int32), meta_runs, num_segments=shape.n_runs)
     return state.replace(
         step=state.step + 1,
         judge_updates=state.judge_updates + run_update_due,

@@ -101,21 +101,61 @@ class GridSpec(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True)
+class UpdateGroupShape:
+    """Static sizes of one judge-update group: its runs, their judge slots, and how many of
+    those slots belong to runs with anchor pairs."""
+
+    runs: int
+    slots: int
+    anchor_slots: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaGroupShape:
+    """Static sizes of one meta-correction group: its judge slots and held-out pairs (padded)."""
+
+    slots: int
+    holdout_pairs: int
+
+
+@dataclasses.dataclass(frozen=True)
 class GridShape:
-    """The static sizes of a grid: the only things that select a compiled program."""
+    """The static sizes of a grid: the only things that select a compiled program.
+
+    update_groups / meta_groups: the non-empty work groups (see `layout_grid`).
+    """
 
     n_runs: int
     n_slots: int
     n_seeds: int
     max_members: int
-    anchor_slots: int
     max_anchor_pairs: int
-    meta_slots: int
-    max_holdout_pairs: int
+    update_groups: tuple[UpdateGroupShape, ...]
+    meta_groups: tuple[MetaGroupShape, ...]
     batch_size: int
     steps_per_iteration: int
     vocab_size: int
     seq_len: int
+
+    @property
+    def meta_slots(self) -> int:
+        return sum(group.slots for group in self.meta_groups)
+
+    @property
+    def max_holdout_pairs(self) -> int:
+        return max((group.holdout_pairs for group in self.meta_groups), default=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateGroup:
+    """One judge-update group as host arrays: run_ids (Rg,); slot_ids (Jg,) and, for each,
+    the position of its run in run_ids (slot_group_run); anchor_positions: positions in
+    slot_ids whose run uses anchor pairs."""
+
+    run_ids: np.ndarray
+    slot_ids: np.ndarray
+    slot_group_run: np.ndarray
+    anchor_positions: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +163,8 @@ class GridLayout:
     """Runs and judge slots of a grid, as host arrays.
 
     run_condition, run_seed_index: int (R,). slot_run, slot_member: int (J,).
-    anchor_slot_ids / meta_slot_ids: the slots whose run uses that mechanism.
+    update_groups: runs split by judge-update schedule; meta_groups: slot ids (Jm,) of the
+    meta-correcting judges split by meta cadence (both described in `layout_grid`).
     """
 
     spec: GridSpec
@@ -132,8 +173,8 @@ class GridLayout:
     run_seed_index: np.ndarray
     slot_run: np.ndarray
     slot_member: np.ndarray
-    anchor_slot_ids: np.ndarray
-    meta_slot_ids: np.ndarray
+    update_groups: tuple[UpdateGroup, ...]
+    meta_groups: tuple[np.ndarray, ...]
     knobs: RunKnobs
 
     @property
@@ -160,17 +201,44 @@ def layout_grid(spec: GridSpec) -> GridLayout:
     holdout_pairs = np.asarray(
         holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), spec.world.n_outputs)
     )
-    anchor_slot_ids = np.flatnonzero(anchor_pairs[slot_run] > 0)
-    meta_slot_ids = np.flatnonzero(holdout_pairs[slot_run] > 0)
+    uses_anchor = anchor_pairs[slot_run] > 0
+
+    # Work groups. A grid-level `lax.cond` skips a group's judge updates (or meta checks)
+    # on steps where none of its runs is due, so runs due on every step are kept apart from
+    # runs on a slower cadence (frozen runs count as the latter): those then pay only on
+    # their own steps. Grouping decides cost, never results: each group masks by its runs'
+    # own due flags, so the executable stays correct for any knob values of this shape.
+    every_step = np.array([not k.freeze_judge and k.judge_update_every == 1 for k in run_knobs])
+    update_groups = []
+    for in_group in (every_step, ~every_step):
+        run_ids = np.flatnonzero(in_group)
+        slot_ids = np.flatnonzero(in_group[slot_run])
+        if run_ids.size:
+            update_groups.append(
+                UpdateGroup(
+                    run_ids=run_ids,
+                    slot_ids=slot_ids,
+                    slot_group_run=np.searchsorted(run_ids, slot_run[slot_ids]),
+                    anchor_positions=np.flatnonzero(uses_anchor[slot_ids]),
+                )
+            )
+    meta_every_step = np.array([k.meta_update_every == 1 for k in run_knobs])[slot_run]
+    uses_meta = holdout_pairs[slot_run] > 0
+    meta_groups = [
+        slot_ids
+        for slot_ids in (np.flatnonzero(uses_meta & meta_every_step), np.flatnonzero(uses_meta & ~meta_every_step))
+        if slot_ids.size
+    ]
     shape = GridShape(
         n_runs=len(run_knobs),
         n_slots=len(slot_run),
         n_seeds=n_seeds,
         max_members=int(members.max()),
-        anchor_slots=len(anchor_slot_ids),
         max_anchor_pairs=int(anchor_pairs.max()),
-        meta_slots=len(meta_slot_ids),
-        max_holdout_pairs=int(holdout_pairs.max()),
+        update_groups=tuple(
+            UpdateGroupShape(len(g.run_ids), len(g.slot_ids), len(g.anchor_positions)) for g in update_groups
+        ),
+        meta_groups=tuple(MetaGroupShape(len(ids), int(holdout_pairs[slot_run[ids]].max())) for ids in meta_groups),
         batch_size=spec.run.batch_size,
         steps_per_iteration=spec.run.steps_per_iteration,
         vocab_size=spec.world.vocab_size,
@@ -183,7 +251,7 @@ def layout_grid(spec: GridSpec) -> GridLayout:
         run_seed_index=run_seed_index,
         slot_run=slot_run,
         slot_member=slot_member,
-        anchor_slot_ids=anchor_slot_ids,
-        meta_slot_ids=meta_slot_ids,
+        update_groups=tuple(update_groups),
+        meta_groups=tuple(meta_groups),
         knobs=RunKnobs.stack(run_knobs),
     )

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness import keys
-from harness.coevolution import CoevolutionState, GridConstants, init_opt_state, train_iteration
+from harness.coevolution import CoevolutionState, GridConstants, UpdateGroupIds, init_opt_state, train_iteration
 from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs, holdout_pair_count
@@ -166,8 +166,16 @@ class GridProgram:
             q_star=world.q_star,
             run_keys=jax.vmap(keys.training_key)(seeds)[seed_index],
             slot_run=slot_run,
-            anchor_slot_ids=jnp.asarray(layout.anchor_slot_ids, jnp.int32),
-            meta_slot_ids=jnp.asarray(layout.meta_slot_ids, jnp.int32),
+            update_groups=tuple(
+                UpdateGroupIds(
+                    run_ids=jnp.asarray(group.run_ids, jnp.int32),
+                    slot_ids=jnp.asarray(group.slot_ids, jnp.int32),
+                    slot_group_run=jnp.asarray(group.slot_group_run, jnp.int32),
+                    anchor_positions=jnp.asarray(group.anchor_positions, jnp.int32),
+                )
+                for group in layout.update_groups
+            ),
+            meta_groups=tuple(jnp.asarray(slot_ids, jnp.int32) for slot_ids in layout.meta_groups),
             holdout_pairs=holdout,
             holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
             pretrained_judges=pretrained,

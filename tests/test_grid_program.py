@@ -1,4 +1,4 @@
-"""The grid program: batching runs together changes nothing, knob values never recompile, the metrics table.
+"""The grid program: batching runs together changes nothing, knob values never recompile, work groups, metrics.
 
 The grids use RunSettings equal to tests/test_diagnostics.py's, so a joint session compiles the
 single-condition iteration programs once.
@@ -9,18 +9,21 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import jax
 import numpy as np
 import pandas as pd
 import pytest
 
+from harness.conditions import load_grid
 from harness.diagnostics import METRIC_NAMES
 from harness.grid import Condition, GridSpec, RunSettings, layout_grid
 from harness.knobs import Knobs
 from harness.pretrain import PretrainResult
 from harness.program import GridProgram, iteration_program
 
+ROOT = Path(__file__).resolve().parents[1]
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
 SMOKE = GridSpec(
     name="smoke",
@@ -37,19 +40,16 @@ SMOKE = GridSpec(
 )
 ALONE = ("baseline", "ensemble", "anchor", "meta", "frozen")  # each also run as a grid of its own
 # Same shape as SMOKE (ensemble sizes, anchor pair counts floor(32 f) = 3 and 16, held-out count, batch,
-# steps), different knob values everywhere.
+# steps, and the same work groups: which runs update their judges on every step, which check meta on
+# every step), different knob values everywhere.
 RETUNED = GridSpec(
     name="retuned",
     run=RUN,
     conditions=(
-        Condition(
-            name="baseline", knobs=Knobs(judge_update_every=4, lr_judge=1e-3, lr_policy=1e-3, entropy_bonus=0.05)
-        ),
+        Condition(name="baseline", knobs=Knobs(lr_judge=1e-3, lr_policy=1e-3, entropy_bonus=0.05)),
         Condition(name="ensemble", knobs=Knobs(n_judges=3, reset_every=1)),
-        Condition(name="anchor", knobs=Knobs(anchor_fraction=0.12, judge_update_every=2)),
-        Condition(
-            name="meta", knobs=Knobs(meta_holdout_fraction=0.05, meta_accuracy_threshold=1.0, meta_update_every=5)
-        ),
+        Condition(name="anchor", knobs=Knobs(anchor_fraction=0.12, lr_policy=1e-4)),
+        Condition(name="meta", knobs=Knobs(meta_holdout_fraction=0.05, meta_accuracy_threshold=1.0)),
         Condition(name="frozen", knobs=Knobs(freeze_judge=False, judge_update_every=10), boundary=True),
         Condition(name="anchor_wide", knobs=Knobs(anchor_fraction=0.52, lr_judge=1e-4)),
     ),
@@ -176,7 +176,7 @@ def test_the_smoke_grid_trains(smoke: dict) -> None:
     }
 
 
-def test_changing_knob_values_never_recompiles(smoke: dict, pretrained: PretrainResult) -> None:
+def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretrained: PretrainResult) -> None:
     first = smoke["grid"]
     assert layout_grid(RETUNED).shape == first.shape
     # Positive control: no other module uses SMOKE's shape, so its first start did compile (and the log shows it).
@@ -198,10 +198,8 @@ def test_changing_knob_values_never_recompiles(smoke: dict, pretrained: Pretrain
     # The new values did take effect through the same executable.
     runs = {name: i for i, (name, seed) in enumerate(retuned.layout.run_labels()) if seed == 0}
     for record in records:
-        assert int(record.judge_updates[runs["baseline"]]) == 20 // 4
-        assert int(record.judge_updates[runs["anchor"]]) == 20 // 2
-        assert int(record.judge_updates[runs["frozen"]]) == 20 // 10
-        assert int(record.meta_corrections[runs["meta"]]) == 20 // 5
+        assert int(record.judge_updates[runs["frozen"]]) == 20 // 10  # unfrozen, on a cadence
+        assert int(record.meta_corrections[runs["meta"]]) == 20  # threshold 1.0: every check corrects
         assert int(record.judge_updates[runs["anchor_wide"]]) == 20
     ensemble_slots = np.flatnonzero(np.isin(retuned.layout.slot_run, np.flatnonzero(retuned.layout.run_condition == 1)))
     for got, want in zip(
@@ -248,3 +246,36 @@ def test_diverged_is_sticky(smoke: dict) -> None:
     assert run["diverged"].tolist() == [False, True, True]
     assert run["finite"].tolist() == [True, False, True]
     assert table["diverged"].sum() == 2
+
+
+def test_work_groups_of_the_published_grid() -> None:
+    """Judge updates: runs due on every step apart from frozen and slower runs; meta checks:
+    every-step meta slots apart from slower ones, each group padded only to its own held-out count."""
+    layout = layout_grid(load_grid(ROOT / "conditions" / "paper.toml"))
+    knobs = [layout.spec.conditions[c].knobs for c in layout.run_condition]
+    every_step = {i for i, k in enumerate(knobs) if k.judge_update_every == 1 and not k.freeze_judge}
+    first, second = layout.update_groups
+    assert set(first.run_ids) == every_step
+    assert set(second.run_ids) == set(range(len(knobs))) - every_step
+    for group in layout.update_groups:
+        np.testing.assert_array_equal(group.slot_ids, np.flatnonzero(np.isin(layout.slot_run, group.run_ids)))
+        np.testing.assert_array_equal(group.run_ids[group.slot_group_run], layout.slot_run[group.slot_ids])
+        anchored = [knobs[layout.slot_run[slot]].anchor_fraction > 0 for slot in group.slot_ids]
+        np.testing.assert_array_equal(group.anchor_positions, np.flatnonzero(anchored))
+
+    # 5 seeds x (meta k=1, slow-meta k=1) every step; the rest on a cadence, one of them with 10% held out.
+    every_step_meta, slower_meta = layout.meta_groups
+    assert {knobs[layout.slot_run[s]].meta_update_every for s in every_step_meta} == {1}
+    assert {knobs[layout.slot_run[s]].meta_update_every for s in slower_meta} == {10, 200}
+    assert [(g.slots, g.holdout_pairs) for g in layout.shape.meta_groups] == [(10, 4096 // 20), (25, 4096 // 10)]
+
+    # Other knob values keep the shape (the same program); moving a run across a group boundary does not.
+    def with_baseline(**values: object) -> GridSpec:
+        conditions = tuple(
+            c.model_copy(update={"knobs": c.knobs.model_copy(update=values)}) if c.name == "baseline" else c
+            for c in layout.spec.conditions
+        )
+        return layout.spec.model_copy(update={"conditions": conditions})
+
+    assert layout_grid(with_baseline(lr_judge=1e-3, entropy_bonus=0.1)).shape == layout.shape
+    assert layout_grid(with_baseline(judge_update_every=2)).shape != layout.shape
