@@ -95,6 +95,8 @@ def manifest(grid: dict[str, Any], times: dict[str, float], started: dt.datetime
         "jax_devices": [str(device) for device in jax.devices()],
         "machine": machine(),
         "wall_seconds": times,
+        # Where compiled programs were cached (None: off); a cache hit shows as a short compile.
+        "compile_cache": jax.config.jax_compilation_cache_dir if jax.config.jax_enable_compilation_cache else None,
         "started": started.isoformat(timespec="seconds"),
         "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         **extra,

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, enable_compilation_cache
 from harness.conditions import ConditionFileError, load_grid
 from harness.grid import layout_grid
 from harness.memory import GridTooLarge, check_fits
@@ -144,6 +145,8 @@ def command_run(args: argparse.Namespace) -> int:
         spec = load_grid(args.conditions or DEFAULT_CONDITIONS, seeds=args.seeds)
         check_fits(layout_grid(spec).shape, len(spec.run.seeds))  # refuse before writing anything
         run_dir = _prepare_run_dir(args, spec.name)
+    if not args.no_compile_cache:
+        enable_compilation_cache()
     progress = _progress(args.quiet)
     try:
         outcome = execute(spec, run_dir, progress, resume=bool(args.resume))
@@ -200,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
     run.add_argument("--resume", metavar="DIR", help="continue an interrupted run from its last checkpoint")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help=f"do not keep compiled programs on disk (default: ${CACHE_DIR_ENV} or {DEFAULT_CACHE_DIR})",
+    )
     run.set_defaults(handler=command_run)
 
     report = commands.add_parser("report", help="re-render a run's report from its metrics.csv (no training)")

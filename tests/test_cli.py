@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 
 from harness.artifacts import CHECKPOINT_FILE
+from harness.compile_cache import CACHE_DIR_ENV
 from harness.conditions import load_grid
 from harness.program import GridProgram
 
@@ -29,6 +31,14 @@ batch_size = 16
 [conditions.baseline]
 {extra}
 """
+
+
+@pytest.fixture(autouse=True)
+def private_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every command of a test caches compiled programs in its own directory, not the user's."""
+    directory = tmp_path / "compile-cache"
+    monkeypatch.setenv(CACHE_DIR_ENV, str(directory))
+    return directory
 
 
 def coevolab(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -149,3 +159,27 @@ def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path) -> None:
     result = coevolab("run", str(path), "--out", str(out), env=env)
     assert result.returncode == 2
     assert "GiB" in result.stderr and "fewer seeds" in result.stderr
+
+
+def test_compiled_programs_are_cached_on_disk_unless_turned_off(tmp_path: Path, private_compile_cache: Path) -> None:
+    grid = tiny_grid(tmp_path, iterations=1, steps=5)
+
+    def cache_files() -> set[Path]:
+        return {path for path in private_compile_cache.rglob("*") if path.is_file()}
+
+    off = coevolab("run", str(grid), "--out", str(tmp_path / "off"), "--quiet", "--no-compile-cache")
+    assert off.returncode == 0, off.stderr
+    assert not cache_files()
+    assert json.loads((tmp_path / "off" / "manifest.json").read_text())["compile_cache"] is None
+
+    first = coevolab("run", str(grid), "--out", str(tmp_path / "first"), "--quiet")
+    assert first.returncode == 0, first.stderr
+    filled = cache_files()
+    assert filled
+    manifest = json.loads((tmp_path / "first" / "manifest.json").read_text())
+    assert Path(manifest["compile_cache"]) == private_compile_cache.resolve()
+
+    # The same grid again compiles nothing new: every program comes from the cache.
+    again = coevolab("run", str(grid), "--out", str(tmp_path / "again"), "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert cache_files() == filled
