@@ -219,7 +219,7 @@ def _meta_correction(
     """On the group's meta slots (Jm,) where `due`: one held-out BCE step if held-out accuracy is below threshold.
 
     The accuracy check is a forward pass only; the gradient step sits behind its own
-    grid-level cond, so steps where every judge passes its check skip the backward pass.
+    cond, so steps where every judge of the group passes its check skip the backward pass.
     Returns the new state and whether each meta slot was corrected (Jm,).
     """
     runs = consts.slot_run[slots]
