@@ -12,7 +12,6 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from harness.grid import PretrainSettings
@@ -81,17 +80,16 @@ def pretrain_judges(
         finished = state.done | (state.steps >= settings.max_steps)
         return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
 
+    def unfinished(state: _PretrainState) -> jax.Array:
+        return jnp.any(~state.done & (state.steps < settings.max_steps))
+
+    @jax.jit
+    def pretrain_all(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
+        # One loop over check periods for all judges; `chunk` leaves finished ones unchanged.
+        return jax.lax.while_loop(unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys))
+
     chex.assert_equal_shape([init_keys, data_keys])
-    # The host loops over check periods (at most max_steps / check_every calls of one
-    # executable): a vmapped while-loop would run every judge's body until the slowest
-    # stops anyway, and the host loop can stop as soon as all are done.
-    state = jax.jit(start)(init_keys)
-    run_chunk = jax.jit(jax.vmap(chunk))
-    while True:
-        state = run_chunk(state, data_keys)
-        steps, done = jax.device_get((state.steps, state.done))
-        if np.all(done | (steps >= settings.max_steps)):
-            break
+    state = pretrain_all(init_keys, data_keys)
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
     return result
