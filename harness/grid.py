@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -187,28 +188,58 @@ class GridLayout:
         return [(names[c], self.seeds[s]) for c, s in zip(self.run_condition, self.run_seed_index, strict=True)]
 
 
+class WorkKind(NamedTuple):
+    """What of a run's knobs decides the grid's shape.
+
+    Runs of one kind land in the same work groups with the same number of judge slots, so
+    they are interchangeable for padding (see `harness.sharding`). Anchor and held-out
+    pair counts are not part of the kind: the grid pads those to their maximum.
+    """
+
+    judges_every_step: bool  # judge update on every step (not frozen, judge_update_every 1)
+    n_judges: int
+    uses_anchor: bool
+    meta: int  # 0: meta-correction off; 1: checked every step; 2: on a slower cadence
+
+
+def work_kind(knobs: Knobs, n_outputs: int) -> WorkKind:
+    meta_on = int(holdout_pair_count(knobs.meta_holdout_fraction, n_outputs)) > 0
+    return WorkKind(
+        judges_every_step=not knobs.freeze_judge and knobs.judge_update_every == 1,
+        n_judges=knobs.n_judges,
+        uses_anchor=knobs.anchor_fraction > 0,
+        meta=0 if not meta_on else 1 if knobs.meta_update_every == 1 else 2,
+    )
+
+
 def layout_grid(spec: GridSpec) -> GridLayout:
-    """Lay out every condition × seed of `spec` as runs and judge slots."""
+    """Lay out every condition × seed of `spec` as runs (condition-major) and judge slots."""
     n_conditions, n_seeds = len(spec.conditions), len(spec.run.seeds)
-    run_condition = np.repeat(np.arange(n_conditions), n_seeds)
-    run_seed_index = np.tile(np.arange(n_seeds), n_conditions)
+    return layout_runs(spec, np.repeat(np.arange(n_conditions), n_seeds), np.tile(np.arange(n_seeds), n_conditions))
+
+
+def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.ndarray) -> GridLayout:
+    """Lay out the given runs of `spec`: condition index and seed index (into spec.run.seeds) of each, (R,)."""
+    n_seeds = len(spec.run.seeds)
     run_knobs = [spec.conditions[c].knobs for c in run_condition]
     members = np.array([k.n_judges for k in run_knobs])
     slot_run = np.repeat(np.arange(len(run_knobs)), members)
     slot_member = np.concatenate([np.arange(m) for m in members])
 
+    condition_kinds = [work_kind(c.knobs, spec.world.n_outputs) for c in spec.conditions]
+    kinds = [condition_kinds[c] for c in run_condition]
     anchor_pairs = np.asarray(anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size))
     holdout_pairs = np.asarray(
         holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), spec.world.n_outputs)
     )
-    uses_anchor = anchor_pairs[slot_run] > 0
+    uses_anchor = np.array([k.uses_anchor for k in kinds], bool)[slot_run]
 
     # Work groups. A grid-level `lax.cond` skips a group's judge updates (or meta checks)
     # on steps where none of its runs is due, so runs due on every step are kept apart from
     # runs on a slower cadence (frozen runs count as the latter): those then pay only on
     # their own steps. Grouping decides cost, never results: each group masks by its runs'
     # own due flags, so the executable stays correct for any knob values of this shape.
-    every_step = np.array([not k.freeze_judge and k.judge_update_every == 1 for k in run_knobs])
+    every_step = np.array([k.judges_every_step for k in kinds], bool)
     update_groups = []
     for in_group in (every_step, ~every_step):
         run_ids = np.flatnonzero(in_group)
@@ -222,12 +253,9 @@ def layout_grid(spec: GridSpec) -> GridLayout:
                     anchor_positions=np.flatnonzero(uses_anchor[slot_ids]),
                 )
             )
-    meta_every_step = np.array([k.meta_update_every == 1 for k in run_knobs])[slot_run]
-    uses_meta = holdout_pairs[slot_run] > 0
+    slot_meta = np.array([k.meta for k in kinds], int)[slot_run]
     meta_groups = [
-        slot_ids
-        for slot_ids in (np.flatnonzero(uses_meta & meta_every_step), np.flatnonzero(uses_meta & ~meta_every_step))
-        if slot_ids.size
+        slot_ids for slot_ids in (np.flatnonzero(slot_meta == 1), np.flatnonzero(slot_meta == 2)) if slot_ids.size
     ]
     shape = GridShape(
         n_runs=len(run_knobs),

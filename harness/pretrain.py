@@ -7,15 +7,19 @@ depend on which judges share the batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.sharding import PartitionSpec as P
 
 from harness.grid import PretrainSettings
 from harness.models import Params, init_judges, judge_score_table, judge_scores
+from harness.sharding import SHARD_AXIS, shard_mesh
 from harness.stats import spearman
 from harness.world import World
 
@@ -37,10 +41,12 @@ class _PretrainState(NamedTuple):
     done: jax.Array
 
 
-def pretrain_judges(
-    init_keys: jax.Array, data_keys: jax.Array, world: World, settings: PretrainSettings
-) -> PretrainResult:
-    """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P."""
+def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) -> Callable:
+    """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
+
+    (init_keys, data_keys), each (S, P/S, 2) -> the final state of every judge, (S, P/S, ...).
+    Each shard loops over check periods until its own judges are done.
+    """
     vocab, seq_len = world.config.vocab_size, world.config.seq_len
     optimizer = optax.adam(settings.learning_rate)
     outputs, q_star = world.outputs, world.q_star
@@ -83,13 +89,41 @@ def pretrain_judges(
     def unfinished(state: _PretrainState) -> jax.Array:
         return jnp.any(~state.done & (state.steps < settings.max_steps))
 
-    @jax.jit
-    def pretrain_all(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
-        # One loop over check periods for all judges; `chunk` leaves finished ones unchanged.
-        return jax.lax.while_loop(unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys))
+    def pretrain_shard(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
+        # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
+        init_keys, data_keys = init_keys[0], data_keys[0]
+        state = jax.lax.while_loop(unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys))
+        return jax.tree.map(lambda leaf: leaf[None], state)
 
+    sharded = P(SHARD_AXIS)
+    # check_vma=False: shards never communicate, so there is nothing for the check to
+    # find, and it would ask that constants in the loop carry be marked per-shard.
+    return jax.jit(
+        jax.shard_map(
+            pretrain_shard, mesh=shard_mesh(n_shards), in_specs=(sharded, sharded), out_specs=sharded, check_vma=False
+        )
+    )
+
+
+def pretrain_judges(
+    init_keys: jax.Array, data_keys: jax.Array, world: World, settings: PretrainSettings, max_shards: int = 1
+) -> PretrainResult:
+    """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P.
+
+    The judges are split into up to `max_shards` shards that train side by side on as many
+    devices (see `harness.sharding`); each judge's training depends only on its own keys.
+    """
     chex.assert_equal_shape([init_keys, data_keys])
-    state = pretrain_all(init_keys, data_keys)
+    count = init_keys.shape[0]
+    n_shards = min(max_shards, count, len(jax.local_devices()))
+    per_shard = -(-count // n_shards)
+    padded = jnp.minimum(jnp.arange(n_shards * per_shard), count - 1)  # fillers repeat the last judge
+    state = pretrain_program(world, settings, n_shards)(
+        *(keys[padded].reshape(n_shards, per_shard, -1) for keys in (init_keys, data_keys))
+    )
+    # Back to one device through the host: a jnp op on the sharded arrays would compile
+    # to an XLA:CPU all-gather, whose rendezvous can hang when the pool is busy.
+    state = jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[:count]), state)
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
     return result

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from harness import keys
 from harness.coevolution import CoevolutionState, GridConstants, UpdateGroupIds, init_opt_state, train_iteration
@@ -24,8 +26,9 @@ from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs, holdout_pair_count
 from harness.memory import check_fits
-from harness.models import init_policies
+from harness.models import Params, init_policies
 from harness.pretrain import PretrainResult, pretrain_judges
+from harness.sharding import SHARD_AXIS, ShardPlan, plan_shards, shard_mesh
 from harness.world import World
 
 
@@ -34,11 +37,13 @@ class PretrainingFailed(RuntimeError):
 
 
 @functools.cache
-def iteration_program(shape: GridShape) -> Callable:
-    """The jitted outer iteration for one grid shape: (consts, knobs, state, iteration) -> (state, diagnostics).
+def iteration_program(shape: GridShape, n_shards: int) -> Callable:
+    """The jitted outer iteration for `n_shards` shards of one shape, side by side on as many devices.
 
-    Knob values, keys and parameters are arguments, so every grid of this shape reuses
-    one executable; a second trace would mean something static leaked into the inputs.
+    (consts, knobs, state, iteration) -> (state, diagnostics); every input but the
+    iteration carries a leading shard axis (S,), split over the devices. Knob values,
+    keys and parameters are arguments, so every grid of this shape reuses one
+    executable; a second trace would mean something static leaked into the inputs.
     """
 
     # A per-shape counter rather than chex.assert_max_traces, whose counter is keyed on
@@ -52,15 +57,21 @@ def iteration_program(shape: GridShape) -> Callable:
         traces += 1
         if traces > 1:
             raise AssertionError(f"the iteration program of {shape} was traced again: an input changed shape or dtype")
+        # Each device holds one shard: drop the shard axis, run it, put the axis back.
+        consts, knobs, state = jax.tree.map(lambda leaf: leaf[0], (consts, knobs, state))
         state = train_iteration(shape, consts, knobs, state, iteration)
-        return state, diagnose(shape, consts, knobs, state)
+        return jax.tree.map(lambda leaf: leaf[None], (state, diagnose(shape, consts, knobs, state)))
 
-    return jax.jit(iterate, donate_argnums=2)
+    sharded = P(SHARD_AXIS)
+    return jax.jit(
+        jax.shard_map(iterate, mesh=shard_mesh(n_shards), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded),
+        donate_argnums=2,
+    )
 
 
 # Compiled iteration programs by shape: a later grid of the same shape reuses the
 # executable instead of lowering (and tracing) the program again.
-_EXECUTABLES: dict[GridShape, jax.stages.Compiled] = {}
+_EXECUTABLES: dict[tuple[GridShape, int], jax.stages.Compiled] = {}
 
 
 def clear_program_caches() -> None:
@@ -83,26 +94,112 @@ class PhaseTimes:
     train: float = 0.0
 
 
+def grid_constants(layout: GridLayout, world: World, seed_judges: Params, holdout_pairs: jax.Array) -> GridConstants:
+    """The constants of a layout's runs: pretrained judges (seed, member, ...) placed in its
+    slots, training keys by seed, work groups, and the first held-out pairs (as many as its
+    shape needs) with their q* labels."""
+    seed_index = jnp.asarray(layout.run_seed_index)
+    slot_run = jnp.asarray(layout.slot_run, jnp.int32)
+    holdout = holdout_pairs[: max(layout.shape.max_holdout_pairs, 1)]
+    return GridConstants(
+        q_star=world.q_star,
+        run_keys=jax.vmap(keys.training_key)(jnp.asarray(layout.seeds, jnp.int32))[seed_index],
+        slot_run=slot_run,
+        update_groups=tuple(
+            UpdateGroupIds(
+                run_ids=jnp.asarray(group.run_ids, jnp.int32),
+                slot_ids=jnp.asarray(group.slot_ids, jnp.int32),
+                slot_group_run=jnp.asarray(group.slot_group_run, jnp.int32),
+                anchor_positions=jnp.asarray(group.anchor_positions, jnp.int32),
+            )
+            for group in layout.update_groups
+        ),
+        meta_groups=tuple(jnp.asarray(slot_ids, jnp.int32) for slot_ids in layout.meta_groups),
+        holdout_pairs=holdout,
+        holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
+        pretrained_judges=jax.tree.map(lambda x: x[seed_index[slot_run], jnp.asarray(layout.slot_member)], seed_judges),
+    )
+
+
 @dataclass
 class GridProgram:
-    """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`)."""
+    """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`).
+
+    The state passed in and out is the whole grid's (runs and slots in layout order);
+    inside `step()` the runs are split into `plan.n_shards` shards (see `harness.sharding`),
+    at most `max_shards`, by default one per device.
+    """
 
     spec: GridSpec
+    max_shards: int | None = None
     layout: GridLayout = field(init=False)
     world: World = field(init=False)
     times: PhaseTimes = field(default_factory=PhaseTimes)
 
     def __post_init__(self) -> None:
         self.layout = layout_grid(self.spec)
+        devices = len(jax.local_devices())
+        self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices))
         self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
         self.world = World(self.spec.world)
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
         self._executable: Callable | None = None
+        self._shard_consts: GridConstants | None = None
+        self._shard_knobs: RunKnobs | None = None
 
     @property
     def shape(self) -> GridShape:
+        """The whole grid's shape (its runs and slots, without shard padding)."""
         return self.layout.shape
+
+    @property
+    def shard_shape(self) -> GridShape:
+        """The shape of each shard: what selects the compiled iteration program."""
+        return self.plan.shape
+
+    def _to_shards(self, tree: chex.ArrayTree, index: np.ndarray) -> chex.ArrayTree:
+        """Leaves with a leading grid axis (runs or slots) -> (S, per shard, ...) split over the devices."""
+        sharding = NamedSharding(shard_mesh(self.plan.n_shards), P(SHARD_AXIS))
+        return jax.device_put(jax.tree.map(lambda leaf: np.asarray(leaf)[index], tree), sharding)
+
+    @staticmethod
+    def _from_shards(tree: chex.ArrayTree, at: np.ndarray) -> chex.ArrayTree:
+        """Inverse of `_to_shards` for the grid's own runs or slots: fillers are dropped."""
+        return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[at]), tree)
+
+    def shard_state(self, state: CoevolutionState) -> CoevolutionState:
+        runs, slots = self.plan.shard_runs, self.plan.shard_slots
+        by_run = self._to_shards(
+            (state.policy_params, state.policy_opt_state, state.judge_updates, state.meta_corrections), runs
+        )
+        by_slot = self._to_shards((state.judge_params, state.judge_opt_state), slots)
+        step = self._to_shards(jnp.full((self.plan.n_shards,), state.step), np.arange(self.plan.n_shards))
+        return CoevolutionState(
+            policy_params=by_run[0],
+            policy_opt_state=by_run[1],
+            judge_params=by_slot[0],
+            judge_opt_state=by_slot[1],
+            step=step,
+            judge_updates=by_run[2],
+            meta_corrections=by_run[3],
+        )
+
+    def unshard_state(self, state: CoevolutionState) -> CoevolutionState:
+        run_at, slot_at = self.plan.run_at, self.plan.slot_at
+        by_run = self._from_shards(
+            (state.policy_params, state.policy_opt_state, state.judge_updates, state.meta_corrections), run_at
+        )
+        by_slot = self._from_shards((state.judge_params, state.judge_opt_state), slot_at)
+        return CoevolutionState(
+            policy_params=by_run[0],
+            policy_opt_state=by_run[1],
+            judge_params=by_slot[0],
+            judge_opt_state=by_slot[1],
+            step=jnp.asarray(np.asarray(state.step)[0]),
+            judge_updates=by_run[2],
+            meta_corrections=by_run[3],
+        )
 
     def pretrain(self) -> PretrainResult:
         """Pretrain judge (seed, member) for every seed and every member any condition uses."""
@@ -110,7 +207,13 @@ class GridProgram:
         seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
         members = jnp.arange(self.shape.max_members)
         init_keys, data_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m))(members))(seeds)
-        flat = pretrain_judges(init_keys.reshape(-1, 2), data_keys.reshape(-1, 2), self.world, self.spec.pretrain)
+        flat = pretrain_judges(
+            init_keys.reshape(-1, 2),
+            data_keys.reshape(-1, 2),
+            self.world,
+            self.spec.pretrain,
+            max_shards=self.max_shards or len(jax.local_devices()),
+        )
         result = jax.tree.map(lambda x: x.reshape((len(seeds), self.shape.max_members, *x.shape[1:])), flat)
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start
@@ -154,40 +257,24 @@ class GridProgram:
         assert self.pretrained is not None
         layout, world = self.layout, self.world
         seed_index = jnp.asarray(layout.run_seed_index)
-        slot_run = jnp.asarray(layout.slot_run, jnp.int32)
-        slot_seed = seed_index[slot_run]
-        pretrained = jax.tree.map(lambda x: x[slot_seed, jnp.asarray(layout.slot_member)], self.pretrained.params)
-
         n_holdout = int(holdout_pair_count(jnp.float32(1.0), world.n_outputs))
         holdout = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY), n_holdout, world.n_outputs)
-        holdout = holdout[: max(self.shape.max_holdout_pairs, 1)]
-        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
-        self.consts = GridConstants(
-            q_star=world.q_star,
-            run_keys=jax.vmap(keys.training_key)(seeds)[seed_index],
-            slot_run=slot_run,
-            update_groups=tuple(
-                UpdateGroupIds(
-                    run_ids=jnp.asarray(group.run_ids, jnp.int32),
-                    slot_ids=jnp.asarray(group.slot_ids, jnp.int32),
-                    slot_group_run=jnp.asarray(group.slot_group_run, jnp.int32),
-                    anchor_positions=jnp.asarray(group.anchor_positions, jnp.int32),
-                )
-                for group in layout.update_groups
-            ),
-            meta_groups=tuple(jnp.asarray(slot_ids, jnp.int32) for slot_ids in layout.meta_groups),
-            holdout_pairs=holdout,
-            holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
-            pretrained_judges=pretrained,
+        self.consts = grid_constants(layout, world, self.pretrained.params, holdout)
+        shard_consts = [grid_constants(shard, world, self.pretrained.params, holdout) for shard in self.plan.shards]
+        self._shard_consts = self._to_shards(
+            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts), np.arange(self.plan.n_shards)
         )
+        self._shard_knobs = self._to_shards(self.layout.knobs, self.plan.shard_runs)
+        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
         seed_policies = init_policies(
             jax.vmap(keys.policy_init_key)(seeds), world.config.vocab_size, world.config.seq_len
         )
         policy = jax.tree.map(lambda x: x[seed_index], seed_policies)
+        pretrained = self.consts.pretrained_judges
         state = CoevolutionState(
             policy_params=policy,
             policy_opt_state=jax.vmap(init_opt_state)(policy),
-            judge_params=jax.tree.map(jnp.copy, pretrained),  # state is donated; constants are not
+            judge_params=jax.tree.map(jnp.copy, pretrained),
             judge_opt_state=jax.vmap(init_opt_state)(pretrained),
             step=jnp.int32(0),
             judge_updates=jnp.zeros(self.shape.n_runs, jnp.int32),
@@ -198,10 +285,13 @@ class GridProgram:
         initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)
 
         start = time.perf_counter()
-        if self.shape not in _EXECUTABLES:
-            lowered = iteration_program(self.shape).lower(self.consts, self.layout.knobs, state, jnp.int32(0))
-            _EXECUTABLES[self.shape] = lowered.compile()
-        self._executable = _EXECUTABLES[self.shape]
+        program = (self.shard_shape, self.plan.n_shards)
+        if program not in _EXECUTABLES:
+            lowered = iteration_program(*program).lower(
+                self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0)
+            )
+            _EXECUTABLES[program] = lowered.compile()
+        self._executable = _EXECUTABLES[program]
         self.times.compile = time.perf_counter() - start
         return state, initial
 
@@ -209,8 +299,10 @@ class GridProgram:
         """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
         assert self._executable is not None, "call start() first"
         start = time.perf_counter()
-        state, diagnostics = self._executable(self.consts, self.layout.knobs, state, jnp.int32(iteration))
-        jax.block_until_ready(diagnostics)
+        shards, diagnostics = self._executable(
+            self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(iteration)
+        )
+        state, diagnostics = self.unshard_state(shards), self._from_shards(diagnostics, self.plan.run_at)
         self.times.train += time.perf_counter() - start
         return state, diagnostics
 

@@ -97,7 +97,12 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
         program.pretrain()
         progress.phase_done("pretrain", program.times.pretrain)
 
-    progress.phase("compile", f"{program.shape.n_runs} runs, {program.shape.n_slots} judges, one program")
+    plan = program.plan
+    progress.phase(
+        "compile",
+        f"{program.shape.n_runs} runs, {program.shape.n_slots} judges, one program"
+        + (f" over {plan.n_shards} shards of {plan.shape.n_runs} runs" if plan.n_shards > 1 else ""),
+    )
     state, initial = program.start(pretrained)
     checkpoint = load_checkpoint(payload, state) if payload is not None else None
     if checkpoint:
@@ -135,6 +140,9 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
             started,
             resumed_from_iteration=checkpoint.completed_iterations if checkpoint else None,
             runs=len(spec.conditions) * len(spec.run.seeds),
+            # Shards run side by side, one per device; fillers pad them to one shape.
+            shards=program.plan.n_shards,
+            filler_runs=program.plan.fillers,
             pretrain=program.pretrain_table().to_dict(orient="records"),
         ),
     )

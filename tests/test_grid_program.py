@@ -192,7 +192,10 @@ def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretr
             records.append(jax.device_get(record))
     assert _compiled_iterate(messages) == []
     assert not any("jit(iterate)" in m for m in messages)
-    assert iteration_program(retuned.shape) is iteration_program(first.shape)
+    assert retuned.shard_shape == first.shard_shape
+    assert iteration_program(retuned.shard_shape, retuned.plan.n_shards) is iteration_program(
+        first.shard_shape, first.plan.n_shards
+    )
     assert retuned._executable is first._executable
 
     # The new values did take effect through the same executable.

@@ -1,0 +1,154 @@
+"""Splitting a grid's runs into shards that run side by side, one per device.
+
+One training step is a long chain of small kernels, and XLA:CPU runs most of them on a
+single core however many runs are batched into them. A second core is only used when a
+second program runs beside the first. So the runs are split into shards of identical
+shape, one per CPU device (JAX is given one device per core, see `use_every_cpu_core`),
+and `shard_map` runs the same per-shard program on every device at once.
+
+Shards need identical shapes. Runs are dealt to shards kind by kind (`WorkKind`: runs of
+one kind are interchangeable for shape), and a shard that is short of a run of some kind
+gets a filler: a copy of a real run of that kind, computed alongside and then ignored.
+Anchor and held-out pair counts are padded to the largest shard's, as within a grid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from harness.grid import GridLayout, GridShape, WorkKind, layout_runs, work_kind
+
+SHARD_AXIS = "shards"
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def use_every_cpu_core() -> None:
+    """Give JAX one CPU device per usable core, so a grid can run one shard per core.
+
+    Leaves JAX alone where the user chose a device count (JAX_NUM_CPU_DEVICES or
+    XLA_FLAGS=--xla_force_host_platform_device_count) or JAX has already started, since
+    the count can only be set before JAX's first operation.
+    """
+    if jax.config.jax_num_cpu_devices >= 0:
+        return
+    if re.search(r"xla_force_host_platform_device_count", os.environ.get("XLA_FLAGS", "")):
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", usable_cores())
+    except RuntimeError:
+        pass  # JAX already started: keep the devices it has
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """Where a grid's runs sit on its shards.
+
+    shards: one layout per shard, all of `shape` (fillers included).
+    shard_runs int (S, Rs), shard_slots int (S, Js): the grid run (judge slot) that each
+    shard run (slot) computes. run_at int (R,), slot_at int (J,): the index into the
+    flattened shard runs (S * Rs) or slots (S * Js) that holds each grid run's (slot's) own result.
+    """
+
+    shape: GridShape
+    shards: tuple[GridLayout, ...]
+    shard_runs: np.ndarray
+    shard_slots: np.ndarray
+    run_at: np.ndarray
+    slot_at: np.ndarray
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def fillers(self) -> int:
+        """Runs computed only to pad shards to one shape."""
+        return self.shard_runs.size - self.run_at.size
+
+    @property
+    def cost(self) -> int:
+        """Work per shard, in runs plus judge slots: what sets a step's time when shards run side by side."""
+        return self.shape.n_runs + self.shape.n_slots
+
+
+def plan_shards(layout: GridLayout, max_shards: int) -> ShardPlan:
+    """The cheapest split of `layout` into at most `max_shards` shards; ties go to fewer shards."""
+    if max_shards < 1:
+        raise ValueError(f"max_shards must be at least 1, got {max_shards}")
+    plans = [deal_runs(layout, n) for n in range(1, min(max_shards, layout.shape.n_runs) + 1)]
+    return min(plans, key=lambda plan: (plan.cost, plan.n_shards))
+
+
+def deal_runs(layout: GridLayout, n_shards: int) -> ShardPlan:
+    """Split `layout` into `n_shards` shards of one shape: each kind's runs round-robin, short shards filled."""
+    spec = layout.spec
+    condition_kinds = [work_kind(c.knobs, spec.world.n_outputs) for c in spec.conditions]
+    runs_of_kind: dict[WorkKind, list[int]] = {}
+    for run, condition in enumerate(layout.run_condition):
+        runs_of_kind.setdefault(condition_kinds[condition], []).append(run)
+
+    shard_runs: list[list[int]] = [[] for _ in range(n_shards)]
+    placed_at: dict[int, tuple[int, int]] = {}  # grid run -> (shard, position in shard)
+    for runs in runs_of_kind.values():
+        per_shard = math.ceil(len(runs) / n_shards)
+        for shard in range(n_shards):
+            own = runs[shard * per_shard : (shard + 1) * per_shard]
+            for run in own:
+                placed_at[run] = (shard, len(shard_runs[shard]))
+                shard_runs[shard].append(run)
+            shard_runs[shard].extend([runs[0]] * (per_shard - len(own)))  # fillers
+
+    runs = np.asarray(shard_runs, dtype=np.int64)  # (S, Rs): every shard got the same count
+    shards = [layout_runs(spec, layout.run_condition[ids], layout.run_seed_index[ids]) for ids in runs]
+    shape = _common_shape([s.shape for s in shards])
+    shards = [dataclasses.replace(s, shape=shape) for s in shards]
+
+    first_slot = np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs))
+    members = np.asarray(layout.knobs.n_judges)
+    slots = np.asarray([np.concatenate([first_slot[r] + np.arange(members[r]) for r in ids]) for ids in runs])
+    run_at = np.array([placed_at[r][0] * shape.n_runs + placed_at[r][1] for r in range(layout.shape.n_runs)])
+    shard_first_slot = [np.searchsorted(s.slot_run, np.arange(shape.n_runs)) for s in shards]
+    slot_at = np.array(
+        [
+            placed_at[run][0] * shape.n_slots + shard_first_slot[placed_at[run][0]][placed_at[run][1]] + member
+            for run, member in zip(layout.slot_run, layout.slot_member, strict=True)
+        ]
+    )
+    return ShardPlan(shape, tuple(shards), runs, slots, run_at, slot_at)
+
+
+def _common_shape(shapes: list[GridShape]) -> GridShape:
+    """Pad shard shapes that differ only in pair counts to their maximum."""
+    padded = dataclasses.replace(
+        shapes[0],
+        max_anchor_pairs=max(s.max_anchor_pairs for s in shapes),
+        meta_groups=tuple(
+            dataclasses.replace(groups[0], holdout_pairs=max(g.holdout_pairs for g in groups))
+            for groups in zip(*(s.meta_groups for s in shapes), strict=True)
+        ),
+    )
+    for shape in shapes:
+        same = dataclasses.replace(shape, max_anchor_pairs=padded.max_anchor_pairs, meta_groups=padded.meta_groups)
+        assert same == padded, f"shards differ in more than pair counts: {shape} vs {padded}"
+    return padded
+
+
+def shard_mesh(n_shards: int) -> Mesh:
+    """A one-axis mesh over the first `n_shards` devices."""
+    devices = jax.local_devices()
+    if n_shards > len(devices):
+        raise ValueError(f"{n_shards} shards need as many devices; JAX has {len(devices)}")
+    return Mesh(np.asarray(devices[:n_shards]), (SHARD_AXIS,))

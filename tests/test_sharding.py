@@ -1,0 +1,145 @@
+"""Runs split into shards of one shape: the deal, its padding, results independent of the split, no collectives."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from harness.conditions import load_grid
+from harness.grid import Condition, GridSpec, RunSettings, layout_grid, work_kind
+from harness.knobs import Knobs
+from harness.pretrain import pretrain_program
+from harness.program import GridProgram
+from harness.sharding import SHARD_AXIS, deal_runs, plan_shards, shard_mesh
+from harness.world import World
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = load_grid(ROOT / "conditions" / "paper.toml")
+
+# Collective operations in XLA's HLO text. XLA:CPU runs them through a rendezvous of the
+# devices' threads, which can hang when the thread pool is busy: shards must never talk.
+COLLECTIVE = re.compile(r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(-start)?\(")
+
+needs_two_devices = pytest.mark.skipif(len(jax.local_devices()) < 2, reason="needs two JAX devices (cores)")
+
+
+def test_published_grid_on_two_shards() -> None:
+    # Its runs by kind (5 seeds per condition): every-step judges: single 15 (baseline and
+    # two resets), ensembles of 3 and of 5 (5 each), anchored 10, meta checked every step
+    # 10, meta on a cadence 10; slower judges: single 20 (frozen, k = 2, 5, 10), meta on
+    # a cadence 15. Each shard takes ceil(count / 2) of every kind.
+    plan = deal_runs(layout_grid(PAPER), 2)
+    assert plan.shape.n_runs == 8 + 3 + 3 + 5 + 5 + 5 + 10 + 8 == 47
+    assert plan.shape.n_slots == 8 + 3 * 3 + 3 * 5 + 5 + 5 + 5 + 10 + 8 == 65
+    assert plan.fillers == 2 * 47 - 90 == 4  # one per kind with an odd count
+    assert plan_shards(layout_grid(PAPER), 2).n_shards == 2
+
+
+@pytest.mark.parametrize("n_shards", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("grid", ["paper", "smoke", "example"])
+def test_every_run_and_slot_computed_once_in_shards_of_one_shape(grid: str, n_shards: int) -> None:
+    layout = layout_grid(load_grid(ROOT / "conditions" / f"{grid}.toml"))
+    plan = deal_runs(layout, n_shards)
+    assert plan.n_shards == n_shards
+    assert all(shard.shape == plan.shape for shard in plan.shards)
+    assert plan.shard_runs.shape == (n_shards, plan.shape.n_runs)
+    assert plan.shard_slots.shape == (n_shards, plan.shape.n_slots)
+    # Each grid run (slot) is read back from a shard position that computes that run (slot).
+    np.testing.assert_array_equal(plan.shard_runs.reshape(-1)[plan.run_at], np.arange(layout.shape.n_runs))
+    np.testing.assert_array_equal(plan.shard_slots.reshape(-1)[plan.slot_at], np.arange(layout.shape.n_slots))
+    assert len(set(plan.run_at)) == layout.shape.n_runs
+    for shard, runs, slots in zip(plan.shards, plan.shard_runs, plan.shard_slots, strict=True):
+        np.testing.assert_array_equal(shard.run_condition, layout.run_condition[runs])
+        np.testing.assert_array_equal(shard.run_seed_index, layout.run_seed_index[runs])
+        # A shard slot is its shard run's judge of the same member.
+        np.testing.assert_array_equal(layout.slot_run[slots], runs[shard.slot_run])
+        np.testing.assert_array_equal(layout.slot_member[slots], shard.slot_member)
+    # Shards only add runs: never fewer than an even split, never more than one extra per kind.
+    kinds = {work_kind(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions}
+    assert -(-layout.shape.n_runs // n_shards) <= plan.shape.n_runs <= layout.shape.n_runs // n_shards + len(kinds)
+
+
+def _grid(*knobs: Knobs, seeds: int = 1) -> GridSpec:
+    conditions = tuple(Condition(name=f"c{i}", knobs=k) for i, k in enumerate(knobs))
+    return GridSpec(conditions=conditions, run=RunSettings(seeds=seeds, iterations=1, steps_per_iteration=4))
+
+
+def test_plan_takes_fewer_shards_when_more_would_only_add_fillers() -> None:
+    # Two runs of different kinds: two shards would each compute both kinds (one a filler).
+    two_kinds = layout_grid(_grid(Knobs(), Knobs(freeze_judge=True)))
+    assert deal_runs(two_kinds, 2).shape.n_runs == 2
+    assert plan_shards(two_kinds, 2).n_shards == 1
+    # Four runs of one kind split evenly.
+    one_kind = layout_grid(_grid(Knobs(), seeds=4))
+    assert plan_shards(one_kind, 4).n_shards == 4
+    assert plan_shards(one_kind, 4).fillers == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        plan_shards(one_kind, 0)
+
+
+SPLIT = GridSpec(
+    name="split",
+    run=RunSettings(seeds=3, iterations=2, steps_per_iteration=10),
+    conditions=(
+        Condition(name="baseline"),
+        Condition(name="ensemble", knobs=Knobs(n_judges=2, reset_every=1)),
+        Condition(name="meta", knobs=Knobs(judge_update_every=5, meta_holdout_fraction=0.05, meta_update_every=5)),
+        Condition(name="anchor", knobs=Knobs(anchor_fraction=0.05)),
+        Condition(name="anchor_wide", knobs=Knobs(anchor_fraction=0.1)),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def split_runs() -> dict[int, tuple[GridProgram, pd.DataFrame]]:
+    """SPLIT run whole (one shard) and in two shards (with fillers: every kind has an odd run count)."""
+    programs = {}
+    for max_shards in (1, 2):
+        program = GridProgram(SPLIT, max_shards=max_shards)
+        programs[max_shards] = program, program.run()
+    return programs
+
+
+@needs_two_devices
+def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridProgram, pd.DataFrame]]) -> None:
+    (whole, whole_table), (split, split_table) = split_runs[1], split_runs[2]
+    assert whole.plan.n_shards == 1 and split.plan.n_shards == 2 and split.plan.fillers > 0
+    # The anchor counts (3 and 6 pairs) were padded to one width across the two shards.
+    assert split.shard_shape.max_anchor_pairs == 6
+    numeric = whole_table.select_dtypes("number").columns
+    pd.testing.assert_frame_equal(whole_table.drop(columns=numeric), split_table.drop(columns=numeric))
+    np.testing.assert_allclose(
+        split_table[numeric].to_numpy(float), whole_table[numeric].to_numpy(float), rtol=0, atol=1e-4
+    )
+    for a, b in zip(
+        jax.tree.leaves(whole.final_state.judge_params), jax.tree.leaves(split.final_state.judge_params), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    # The iteration counted its judge updates per run through the shards: 10 steps, k = 1 or 5.
+    last = split_table.query("iteration == 2").set_index("condition")["judge_updates"]
+    assert (last.drop("meta") == 10).all() and (last["meta"] == 2).all()
+
+
+@needs_two_devices
+def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridProgram, pd.DataFrame]]) -> None:
+    iteration = split_runs[2][0]._executable.as_text()
+    assert "while" in iteration  # the text is the real program
+    assert not COLLECTIVE.search(iteration)
+
+    world = World(SPLIT.world)
+    key_shape = jax.ShapeDtypeStruct((2, 3, 2), jnp.uint32)
+    pretraining = pretrain_program(world, SPLIT.pretrain, 2).lower(key_shape, key_shape).compile().as_text()
+    assert "while" in pretraining
+    assert not COLLECTIVE.search(pretraining)
+
+    # Positive control: the pattern finds the collective a cross-shard sum compiles to.
+    spread = jax.device_put(jnp.ones((2, 3)), NamedSharding(shard_mesh(2), P(SHARD_AXIS)))
+    assert COLLECTIVE.search(jax.jit(lambda x: x.sum(0)).lower(spread).compile().as_text())
