@@ -211,11 +211,22 @@ def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
     return jax.tree.map(lambda leaf: leaf[index][:, :members], pool)
 
 
-def started(spec: GridSpec, pool: PretrainResult) -> tuple[GridProgram, Any]:
-    """A compiled program and its initial state (compiled once per grid shape and process)."""
-    program = GridProgram(spec)
+def started(spec: GridSpec, pool: PretrainResult, max_shards: int | None = None) -> tuple[GridProgram, Any]:
+    """A compiled program and its initial state (compiled once per grid shape and process).
+
+    max_shards: as GridProgram's (None: one shard per device where that pays).
+    """
+    program = GridProgram(spec, max_shards=max_shards)
     state, _ = program.start(pretrained_for(spec, pool))
     return program, state
+
+
+def sharding(program: GridProgram) -> str:
+    """How a program splits its runs, for figure notes."""
+    plan = program.plan
+    if plan.n_shards == 1:
+        return "one shard"
+    return f"{plan.n_shards} shards of {plan.shape.n_runs} runs ({plural(plan.fillers, 'filler')}) side by side"
 
 
 def clear_in_memory_caches() -> None:

@@ -47,7 +47,8 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
         "µs",
         f"published grid: {shape.n_runs} runs ({support.plural(len(spec.conditions), 'condition')} × "
         f"{support.plural(shape.n_seeds, 'seed')}), "
-        f"{shape.n_slots} judge slots; steps_per_iteration={shape.steps_per_iteration}; "
+        f"{shape.n_slots} judge slots, {support.sharding(stepper.program)}; "
+        f"steps_per_iteration={shape.steps_per_iteration}; "
         f"median of {sizes.rounds} step() calls after {sizes.warmup_rounds} warm-up",
     )
     figures.add(
@@ -66,6 +67,27 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
     )
 
 
+def test_shards_vs_one_device(benchmark, sizes, judge_pool, figures):
+    """The published grid split into one shard per device vs the same grid on one device, back to back."""
+    spec = support.published_grid(sizes)
+    sharded = support.Stepper(*support.started(spec, judge_pool))
+    whole = support.Stepper(*support.started(spec, judge_pool, max_shards=1))
+
+    def one_round() -> dict[str, float]:
+        return {"sharded": sharded(), "one device": whole()}
+
+    results = support.measure(benchmark, one_round, sizes)
+    ratio = support.median([r["one device"] / r["sharded"] for r in results])
+    figures.add(
+        benchmark,
+        "sharding speedup (one device / sharded)",
+        ratio,
+        "×",
+        f"published grid, {support.sharding(sharded.program)} vs one program on one device; "
+        f"median over {len(results)} rounds of back-to-back step() calls",
+    )
+
+
 def test_scaling(benchmark, sizes, judge_pool, figures, n_runs):
     stepper = support.Stepper(*support.started(support.baseline_grid(sizes, n_runs), judge_pool))
     seconds = support.median(support.measure(benchmark, stepper, sizes))
@@ -76,7 +98,7 @@ def test_scaling(benchmark, sizes, judge_pool, figures, n_runs):
         f"scaling: µs per run-step, runs={n_runs}",
         us,
         "µs",
-        f"baseline condition × {support.plural(n_runs, 'seed')} in one program; "
+        f"baseline condition × {support.plural(n_runs, 'seed')} in one program, {support.sharding(stepper.program)}; "
         f"steps_per_iteration={sizes.steps_per_iteration}; {1e6 / us:,.0f} run-steps/s",
     )
 
@@ -97,7 +119,13 @@ def test_batched_vs_one_at_a_time(benchmark, sizes, judge_pool, figures):
     figures.add(
         benchmark, "one-at-a-time: µs per run-step", loop_us, "µs", f"loop of {n_runs} single-run programs; {where}"
     )
-    figures.add(benchmark, "batched: µs per run-step", batched_us, "µs", f"one program of {n_runs} runs; {where}")
+    figures.add(
+        benchmark,
+        "batched: µs per run-step",
+        batched_us,
+        "µs",
+        f"one program of {n_runs} runs, {support.sharding(batched.program)}; {where}",
+    )
     figures.add(
         benchmark,
         "batching speedup (one-at-a-time / batched)",
