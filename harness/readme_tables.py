@@ -6,13 +6,14 @@ markers below, so the README's numbers always come from a run, not from typing.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from harness import report
-from harness.artifacts import METRICS_FILE, atomic_write_text
+from harness.artifacts import MANIFEST_FILE, METRICS_FILE, atomic_write_text
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 
@@ -71,13 +72,28 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *lines])
 
 
+def wall_time_line(manifest: dict) -> str:
+    """How long the run took and where, from its manifest."""
+    seconds, machine = manifest["wall_seconds"], manifest["machine"]
+    phases = ", ".join(f"{phase} {value:.1f} s" for phase, value in seconds.items())
+    shards = manifest.get("shards", 1)
+    split = f"{shards} shards side by side" if shards > 1 else "one shard"
+    compiled = "" if manifest.get("compile_cache") is None else " (compile cache on)"
+    return (
+        f"That run took {sum(seconds.values()):.0f} s ({phases}){compiled} on {machine['cores']} cores of an "
+        f"{machine['cpu']}, as {split}."
+    )
+
+
 def rewrite_readme(run_dir: Path, readme: Path) -> None:
     metrics = pd.read_csv(run_dir / METRICS_FILE)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     seeds = sorted(int(seed) for seed in metrics["seed"].unique())
     block = (
         f"{START}\n"
         f"End state (iteration {metrics['iteration'].max()}), mean ± std [95% CI] over seeds {seeds}, "
-        f"from `{run_dir.as_posix()}` (regenerate: `make reference`).\n\n{markdown(comparison_table(metrics))}\n{END}"
+        f"from `{run_dir.as_posix()}` (regenerate: `make reference`).\n\n{markdown(comparison_table(metrics))}\n\n"
+        f"{wall_time_line(manifest)}\n{END}"
     )
     text = readme.read_text(encoding="utf-8")
     if START not in text or END not in text:
