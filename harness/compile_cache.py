@@ -1,15 +1,23 @@
-"""JAX's persistent compilation cache: compiled programs outlive the process, so a rerun skips XLA.
+"""Compiled programs that outlive the process, so a rerun of a grid skips tracing and XLA.
 
-`enable_compilation_cache()` points JAX at a cache directory and caches every program,
-however quick its compile or small its executable (our grid programs are few and large).
+`enable_compilation_cache()` points JAX's persistent cache at a directory and caches
+every program, however quick its compile or small its executable (our grid programs are
+few and large). JAX still traces and lowers a program before it can look it up there,
+which for the grid's iteration takes seconds; `exported()` keeps the traced and lowered
+program itself (`jax.export`) beside it, so a rerun goes straight to loading the executable.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
+import jaxlib
+from jax import export
 from jax.experimental.compilation_cache import compilation_cache
 
 CACHE_DIR_ENV = "COEVOLAB_CACHE_DIR"
@@ -36,3 +44,55 @@ def enable_compilation_cache(path: Path | None = None) -> Path:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no size threshold
     compilation_cache.reset_cache()
     return directory
+
+
+EXPORTED_SUBDIR = "exported"
+
+
+@functools.cache
+def harness_source_digest() -> str:
+    """Hash of every module of this package: an exported program is only reused by the code that traced it."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def exported_dir() -> Path | None:
+    """Where traced programs are kept (`exported/` in JAX's cache directory), or None while the cache is off."""
+    directory = jax.config.jax_compilation_cache_dir
+    if not jax.config.jax_enable_compilation_cache or not directory:
+        return None
+    return Path(directory) / EXPORTED_SUBDIR
+
+
+def exported(name: str, function: Callable, args: Sequence[jax.Array], static_key: str) -> export.Exported:
+    """`function` (jitted, flat arrays in and out) traced and lowered for `args`, from the cache when it is there.
+
+    The cache key covers `static_key` (whatever the caller's trace depends on besides the
+    arguments), the arguments' shapes, dtypes and shardings, the JAX version, the
+    devices and this package's source, so a changed program is never served stale.
+    """
+    directory = exported_dir()
+    if directory is None:
+        return export.export(function)(*args)
+    key = hashlib.sha256(
+        "\n".join(
+            [
+                static_key,
+                *(f"{arg.shape} {arg.dtype} {getattr(arg, 'sharding', None)}" for arg in args),
+                f"jax {jax.__version__} jaxlib {jaxlib.__version__}",
+                " ".join(f"{d.platform}:{d.device_kind}" for d in jax.local_devices()),
+                harness_source_digest(),
+            ]
+        ).encode()
+    ).hexdigest()
+    path = directory / f"{name}-{key[:32]}.jaxexport"
+    if path.is_file():
+        return export.deserialize(bytearray(path.read_bytes()))
+    program = export.export(function)(*args)
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_bytes(program.serialize())
+    partial.replace(path)  # atomic: a concurrent or interrupted run never reads half a file
+    return program

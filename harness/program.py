@@ -20,7 +20,7 @@ import pandas as pd
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness import keys
+from harness import compile_cache, keys
 from harness.coevolution import CoevolutionState, GridConstants, UpdateGroupIds, init_opt_state, train_iteration
 from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
@@ -64,14 +64,62 @@ def iteration_program(shape: GridShape, n_shards: int) -> Callable:
 
     sharded = P(SHARD_AXIS)
     return jax.jit(
-        jax.shard_map(iterate, mesh=shard_mesh(n_shards), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded),
-        donate_argnums=2,
+        jax.shard_map(iterate, mesh=shard_mesh(n_shards), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded)
     )
+
+
+@dataclass(frozen=True)
+class IterationExecutable:
+    """The compiled iteration program, called like `iteration_program`'s: pytrees in, pytrees out.
+
+    The compiled program itself takes and returns flat lists of arrays, so that its
+    traced form can be exported to disk and reloaded (see `compile_cache.exported`).
+    """
+
+    compiled: jax.stages.Compiled
+    in_tree: jax.tree_util.PyTreeDef
+    out_tree: jax.tree_util.PyTreeDef
+
+    def __call__(
+        self, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+    ) -> tuple[CoevolutionState, Diagnostics]:
+        leaves, in_tree = jax.tree.flatten((consts, knobs, state, iteration))
+        if in_tree != self.in_tree:
+            raise ValueError(f"arguments do not match the compiled program: {in_tree} vs {self.in_tree}")
+        return jax.tree.unflatten(self.out_tree, self.compiled(*leaves))
+
+    def as_text(self) -> str:
+        return self.compiled.as_text()
+
+    def cost_analysis(self) -> object:
+        return self.compiled.cost_analysis()
+
+
+def compile_iteration(
+    shape: GridShape, n_shards: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
+) -> IterationExecutable:
+    """Compile `iteration_program(shape, n_shards)` for `args`; the traced program comes from disk when cached."""
+    leaves, in_tree = jax.tree.flatten(args)
+    # The outputs are a state shaped like the input state and one Diagnostics record.
+    out_tree = jax.tree.structure((args[2], Diagnostics(**dict.fromkeys(METRIC_NAMES, 0))))
+    program = iteration_program(shape, n_shards)
+
+    def flat(*leaves: jax.Array) -> list[jax.Array]:
+        outputs = program(*jax.tree.unflatten(in_tree, leaves))
+        assert jax.tree.structure(outputs) == out_tree, "the iteration's outputs changed structure"
+        return jax.tree.leaves(outputs)
+
+    traced = compile_cache.exported("iteration", jax.jit(flat), leaves, f"{shape} {n_shards} {in_tree}")
+    # The state's buffers are donated: each step() passes a fresh copy of the shards.
+    first_state_leaf = len(jax.tree.leaves(args[:2]))
+    state_leaves = range(first_state_leaf, first_state_leaf + len(jax.tree.leaves(args[2])))
+    compiled = jax.jit(traced.call, donate_argnums=tuple(state_leaves)).lower(*leaves).compile()
+    return IterationExecutable(compiled, in_tree, out_tree)
 
 
 # Compiled iteration programs by shape: a later grid of the same shape reuses the
 # executable instead of lowering (and tracing) the program again.
-_EXECUTABLES: dict[tuple[GridShape, int], jax.stages.Compiled] = {}
+_EXECUTABLES: dict[tuple[GridShape, int], IterationExecutable] = {}
 
 
 def clear_program_caches() -> None:
@@ -144,7 +192,7 @@ class GridProgram:
         self.world = World(self.spec.world)
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
-        self._executable: Callable | None = None
+        self._executable: IterationExecutable | None = None
         self._shard_consts: GridConstants | None = None
         self._shard_knobs: RunKnobs | None = None
 
@@ -287,10 +335,8 @@ class GridProgram:
         start = time.perf_counter()
         program = (self.shard_shape, self.plan.n_shards)
         if program not in _EXECUTABLES:
-            lowered = iteration_program(*program).lower(
-                self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0)
-            )
-            _EXECUTABLES[program] = lowered.compile()
+            args = (self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0))
+            _EXECUTABLES[program] = compile_iteration(*program, args)
         self._executable = _EXECUTABLES[program]
         self.times.compile = time.perf_counter() - start
         return state, initial

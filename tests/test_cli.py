@@ -179,7 +179,14 @@ def test_compiled_programs_are_cached_on_disk_unless_turned_off(tmp_path: Path, 
     manifest = json.loads((tmp_path / "first" / "manifest.json").read_text())
     assert Path(manifest["compile_cache"]) == private_compile_cache.resolve()
 
-    # The same grid again compiles nothing new: every program comes from the cache.
+    # The traced iteration program is kept beside the executables.
+    assert len(list((private_compile_cache / "exported").glob("iteration-*.jaxexport"))) == 1
+
+    # The same grid again compiles nothing new: every program comes from the cache, and
+    # the reloaded program computes what the freshly traced one did.
     again = coevolab("run", str(grid), "--out", str(tmp_path / "again"), "--quiet")
     assert again.returncode == 0, again.stderr
     assert cache_files() == filled
+    metrics = {run: pd.read_csv(tmp_path / run / "metrics.csv") for run in ("off", "first", "again")}
+    pd.testing.assert_frame_equal(metrics["first"], metrics["again"])
+    pd.testing.assert_frame_equal(metrics["off"], metrics["first"])

@@ -1,0 +1,63 @@
+"""Traced programs kept on disk: reused by the same code and arguments, never by different ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.compilation_cache import compilation_cache
+
+from harness import compile_cache
+from harness.compile_cache import enable_compilation_cache, exported
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Iterator[Path]:
+    saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
+    directory = enable_compilation_cache(tmp_path / "cache")
+    yield directory
+    jax.config.update("jax_enable_compilation_cache", saved[0])
+    jax.config.update("jax_compilation_cache_dir", saved[1])
+    compilation_cache.reset_cache()
+
+
+def test_exported_program_is_traced_once_then_read_from_disk(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    traces = []
+
+    @jax.jit
+    def affine(x: jax.Array, y: jax.Array) -> list[jax.Array]:
+        traces.append(1)
+        return [2.0 * x + y]
+
+    x, y = jnp.arange(3.0), jnp.ones(3)
+    first = exported("affine", affine, [x, y], "affine v1")
+    files = list((cache_dir / "exported").glob("affine-*.jaxexport"))
+    assert len(files) == 1 and len(traces) == 1
+
+    # Same key: read back without tracing (export would fail here), and it computes the same.
+    monkeypatch.setattr(compile_cache.export, "export", lambda *a, **k: pytest.fail("traced again"))
+    again = exported("affine", affine, [x, y], "affine v1")
+    assert len(traces) == 1
+    np.testing.assert_array_equal(again.call(x, y)[0], first.call(x, y)[0])
+    np.testing.assert_array_equal(again.call(x, y)[0], 2.0 * np.arange(3.0) + 1.0)
+    monkeypatch.undo()
+
+    # A different static key, argument shape or package source is a different program.
+    exported("affine", affine, [x, y], "affine v2")
+    exported("affine", affine, [jnp.arange(4.0), jnp.ones(4)], "affine v1")
+    monkeypatch.setattr(compile_cache, "harness_source_digest", lambda: "edited source")
+    exported("affine", affine, [x, y], "affine v1")
+    assert len(list((cache_dir / "exported").glob("affine-*.jaxexport"))) == 4
+    assert not list((cache_dir / "exported").glob("*.partial"))
+
+
+def test_nothing_is_written_while_the_cache_is_off() -> None:
+    # JAX's cache is inactive without a directory (tests never set one outside the fixture).
+    assert jax.config.jax_compilation_cache_dir is None
+    assert compile_cache.exported_dir() is None
+    program = exported("negate", jax.jit(lambda x: [-x]), [jnp.ones(2)], "negate")
+    np.testing.assert_array_equal(program.call(jnp.ones(2))[0], -np.ones(2))
