@@ -113,7 +113,11 @@ def compile_iteration(
     # The state's buffers are donated: each step() passes a fresh copy of the shards.
     first_state_leaf = len(jax.tree.leaves(args[:2]))
     state_leaves = range(first_state_leaf, first_state_leaf + len(jax.tree.leaves(args[2])))
-    compiled = jax.jit(traced.call, donate_argnums=tuple(state_leaves)).lower(*leaves).compile()
+
+    def iterate(*leaves: jax.Array) -> list[jax.Array]:  # named so that compile logs say jit(iterate)
+        return traced.call(*leaves)
+
+    compiled = jax.jit(iterate, donate_argnums=tuple(state_leaves)).lower(*leaves).compile()
     return IterationExecutable(compiled, in_tree, out_tree)
 
 
