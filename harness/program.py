@@ -220,37 +220,44 @@ class GridProgram:
         """Inverse of `_to_shards` for the grid's own runs or slots: fillers are dropped."""
         return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[at]), tree)
 
-    def shard_state(self, state: CoevolutionState) -> CoevolutionState:
-        runs, slots = self.plan.shard_runs, self.plan.shard_slots
-        by_run = self._to_shards(
-            (state.policy_params, state.policy_opt_state, state.judge_updates, state.meta_corrections), runs
-        )
-        by_slot = self._to_shards((state.judge_params, state.judge_opt_state), slots)
-        step = self._to_shards(jnp.full((self.plan.n_shards,), state.step), np.arange(self.plan.n_shards))
+    @staticmethod
+    def _regroup(
+        state: CoevolutionState,
+        by_run: Callable[[chex.ArrayTree], chex.ArrayTree],
+        by_slot: Callable[[chex.ArrayTree], chex.ArrayTree],
+        step: jax.Array,
+    ) -> CoevolutionState:
+        """The state with its per-run fields passed through `by_run`, per-slot fields through `by_slot`."""
+        runs = by_run((state.policy_params, state.policy_opt_state, state.judge_updates, state.meta_corrections))
+        slots = by_slot((state.judge_params, state.judge_opt_state))
         return CoevolutionState(
-            policy_params=by_run[0],
-            policy_opt_state=by_run[1],
-            judge_params=by_slot[0],
-            judge_opt_state=by_slot[1],
+            policy_params=runs[0],
+            policy_opt_state=runs[1],
+            judge_params=slots[0],
+            judge_opt_state=slots[1],
             step=step,
-            judge_updates=by_run[2],
-            meta_corrections=by_run[3],
+            judge_updates=runs[2],
+            meta_corrections=runs[3],
+        )
+
+    def shard_state(self, state: CoevolutionState) -> CoevolutionState:
+        """The grid's state -> the shards' (leading axis S, split over the devices)."""
+        plan = self.plan
+        return self._regroup(
+            state,
+            lambda tree: self._to_shards(tree, plan.shard_runs),
+            lambda tree: self._to_shards(tree, plan.shard_slots),
+            self._to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards)),
         )
 
     def unshard_state(self, state: CoevolutionState) -> CoevolutionState:
-        run_at, slot_at = self.plan.run_at, self.plan.slot_at
-        by_run = self._from_shards(
-            (state.policy_params, state.policy_opt_state, state.judge_updates, state.meta_corrections), run_at
-        )
-        by_slot = self._from_shards((state.judge_params, state.judge_opt_state), slot_at)
-        return CoevolutionState(
-            policy_params=by_run[0],
-            policy_opt_state=by_run[1],
-            judge_params=by_slot[0],
-            judge_opt_state=by_slot[1],
-            step=jnp.asarray(np.asarray(state.step)[0]),
-            judge_updates=by_run[2],
-            meta_corrections=by_run[3],
+        """The shards' state -> the grid's, fillers dropped."""
+        plan = self.plan
+        return self._regroup(
+            state,
+            lambda tree: self._from_shards(tree, plan.run_at),
+            lambda tree: self._from_shards(tree, plan.slot_at),
+            jnp.asarray(np.asarray(state.step)[0]),
         )
 
     def pretrain(self) -> PretrainResult:

@@ -15,6 +15,7 @@ Anchor and held-out pair counts are padded to the largest shard's, as within a g
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -78,28 +79,38 @@ class ShardPlan:
         """Runs computed only to pad shards to one shape."""
         return self.shard_runs.size - self.run_at.size
 
-    @property
-    def cost(self) -> int:
-        """Work per shard, in runs plus judge slots: what sets a step's time when shards run side by side."""
-        return self.shape.n_runs + self.shape.n_slots
 
-
-def plan_shards(layout: GridLayout, max_shards: int) -> ShardPlan:
-    """The cheapest split of `layout` into at most `max_shards` shards; ties go to fewer shards."""
-    if max_shards < 1:
-        raise ValueError(f"max_shards must be at least 1, got {max_shards}")
-    plans = [deal_runs(layout, n) for n in range(1, min(max_shards, layout.shape.n_runs) + 1)]
-    return min(plans, key=lambda plan: (plan.cost, plan.n_shards))
-
-
-def deal_runs(layout: GridLayout, n_shards: int) -> ShardPlan:
-    """Split `layout` into `n_shards` shards of one shape: each kind's runs round-robin, short shards filled."""
-    spec = layout.spec
-    condition_kinds = [work_kind(c.knobs, spec.world.n_outputs) for c in spec.conditions]
+def _runs_of_kind(layout: GridLayout) -> dict[WorkKind, list[int]]:
+    """The grid's runs grouped by work kind, in run order."""
+    condition_kinds = [work_kind(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions]
     runs_of_kind: dict[WorkKind, list[int]] = {}
     for run, condition in enumerate(layout.run_condition):
         runs_of_kind.setdefault(condition_kinds[condition], []).append(run)
+    return runs_of_kind
 
+
+def plan_shards(layout: GridLayout, max_shards: int) -> ShardPlan:
+    """The cheapest split of `layout` into at most `max_shards` shards; ties go to fewer shards.
+
+    Cost is the work of one shard, in runs plus judge slots (fillers included): what sets
+    a step's time when shards run side by side. It follows from the run counts per kind,
+    so only the chosen split is laid out.
+    """
+    if max_shards < 1:
+        raise ValueError(f"max_shards must be at least 1, got {max_shards}")
+    runs_of_kind = _runs_of_kind(layout)
+
+    def cost(n_shards: int) -> int:
+        return sum(math.ceil(len(runs) / n_shards) * (1 + kind.n_judges) for kind, runs in runs_of_kind.items())
+
+    best = min(range(1, min(max_shards, layout.shape.n_runs) + 1), key=lambda n: (cost(n), n))
+    return deal_runs(layout, best)
+
+
+def deal_runs(layout: GridLayout, n_shards: int) -> ShardPlan:
+    """Split `layout` into `n_shards` shards of one shape: each kind's runs in equal blocks, short blocks filled."""
+    spec = layout.spec
+    runs_of_kind = _runs_of_kind(layout)
     shard_runs: list[list[int]] = [[] for _ in range(n_shards)]
     placed_at: dict[int, tuple[int, int]] = {}  # grid run -> (shard, position in shard)
     for runs in runs_of_kind.values():
@@ -146,6 +157,7 @@ def _common_shape(shapes: list[GridShape]) -> GridShape:
     return padded
 
 
+@functools.cache
 def shard_mesh(n_shards: int) -> Mesh:
     """A one-axis mesh over the first `n_shards` devices."""
     devices = jax.local_devices()

@@ -62,6 +62,10 @@ def test_every_run_and_slot_computed_once_in_shards_of_one_shape(grid: str, n_sh
         # A shard slot is its shard run's judge of the same member.
         np.testing.assert_array_equal(layout.slot_run[slots], runs[shard.slot_run])
         np.testing.assert_array_equal(layout.slot_member[slots], shard.slot_member)
+    # The plan picks the split whose laid-out shard has the least runs + slots (fewer shards on ties).
+    costs = {n: deal_runs(layout, n).shape for n in range(1, n_shards + 1)}
+    best = plan_shards(layout, n_shards)
+    assert best.shape.n_runs + best.shape.n_slots == min(s.n_runs + s.n_slots for s in costs.values())
     # Shards only add runs: never fewer than an even split, never more than one extra per kind.
     kinds = {work_kind(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions}
     assert -(-layout.shape.n_runs // n_shards) <= plan.shape.n_runs <= layout.shape.n_runs // n_shards + len(kinds)
