@@ -5,6 +5,10 @@ The step functions act on the whole grid: per-run work is vmapped over the run a
 given step (judge updates, meta-correction) is done per work group (see
 `harness.grid.layout_grid`) behind a `lax.cond`, so steps where no run of a group is
 due skip it, and runs that are not due keep their old values through a select.
+
+Inside an outer iteration every network is one flat parameter row (`harness.flat_params`):
+the step functions take and return `CoevolutionState`s whose networks and Adam moments are
+(R, P) / (J, P) arrays, and unravel a row only where a model reads it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from harness.flat_params import (
+    judge_unravel,
+    policy_unravel,
+    ravel_optimizer_rows,
+    ravel_rows,
+    unravel_optimizer_rows,
+    unravel_rows,
+)
 from harness.grid import GridShape, MetaGroupShape, UpdateGroupShape
 from harness.keys import distinct_pairs
 from harness.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
@@ -56,7 +68,11 @@ class GridConstants:
 
 @flax.struct.dataclass
 class CoevolutionState:
-    """Everything that changes during training. Leading axes: R for the policy, J for judges."""
+    """Everything that changes during training. Leading axes: R for the policy, J for judges.
+
+    Networks are pytrees (flax parameter dicts with a leading axis); within
+    `train_iteration` they are flat rows instead (see `flat_state`).
+    """
 
     policy_params: Params
     policy_opt_state: optax.OptState
@@ -96,13 +112,14 @@ def _put(tree: chex.ArrayTree, index: jax.Array, values: chex.ArrayTree) -> chex
 
 
 def output_pair_bce(
-    params: Params, pairs: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int, seq_len: int
+    row: jax.Array, pairs: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int, seq_len: int
 ) -> tuple[jax.Array, jax.Array]:
-    """Masked Bradley–Terry loss on pairs of outputs given by enumeration index.
+    """Masked Bradley–Terry loss of one judge (flat row) on pairs of outputs given by enumeration index.
 
     pairs int32 (P, 2); labels (P,) say whether the first should outscore the second;
     mask (P,) marks real pairs (the rest is padding). Returns (loss, accuracy on the mask).
     """
+    params = judge_unravel(vocab)(row)
     scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len, include_bias=False)
     margin = scores[: pairs.shape[0]] - scores[pairs.shape[0] :]
     weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
@@ -111,21 +128,32 @@ def output_pair_bce(
     return loss, accuracy
 
 
-def self_labelled_bce(params: Params, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
-    """Bradley–Terry loss with the judge's own current preference 1[J(a) > J(b)] as the label."""
-    scores = judge_scores(params, jnp.concatenate([first, second]), vocab, include_bias=False)
+def self_labelled_bce(row: jax.Array, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
+    """Bradley–Terry loss of one judge (flat row) with its own current preference 1[J(a) > J(b)] as the label."""
+    scores = judge_scores(judge_unravel(vocab)(row), jnp.concatenate([first, second]), vocab, include_bias=False)
     margin = scores[: first.shape[0]] - scores[first.shape[0] :]
     labels = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
     return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
 
 
 def ensemble_scores(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, judge_params: Params, tokens: jax.Array
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, judge_rows: jax.Array, tokens: jax.Array
 ) -> jax.Array:
-    """Mean score over each run's judges: tokens int32 (R, B, L) -> float32 (R, B)."""
-    per_slot = jax.vmap(judge_scores, (0, 0, None))(judge_params, tokens[consts.slot_run], shape.vocab_size)
+    """Mean score over each run's judges (flat rows (J, P)): tokens int32 (R, B, L) -> float32 (R, B)."""
+    unravel, vocab = judge_unravel(shape.vocab_size), shape.vocab_size
+    per_slot = jax.vmap(lambda row, slot_tokens: judge_scores(unravel(row), slot_tokens, vocab))(
+        judge_rows, tokens[consts.slot_run]
+    )
     total = jax.ops.segment_sum(per_slot, consts.slot_run, num_segments=shape.n_runs)
     return total / knobs.n_judges[:, None]
+
+
+def _sample(shape: GridShape, policy_rows: jax.Array, keys: jax.Array, batch: int) -> tuple[jax.Array, jax.Array]:
+    """`batch` sequences from each policy (flat rows (R', P)), keys (R', 2): tokens (R', B, L), log π (R', B)."""
+    unravel = policy_unravel(shape.vocab_size)
+    return jax.vmap(lambda row, key: sample_with_log_prob(unravel(row), key, batch, shape.vocab_size, shape.seq_len))(
+        policy_rows, keys
+    )
 
 
 def _policy_step(
@@ -133,10 +161,8 @@ def _policy_step(
 ) -> CoevolutionState:
     """Sample a batch per run, reward it with the run's judges, take one REINFORCE step."""
 
-    def sample_all(policy_params: Params) -> tuple[jax.Array, jax.Array]:
-        tokens, log_prob = jax.vmap(sample_with_log_prob, (0, 0, None, None, None))(
-            policy_params, keys, shape.batch_size, shape.vocab_size, shape.seq_len
-        )
+    def sample_all(policy_rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+        tokens, log_prob = _sample(shape, policy_rows, keys, shape.batch_size)
         return log_prob, tokens
 
     # One forward pass gives both the samples and log π; its VJP is the score function.
@@ -165,9 +191,7 @@ def _judge_update(
     batch, vocab = shape.batch_size, shape.vocab_size
     runs, slots = group.run_ids, group.slot_ids
     pair_keys, anchor_keys = keys[runs, 0], keys[runs, 1]
-    tokens, _ = jax.vmap(sample_with_log_prob, (0, 0, None, None, None))(
-        _take(state.policy_params, runs), pair_keys, 2 * batch, vocab, shape.seq_len
-    )
+    tokens, _ = _sample(shape, state.policy_params[runs], pair_keys, 2 * batch)
     tokens = tokens[group.slot_group_run]
     old_params, old_opt_state = _take(state.judge_params, slots), _take(state.judge_opt_state, slots)
     grads = jax.vmap(jax.grad(self_labelled_bce), (0, 0, 0, None))(
@@ -287,16 +311,39 @@ def inner_step(
     )
 
 
+def flat_state(state: CoevolutionState) -> CoevolutionState:
+    """The state with every network and its Adam moments as flat rows: (R, P) policies, (J, P) judges."""
+    return state.replace(
+        policy_params=ravel_rows(state.policy_params),
+        policy_opt_state=ravel_optimizer_rows(state.policy_opt_state, state.policy_params),
+        judge_params=ravel_rows(state.judge_params),
+        judge_opt_state=ravel_optimizer_rows(state.judge_opt_state, state.judge_params),
+    )
+
+
+def tree_state(shape: GridShape, rows: CoevolutionState, like: CoevolutionState) -> CoevolutionState:
+    """Inverse of `flat_state`; `like` is a pytree-shaped state of the same grid (e.g. the one flattened)."""
+    policy, judge = policy_unravel(shape.vocab_size), judge_unravel(shape.vocab_size)
+    return rows.replace(
+        policy_params=unravel_rows(policy, rows.policy_params),
+        policy_opt_state=unravel_optimizer_rows(
+            policy, rows.policy_opt_state, like.policy_opt_state, like.policy_params
+        ),
+        judge_params=unravel_rows(judge, rows.judge_params),
+        judge_opt_state=unravel_optimizer_rows(judge, rows.judge_opt_state, like.judge_opt_state, like.judge_params),
+    )
+
+
 def reset_judges(
-    consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+    consts: GridConstants, knobs: RunKnobs, rows: CoevolutionState, iteration: jax.Array
 ) -> CoevolutionState:
-    """After outer iteration `iteration` (0-based): judges of runs due a reset return to pretrained."""
+    """After outer iteration `iteration` (0-based): judges of runs due a reset return to pretrained (flat rows)."""
     run_due = (knobs.reset_every > 0) & ((iteration + 1) % jnp.maximum(knobs.reset_every, 1) == 0)
     slot_due = run_due[consts.slot_run]
-    fresh_opt = jax.vmap(init_opt_state)(consts.pretrained_judges)
-    return state.replace(
-        judge_params=_select(slot_due, consts.pretrained_judges, state.judge_params),
-        judge_opt_state=_select(slot_due, fresh_opt, state.judge_opt_state),
+    pretrained = ravel_rows(consts.pretrained_judges)
+    return rows.replace(
+        judge_params=_select(slot_due, pretrained, rows.judge_params),
+        judge_opt_state=_select(slot_due, jax.vmap(init_opt_state)(pretrained), rows.judge_opt_state),
     )
 
 
@@ -308,12 +355,12 @@ def train_iteration(
     iteration: jax.Array,
 ) -> CoevolutionState:
     """All inner steps of one outer iteration, then resets."""
-    state = state.replace(
+    rows = flat_state(state).replace(
         judge_updates=jnp.zeros_like(state.judge_updates), meta_corrections=jnp.zeros_like(state.meta_corrections)
     )
 
     def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
         return inner_step(shape, consts, knobs, carry, step_in_iteration), None
 
-    state, _ = jax.lax.scan(body, state, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
-    return reset_judges(consts, knobs, state, iteration)
+    rows, _ = jax.lax.scan(body, rows, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
+    return tree_state(shape, reset_judges(consts, knobs, rows, iteration), like=state)
