@@ -185,13 +185,17 @@ def sample_with_log_prob(
     score function with a single forward pass.
     """
     tables = _gru_tables(params)
+    # Position p draws jax.random.categorical(split(key, L)[p], logits), which is
+    # argmax(logits + gumbel(that key)). The Gumbel noise of all positions is drawn up
+    # front in one batched call: the same numbers, from one random-bits kernel instead of L.
+    noise = jax.vmap(lambda k: jax.random.gumbel(k, (batch_size, vocab_size)))(jax.random.split(key, seq_len))
     hidden, previous = None, jnp.full((batch_size,), vocab_size, dtype=jnp.int32)
     tokens, log_prob = [], jnp.zeros((batch_size,))
-    for position_key in jax.random.split(key, seq_len):
+    for position in range(seq_len):
         hidden = _gru_step(tables, hidden, previous)
         logits = _head(params, hidden)
         log_probs = jax.nn.log_softmax(logits, axis=-1)
-        previous = jax.random.categorical(position_key, jax.lax.stop_gradient(logits), axis=-1).astype(jnp.int32)
+        previous = jnp.argmax(noise[position] + jax.lax.stop_gradient(logits), axis=-1).astype(jnp.int32)
         log_prob = log_prob + jnp.take_along_axis(log_probs, previous[:, None], axis=-1)[:, 0]
         tokens.append(previous)
     return jnp.stack(tokens, axis=1), log_prob
