@@ -7,7 +7,7 @@ given step (judge updates, meta-correction) is done per work group (see
 due skip it, and runs that are not due keep their old values through a select.
 
 Inside an outer iteration every network is one flat parameter row (`harness.flat_params`):
-the step functions take and return `CoevolutionState`s whose networks and Adam moments are
+the step functions take and return a `FlatState`, whose networks and Adam moments are
 (R, P) / (J, P) arrays, and unravel a row only where a model reads it.
 """
 
@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import optax
 
 from harness.flat_params import (
-    judge_unravel,
-    policy_unravel,
+    judge_layout,
+    policy_layout,
     ravel_optimizer_rows,
     ravel_rows,
     unravel_optimizer_rows,
@@ -70,8 +70,8 @@ class GridConstants:
 class CoevolutionState:
     """Everything that changes during training. Leading axes: R for the policy, J for judges.
 
-    Networks are pytrees (flax parameter dicts with a leading axis); within
-    `train_iteration` they are flat rows instead (see `flat_state`).
+    Networks are pytrees (flax parameter dicts with a leading axis): the form checkpoints,
+    diagnostics and callers see. `train_iteration` works on its `FlatState`.
     """
 
     policy_params: Params
@@ -81,6 +81,24 @@ class CoevolutionState:
     step: jax.Array  # global inner-step count, shared by all runs
     judge_updates: jax.Array  # int32 (R,): steps with a judge update in the current outer iteration
     meta_corrections: jax.Array  # int32 (R,): meta-correction steps (summed over judges) this iteration
+
+
+@flax.struct.dataclass
+class FlatState:
+    """`CoevolutionState` with every network as one flat parameter row (see `flat_state`).
+
+    policy_params float32 (R, Pp), judge_params (J, Pj); the optimizer states are Adam's
+    with moments of the same shapes and a step count per network. Flattening is exact
+    because every Adam operation is per parameter.
+    """
+
+    policy_params: jax.Array
+    policy_opt_state: optax.OptState
+    judge_params: jax.Array
+    judge_opt_state: optax.OptState
+    step: jax.Array
+    judge_updates: jax.Array
+    meta_corrections: jax.Array
 
 
 def adam_step(params: Params, opt_state: optax.OptState, grads: Params, learning_rate: jax.Array) -> tuple:
@@ -119,7 +137,7 @@ def output_pair_bce(
     pairs int32 (P, 2); labels (P,) say whether the first should outscore the second;
     mask (P,) marks real pairs (the rest is padding). Returns (loss, accuracy on the mask).
     """
-    params = judge_unravel(vocab)(row)
+    params = judge_layout(vocab).unravel(row)
     scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len, include_bias=False)
     margin = scores[: pairs.shape[0]] - scores[pairs.shape[0] :]
     weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
@@ -130,7 +148,7 @@ def output_pair_bce(
 
 def self_labelled_bce(row: jax.Array, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
     """Bradley–Terry loss of one judge (flat row) with its own current preference 1[J(a) > J(b)] as the label."""
-    scores = judge_scores(judge_unravel(vocab)(row), jnp.concatenate([first, second]), vocab, include_bias=False)
+    scores = judge_scores(judge_layout(vocab).unravel(row), jnp.concatenate([first, second]), vocab, include_bias=False)
     margin = scores[: first.shape[0]] - scores[first.shape[0] :]
     labels = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
     return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
@@ -140,7 +158,7 @@ def ensemble_scores(
     shape: GridShape, consts: GridConstants, knobs: RunKnobs, judge_rows: jax.Array, tokens: jax.Array
 ) -> jax.Array:
     """Mean score over each run's judges (flat rows (J, P)): tokens int32 (R, B, L) -> float32 (R, B)."""
-    unravel, vocab = judge_unravel(shape.vocab_size), shape.vocab_size
+    unravel, vocab = judge_layout(shape.vocab_size).unravel, shape.vocab_size
     per_slot = jax.vmap(lambda row, slot_tokens: judge_scores(unravel(row), slot_tokens, vocab))(
         judge_rows, tokens[consts.slot_run]
     )
@@ -150,15 +168,15 @@ def ensemble_scores(
 
 def _sample(shape: GridShape, policy_rows: jax.Array, keys: jax.Array, batch: int) -> tuple[jax.Array, jax.Array]:
     """`batch` sequences from each policy (flat rows (R', P)), keys (R', 2): tokens (R', B, L), log π (R', B)."""
-    unravel = policy_unravel(shape.vocab_size)
+    unravel = policy_layout(shape.vocab_size).unravel
     return jax.vmap(lambda row, key: sample_with_log_prob(unravel(row), key, batch, shape.vocab_size, shape.seq_len))(
         policy_rows, keys
     )
 
 
 def _policy_step(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array
-) -> CoevolutionState:
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: FlatState, keys: jax.Array
+) -> FlatState:
     """Sample a batch per run, reward it with the run's judges, take one REINFORCE step."""
 
     def sample_all(policy_rows: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -182,10 +200,10 @@ def _judge_update(
     group: UpdateGroupIds,
     consts: GridConstants,
     knobs: RunKnobs,
-    state: CoevolutionState,
+    state: FlatState,
     keys: jax.Array,
     run_due: jax.Array,
-) -> CoevolutionState:
+) -> FlatState:
     """Self-labelled Bradley–Terry step (then the anchor step) for the group's judges whose
     run is due. keys (R, 2, 2): pair and anchor keys of every run; run_due bool (Rg,)."""
     batch, vocab = shape.batch_size, shape.vocab_size
@@ -237,9 +255,9 @@ def _meta_correction(
     slots: jax.Array,
     consts: GridConstants,
     knobs: RunKnobs,
-    state: CoevolutionState,
+    state: FlatState,
     due: jax.Array,
-) -> tuple[CoevolutionState, jax.Array]:
+) -> tuple[FlatState, jax.Array]:
     """On the group's meta slots (Jm,) where `due`: one held-out BCE step if held-out accuracy is below threshold.
 
     The accuracy check is a forward pass only; the gradient step sits behind its own
@@ -274,8 +292,8 @@ def _meta_correction(
 
 
 def inner_step(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, step_in_iteration: jax.Array
-) -> CoevolutionState:
+    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: FlatState, step_in_iteration: jax.Array
+) -> FlatState:
     """Policy step, then the judge update and meta-correction where due, for every run."""
     step_keys = jax.vmap(jax.random.fold_in, (0, None))(consts.run_keys, state.step)
     step_keys = jax.vmap(lambda k: jax.random.split(k, 4))(step_keys)  # (R, 4, 2)
@@ -311,39 +329,43 @@ def inner_step(
     )
 
 
-def flat_state(state: CoevolutionState) -> CoevolutionState:
+def flat_state(state: CoevolutionState) -> FlatState:
     """The state with every network and its Adam moments as flat rows: (R, P) policies, (J, P) judges."""
-    return state.replace(
+    return FlatState(
         policy_params=ravel_rows(state.policy_params),
         policy_opt_state=ravel_optimizer_rows(state.policy_opt_state, state.policy_params),
         judge_params=ravel_rows(state.judge_params),
         judge_opt_state=ravel_optimizer_rows(state.judge_opt_state, state.judge_params),
+        step=state.step,
+        judge_updates=state.judge_updates,
+        meta_corrections=state.meta_corrections,
     )
 
 
-def tree_state(shape: GridShape, rows: CoevolutionState, like: CoevolutionState) -> CoevolutionState:
+def tree_state(shape: GridShape, flat: FlatState, like: CoevolutionState) -> CoevolutionState:
     """Inverse of `flat_state`; `like` is a pytree-shaped state of the same grid (e.g. the one flattened)."""
-    policy, judge = policy_unravel(shape.vocab_size), judge_unravel(shape.vocab_size)
-    return rows.replace(
-        policy_params=unravel_rows(policy, rows.policy_params),
-        policy_opt_state=unravel_optimizer_rows(
-            policy, rows.policy_opt_state, like.policy_opt_state, like.policy_params
-        ),
-        judge_params=unravel_rows(judge, rows.judge_params),
-        judge_opt_state=unravel_optimizer_rows(judge, rows.judge_opt_state, like.judge_opt_state, like.judge_params),
+    policy, judge = policy_layout(shape.vocab_size), judge_layout(shape.vocab_size)
+    state = CoevolutionState(
+        policy_params=unravel_rows(policy, flat.policy_params),
+        policy_opt_state=unravel_optimizer_rows(policy, flat.policy_opt_state, like.policy_opt_state),
+        judge_params=unravel_rows(judge, flat.judge_params),
+        judge_opt_state=unravel_optimizer_rows(judge, flat.judge_opt_state, like.judge_opt_state),
+        step=flat.step,
+        judge_updates=flat.judge_updates,
+        meta_corrections=flat.meta_corrections,
     )
+    chex.assert_trees_all_equal_shapes_and_dtypes(state, like)
+    return state
 
 
-def reset_judges(
-    consts: GridConstants, knobs: RunKnobs, rows: CoevolutionState, iteration: jax.Array
-) -> CoevolutionState:
-    """After outer iteration `iteration` (0-based): judges of runs due a reset return to pretrained (flat rows)."""
+def reset_judges(consts: GridConstants, knobs: RunKnobs, flat: FlatState, iteration: jax.Array) -> FlatState:
+    """After outer iteration `iteration` (0-based): judges of runs due a reset return to pretrained, with fresh Adam."""
     run_due = (knobs.reset_every > 0) & ((iteration + 1) % jnp.maximum(knobs.reset_every, 1) == 0)
     slot_due = run_due[consts.slot_run]
     pretrained = ravel_rows(consts.pretrained_judges)
-    return rows.replace(
-        judge_params=_select(slot_due, pretrained, rows.judge_params),
-        judge_opt_state=_select(slot_due, jax.vmap(init_opt_state)(pretrained), rows.judge_opt_state),
+    return flat.replace(
+        judge_params=_select(slot_due, pretrained, flat.judge_params),
+        judge_opt_state=_select(slot_due, jax.vmap(init_opt_state)(pretrained), flat.judge_opt_state),
     )
 
 
@@ -355,12 +377,12 @@ def train_iteration(
     iteration: jax.Array,
 ) -> CoevolutionState:
     """All inner steps of one outer iteration, then resets."""
-    rows = flat_state(state).replace(
+    flat = flat_state(state).replace(
         judge_updates=jnp.zeros_like(state.judge_updates), meta_corrections=jnp.zeros_like(state.meta_corrections)
     )
 
-    def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
+    def body(carry: FlatState, step_in_iteration: jax.Array) -> tuple[FlatState, None]:
         return inner_step(shape, consts, knobs, carry, step_in_iteration), None
 
-    rows, _ = jax.lax.scan(body, rows, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
-    return tree_state(shape, reset_judges(consts, knobs, rows, iteration), like=state)
+    flat, _ = jax.lax.scan(body, flat, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
+    return tree_state(shape, reset_judges(consts, knobs, flat, iteration), like=state)

@@ -188,7 +188,8 @@ def sample_with_log_prob(
     # Position p draws jax.random.categorical(split(key, L)[p], logits), which is
     # argmax(logits + gumbel(that key)). The Gumbel noise of all positions is drawn up
     # front in one batched call: the same numbers, from one random-bits kernel instead of L.
-    noise = jax.vmap(lambda k: jax.random.gumbel(k, (batch_size, vocab_size)))(jax.random.split(key, seq_len))
+    dtype = tables.token_inputs.dtype  # the logits' dtype, in which categorical draws its noise
+    noise = jax.vmap(lambda k: jax.random.gumbel(k, (batch_size, vocab_size), dtype))(jax.random.split(key, seq_len))
     hidden, previous = None, jnp.full((batch_size,), vocab_size, dtype=jnp.int32)
     tokens, log_prob = [], jnp.zeros((batch_size,))
     for position in range(seq_len):

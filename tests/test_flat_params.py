@@ -11,17 +11,19 @@ import pytest
 
 from harness import coevolution
 from harness.flat_params import (
-    judge_unravel,
-    policy_unravel,
+    judge_layout,
+    policy_layout,
     ravel_optimizer_rows,
     ravel_rows,
     unravel_optimizer_rows,
     unravel_rows,
 )
 from harness.grid import GridShape
+from harness.memory import parameter_count
 from harness.models import init_judges, init_policies
 
 K, L, N = 8, 4, 3
+POLICY_WIDTH, JUDGE_WIDTH = parameter_count(K)  # counted by hand from the layer sizes
 
 
 def _noisy(tree: chex.ArrayTree, seed: int) -> chex.ArrayTree:
@@ -47,35 +49,41 @@ def _numpy_rows(tree: chex.ArrayTree) -> np.ndarray:
     return np.stack([np.concatenate([leaf[i].ravel() for leaf in leaves]) for i in range(N)])
 
 
-@pytest.mark.parametrize(("kind", "width"), [("policies", 5144), ("judges", 4897)])
+@pytest.mark.parametrize(("kind", "width"), [("policies", POLICY_WIDTH), ("judges", JUDGE_WIDTH)])
 def test_rows_are_the_concatenated_leaves_and_unravel_back(request, kind: str, width: int) -> None:
     tree = request.getfixturevalue(kind)
-    unravel = (policy_unravel if kind == "policies" else judge_unravel)(K)
+    layout = (policy_layout if kind == "policies" else judge_layout)(K)
     rows = ravel_rows(tree)
-    assert rows.shape == (N, width)  # the parameter counts test_models derives by hand
+    assert rows.shape == (N, width) == (N, layout.width)
     np.testing.assert_array_equal(np.asarray(rows), _numpy_rows(tree))
-    chex.assert_trees_all_equal(unravel_rows(unravel, rows), tree)
+    chex.assert_trees_all_equal(unravel_rows(layout, rows), tree)
 
 
 def test_unravel_rejects_rows_of_the_other_network(policies: chex.ArrayTree) -> None:
-    with pytest.raises(ValueError):
-        unravel_rows(judge_unravel(K), ravel_rows(policies))
+    with pytest.raises(AssertionError):
+        unravel_rows(judge_layout(K), ravel_rows(policies))
+
+
+def _stepped_adam(
+    params: chex.ArrayTree, seed: int
+) -> tuple[optax.GradientTransformation, chex.ArrayTree, chex.ArrayTree]:
+    """Adam, its state after one step on random gradients (so the moments are non-zero and
+    differ between rows and between mu and nu), and fresh random gradients for the next."""
+    optimizer = optax.adam(1e-2)
+    grads = _noisy(jax.tree.map(jnp.zeros_like, params), seed)
+    _, state = jax.vmap(optimizer.update)(grads, jax.vmap(optimizer.init)(params), params)
+    return optimizer, state, _noisy(grads, seed + 1)
 
 
 def test_adam_on_rows_equals_adam_on_trees(judges: chex.ArrayTree) -> None:
     """Moments flatten like the parameters, the step count stays, and an Adam step commutes with flattening."""
-    optimizer = optax.adam(1e-2)
-    state = jax.vmap(optimizer.init)(judges)
-    grads = _noisy(jax.tree.map(jnp.zeros_like, judges), 4)
-    # One step first, so the moments are non-zero and differ between rows.
-    _, state = jax.vmap(optimizer.update)(grads, state, judges)
-
+    optimizer, state, grads = _stepped_adam(judges, 4)
     rows_state = ravel_optimizer_rows(state, judges)
     adam = rows_state[0]
     np.testing.assert_array_equal(np.asarray(adam.count), np.asarray(state[0].count))
     np.testing.assert_array_equal(np.asarray(adam.mu), _numpy_rows(state[0].mu))
     np.testing.assert_array_equal(np.asarray(adam.nu), _numpy_rows(state[0].nu))
-    chex.assert_trees_all_equal(unravel_optimizer_rows(judge_unravel(K), rows_state, state, judges), state)
+    chex.assert_trees_all_equal(unravel_optimizer_rows(judge_layout(K), rows_state, like=state), state)
 
     tree_updates, tree_next = jax.vmap(optimizer.update)(grads, state, judges)
     row_updates, row_next = jax.vmap(optimizer.update)(ravel_rows(grads), rows_state, ravel_rows(judges))
@@ -86,18 +94,19 @@ def test_adam_on_rows_equals_adam_on_trees(judges: chex.ArrayTree) -> None:
 def test_training_state_round_trips(policies: chex.ArrayTree, judges: chex.ArrayTree) -> None:
     state = coevolution.CoevolutionState(
         policy_params=policies,
-        policy_opt_state=jax.vmap(coevolution.init_opt_state)(policies),
+        policy_opt_state=_stepped_adam(policies, 5)[1],
         judge_params=judges,
-        judge_opt_state=jax.vmap(coevolution.init_opt_state)(judges),
+        judge_opt_state=_stepped_adam(judges, 6)[1],
         step=jnp.int32(7),
         judge_updates=jnp.arange(N, dtype=jnp.int32),
         meta_corrections=jnp.zeros(N, jnp.int32),
     )
-    rows = coevolution.flat_state(state)
-    assert rows.policy_params.shape == (N, 5144)
-    assert rows.judge_params.shape == (N, 4897)
-    assert rows.judge_opt_state[0].mu.shape == (N, 4897)
-    chex.assert_trees_all_equal(coevolution.tree_state(_shape(), rows, like=state), state)
+    flat = coevolution.flat_state(state)
+    assert flat.policy_params.shape == (N, POLICY_WIDTH)
+    assert flat.judge_params.shape == (N, JUDGE_WIDTH)
+    np.testing.assert_array_equal(np.asarray(flat.policy_opt_state[0].nu), _numpy_rows(state.policy_opt_state[0].nu))
+    np.testing.assert_array_equal(np.asarray(flat.judge_opt_state[0].mu), _numpy_rows(state.judge_opt_state[0].mu))
+    chex.assert_trees_all_equal(coevolution.tree_state(_shape(), flat, like=state), state)
 
 
 def _shape() -> GridShape:

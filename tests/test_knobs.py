@@ -12,6 +12,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from harness import keys
@@ -47,6 +48,7 @@ CONDITIONS = {
 class Trace:
     program: GridProgram
     judges: list  # host judge params (J, ...) at start and after each iteration
+    judge_adam: list  # host judge Adam states (J, ...) likewise
     policies: list  # host policy params (R, ...) likewise
     diagnostics: list  # per iteration (after it)
 
@@ -60,6 +62,11 @@ class Trace:
         """Judge `member` of condition `name` after `after` iterations (0: at the start)."""
         slot = self.slots(name)[member]
         return jax.tree.map(lambda x: x[slot], self.judges[after])
+
+    def adam(self, name: str, after: int) -> optax.ScaleByAdamState:
+        """Adam state (count, mu, nu) of the first judge of condition `name` after `after` iterations."""
+        slot = self.slots(name)[0]
+        return jax.tree.map(lambda x: x[slot], self.judge_adam[after])[0]
 
     def policy(self, name: str, after: int) -> chex.ArrayTree:
         run = self.run(name)
@@ -83,14 +90,16 @@ def trace() -> Trace:
     )
     program = GridProgram(spec)
     state, _ = program.start()
-    judges, policies, diagnostics = [jax.device_get(state.judge_params)], [jax.device_get(state.policy_params)], []
-    for iteration in range(ITERATIONS):
-        state, record = program.step(state, iteration)  # donates the old state: copy what we keep first
+    judges, adam, policies, diagnostics = [], [], [], []
+    for iteration in range(ITERATIONS + 1):
+        if iteration:
+            state, record = program.step(state, iteration - 1)  # donates the old state: copy what we keep first
+            diagnostics.append(jax.device_get(record))
         judges.append(jax.device_get(state.judge_params))
+        adam.append(jax.device_get(state.judge_opt_state))
         policies.append(jax.device_get(state.policy_params))
-        diagnostics.append(jax.device_get(record))
     assert all(np.all(d.finite) for d in diagnostics)
-    return Trace(program, judges, policies, diagnostics)
+    return Trace(program, judges, adam, policies, diagnostics)
 
 
 def _differ(a: chex.ArrayTree, b: chex.ArrayTree, atol: float = 1e-6) -> bool:
@@ -137,6 +146,19 @@ def test_reset_every_returns_judges_to_pretrained(trace: Trace) -> None:
     chex.assert_trees_all_equal(trace.judge("reset2", 2), pretrained_slot)
     # Before its first reset, reset2 is the same run as base.
     chex.assert_trees_all_close(trace.judge("reset2", 1), trace.judge("base", 1), rtol=0, atol=1e-6)
+
+
+def _is_fresh(adam: optax.ScaleByAdamState) -> bool:
+    return int(adam.count) == 0 and not any(np.any(m) for m in jax.tree.leaves((adam.mu, adam.nu)))
+
+
+def test_reset_restarts_the_judges_adam(trace: Trace) -> None:
+    """A reset judge starts Adam afresh (no step count, zero moments); the others keep counting."""
+    for after in range(1, ITERATIONS + 1):
+        assert _is_fresh(trace.adam("reset1", after))
+        assert int(trace.adam("base", after).count) == STEPS * after
+    assert int(trace.adam("reset2", 1).count) == STEPS and not _is_fresh(trace.adam("reset2", 1))
+    assert _is_fresh(trace.adam("reset2", 2))
 
 
 def test_anchor_changes_the_judge_when_an_update_is_due(trace: Trace) -> None:
