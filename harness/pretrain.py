@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from harness.grid import PretrainSettings
 from harness.models import Params, init_judges, judge_score_table, judge_scores
-from harness.sharding import SHARD_AXIS, shard_mesh
+from harness.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
 from harness.stats import spearman
 from harness.world import World
 
@@ -117,13 +117,10 @@ def pretrain_judges(
     count = init_keys.shape[0]
     n_shards = min(max_shards, count, len(jax.local_devices()))
     per_shard = -(-count // n_shards)
-    padded = jnp.minimum(jnp.arange(n_shards * per_shard), count - 1)  # fillers repeat the last judge
-    state = pretrain_program(world, settings, n_shards)(
-        *(keys[padded].reshape(n_shards, per_shard, -1) for keys in (init_keys, data_keys))
-    )
-    # Back to one device through the host: a jnp op on the sharded arrays would compile
-    # to an XLA:CPU all-gather, whose rendezvous can hang when the pool is busy.
-    state = jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[:count]), state)
+    # Fillers repeat the last judge.
+    index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
+    state = pretrain_program(world, settings, n_shards)(*to_shards((init_keys, data_keys), index))
+    state = from_shards(state, np.arange(count))
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
     return result

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from harness import compile_cache, keys
@@ -28,7 +27,7 @@ from harness.knobs import RunKnobs, holdout_pair_count
 from harness.memory import check_fits
 from harness.models import Params, init_policies
 from harness.pretrain import PretrainResult, pretrain_judges
-from harness.sharding import SHARD_AXIS, ShardPlan, plan_shards, shard_mesh
+from harness.sharding import SHARD_AXIS, ShardPlan, from_shards, plan_shards, shard_mesh, to_shards
 from harness.world import World
 
 
@@ -210,16 +209,6 @@ class GridProgram:
         """The shape of each shard: what selects the compiled iteration program."""
         return self.plan.shape
 
-    def _to_shards(self, tree: chex.ArrayTree, index: np.ndarray) -> chex.ArrayTree:
-        """Leaves with a leading grid axis (runs or slots) -> (S, per shard, ...) split over the devices."""
-        sharding = NamedSharding(shard_mesh(self.plan.n_shards), P(SHARD_AXIS))
-        return jax.device_put(jax.tree.map(lambda leaf: np.asarray(leaf)[index], tree), sharding)
-
-    @staticmethod
-    def _from_shards(tree: chex.ArrayTree, at: np.ndarray) -> chex.ArrayTree:
-        """Inverse of `_to_shards` for the grid's own runs or slots: fillers are dropped."""
-        return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[at]), tree)
-
     @staticmethod
     def _regroup(
         state: CoevolutionState,
@@ -245,9 +234,9 @@ class GridProgram:
         plan = self.plan
         return self._regroup(
             state,
-            lambda tree: self._to_shards(tree, plan.shard_runs),
-            lambda tree: self._to_shards(tree, plan.shard_slots),
-            self._to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards)),
+            lambda tree: to_shards(tree, plan.shard_runs),
+            lambda tree: to_shards(tree, plan.shard_slots),
+            to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards)),
         )
 
     def unshard_state(self, state: CoevolutionState) -> CoevolutionState:
@@ -255,8 +244,8 @@ class GridProgram:
         plan = self.plan
         return self._regroup(
             state,
-            lambda tree: self._from_shards(tree, plan.run_at),
-            lambda tree: self._from_shards(tree, plan.slot_at),
+            lambda tree: from_shards(tree, plan.run_at),
+            lambda tree: from_shards(tree, plan.slot_at),
             jnp.asarray(np.asarray(state.step)[0]),
         )
 
@@ -320,10 +309,10 @@ class GridProgram:
         holdout = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY), n_holdout, world.n_outputs)
         self.consts = grid_constants(layout, world, self.pretrained.params, holdout)
         shard_consts = [grid_constants(shard, world, self.pretrained.params, holdout) for shard in self.plan.shards]
-        self._shard_consts = self._to_shards(
+        self._shard_consts = to_shards(
             jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts), np.arange(self.plan.n_shards)
         )
-        self._shard_knobs = self._to_shards(self.layout.knobs, self.plan.shard_runs)
+        self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs)
         seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
         seed_policies = init_policies(
             jax.vmap(keys.policy_init_key)(seeds), world.config.vocab_size, world.config.seq_len
@@ -359,7 +348,7 @@ class GridProgram:
         shards, diagnostics = self._executable(
             self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(iteration)
         )
-        state, diagnostics = self.unshard_state(shards), self._from_shards(diagnostics, self.plan.run_at)
+        state, diagnostics = self.unshard_state(shards), from_shards(diagnostics, self.plan.run_at)
         self.times.train += time.perf_counter() - start
         return state, diagnostics
 

@@ -20,9 +20,12 @@ import math
 import os
 import re
 
+import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from harness.grid import GridLayout, GridShape, WorkKind, layout_runs, work_kind
 
@@ -164,3 +167,19 @@ def shard_mesh(n_shards: int) -> Mesh:
     if n_shards > len(devices):
         raise ValueError(f"{n_shards} shards need as many devices; JAX has {len(devices)}")
     return Mesh(np.asarray(devices[:n_shards]), (SHARD_AXIS,))
+
+
+# Arrays cross between shards and the whole grid through the host, never through a jnp op
+# on sharded arrays: that compiles to an XLA:CPU all-gather, whose rendezvous can hang
+# when the intra-op pool is busy.
+
+
+def to_shards(tree: chex.ArrayTree, index: np.ndarray) -> chex.ArrayTree:
+    """Leaves with a leading axis -> leaf[index] with index int (S, per shard), split over S devices."""
+    sharding = NamedSharding(shard_mesh(index.shape[0]), P(SHARD_AXIS))
+    return jax.device_put(jax.tree.map(lambda leaf: np.asarray(leaf)[index], tree), sharding)
+
+
+def from_shards(tree: chex.ArrayTree, at: np.ndarray) -> chex.ArrayTree:
+    """Leaves (S, per shard, ...) -> the entries at flattened positions `at` (into S * per shard), on one device."""
+    return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[at]), tree)
