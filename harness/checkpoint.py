@@ -31,9 +31,7 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> None:
         "completed_iterations": checkpoint.completed_iterations,
         "pretrained": checkpoint.pretrained._asdict(),
         "state": flax.serialization.to_state_dict(jax.device_get(checkpoint.state)),
-        "records": {
-            name: np.stack([np.asarray(getattr(r, name)) for r in checkpoint.records]) for name in METRIC_NAMES
-        },
+        "records": {name: np.stack([np.asarray(r[name]) for r in checkpoint.records]) for name in METRIC_NAMES},
     }
     atomic_write_bytes(run_dir / CHECKPOINT_FILE, flax.serialization.msgpack_serialize(jax.device_get(payload)))
 
@@ -56,7 +54,7 @@ def load_checkpoint(payload: dict, like_state: CoevolutionState) -> Checkpoint:
         completed_iterations=int(payload["completed_iterations"]),
         pretrained=PretrainResult(**payload["pretrained"]),
         state=jax.tree.map(jax.numpy.asarray, flax.serialization.from_state_dict(like_state, payload["state"])),
-        records=[Diagnostics(**{name: records[name][i] for name in METRIC_NAMES}) for i in range(n_records)],
+        records=[{name: records[name][i] for name in METRIC_NAMES} for i in range(n_records)],
     )
 
 

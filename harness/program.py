@@ -100,7 +100,7 @@ def compile_iteration(
     """Compile `iteration_program(shape, n_shards)` for `args`; the traced program comes from disk when cached."""
     leaves, in_tree = jax.tree.flatten(args)
     # The outputs are a state shaped like the input state and one Diagnostics record.
-    out_tree = jax.tree.structure((args[2], Diagnostics(**dict.fromkeys(METRIC_NAMES, 0))))
+    out_tree = jax.tree.structure((args[2], dict.fromkeys(METRIC_NAMES, 0)))
     program = iteration_program(shape, n_shards)
 
     def flat(*leaves: jax.Array) -> list[jax.Array]:
@@ -369,7 +369,7 @@ class GridProgram:
         labels = self.layout.run_labels()
         frames = []
         for iteration, record in enumerate(records):
-            columns = {name: np.asarray(getattr(record, name)) for name in METRIC_NAMES}
+            columns = {name: np.asarray(record[name]) for name in METRIC_NAMES}
             frame = pd.DataFrame(columns)
             frame.insert(0, "iteration", iteration)
             frame.insert(0, "seed", [seed for _, seed in labels])

@@ -103,7 +103,7 @@ def meta() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np.nda
 def test_uniform_policy_entropy(ensemble) -> None:
     _, _, diagnostics, reference = ensemble
     np.testing.assert_allclose(reference["pi"][0], 1 / 4096, rtol=1e-6)  # the construction really is uniform
-    assert float(diagnostics.policy_entropy[0]) == pytest.approx(4 * np.log(8), abs=1e-4)
+    assert float(diagnostics["policy_entropy"][0]) == pytest.approx(4 * np.log(8), abs=1e-4)
 
 
 def test_entropy_quality_and_perceived_quality(ensemble) -> None:
@@ -111,14 +111,14 @@ def test_entropy_quality_and_perceived_quality(ensemble) -> None:
     pi, q, mean_judge = reference["pi"], reference["q"], reference["mean_judge"]
     entropy = -np.sum(pi * np.log(pi), axis=1)
     assert 1.0 < entropy[1] < 7.0  # the second run is far from uniform
-    np.testing.assert_allclose(np.asarray(diagnostics.policy_entropy), entropy, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(np.asarray(diagnostics.policy_quality), pi @ q, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(diagnostics["policy_entropy"]), entropy, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(diagnostics["policy_quality"]), pi @ q, rtol=0, atol=1e-5)
     np.testing.assert_allclose(
-        np.asarray(diagnostics.judge_perceived_quality), np.sum(pi * mean_judge, axis=1), rtol=0, atol=1e-4
+        np.asarray(diagnostics["judge_perceived_quality"]), np.sum(pi * mean_judge, axis=1), rtol=0, atol=1e-4
     )
     mode = np.argmax(pi, axis=1)
-    np.testing.assert_array_equal(np.asarray(diagnostics.mode_index[1:]), mode[1:])  # run 0 has no unique mode
-    np.testing.assert_allclose(np.asarray(diagnostics.mode_quality[1:]), q[mode[1:]], atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(diagnostics["mode_index"][1:]), mode[1:])  # run 0 has no unique mode
+    np.testing.assert_allclose(np.asarray(diagnostics["mode_quality"][1:]), q[mode[1:]], atol=1e-6)
 
 
 def test_judge_alignment_is_spearman_of_mean_judge(ensemble) -> None:
@@ -126,15 +126,15 @@ def test_judge_alignment_is_spearman_of_mean_judge(ensemble) -> None:
     expected = [scipy.stats.spearmanr(j, reference["q"]).statistic for j in reference["mean_judge"]]
     single = [scipy.stats.spearmanr(t[0], reference["q"]).statistic for t in reference["slot_tables"]]
     assert not np.allclose(expected, single, atol=1e-3)  # the mean over 3 judges is not member 0 alone
-    np.testing.assert_allclose(np.asarray(diagnostics.judge_alignment), expected, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(diagnostics["judge_alignment"]), expected, rtol=0, atol=1e-4)
 
 
 def test_counters_and_meta_off(ensemble) -> None:
     _, _, diagnostics, _ = ensemble
-    np.testing.assert_array_equal(np.asarray(diagnostics.judge_updates), [0, 0])
-    np.testing.assert_array_equal(np.asarray(diagnostics.meta_corrections), [0, 0])
-    assert np.all(np.isnan(np.asarray(diagnostics.meta_accuracy)))
-    np.testing.assert_array_equal(np.asarray(diagnostics.finite), [True, True])
+    np.testing.assert_array_equal(np.asarray(diagnostics["judge_updates"]), [0, 0])
+    np.testing.assert_array_equal(np.asarray(diagnostics["meta_corrections"]), [0, 0])
+    assert np.all(np.isnan(np.asarray(diagnostics["meta_accuracy"])))
+    np.testing.assert_array_equal(np.asarray(diagnostics["finite"]), [True, True])
 
 
 def test_meta_accuracy_is_held_out_pairwise_accuracy(meta) -> None:
@@ -151,9 +151,9 @@ def test_meta_accuracy_is_held_out_pairwise_accuracy(meta) -> None:
     expected = [
         np.mean((tables[0][pairs[:, 0]] > tables[0][pairs[:, 1]]) == truth) for tables in reference["slot_tables"]
     ]
-    np.testing.assert_allclose(np.asarray(diagnostics.meta_accuracy), expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(diagnostics["meta_accuracy"]), expected, rtol=0, atol=1e-6)
     expected_alignment = [scipy.stats.spearmanr(t[0], q).statistic for t in reference["slot_tables"]]
-    np.testing.assert_allclose(np.asarray(diagnostics.judge_alignment), expected_alignment, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(diagnostics["judge_alignment"]), expected_alignment, rtol=0, atol=1e-4)
 
 
 def test_non_finite_parameters_are_flagged(ensemble) -> None:
@@ -163,10 +163,10 @@ def test_non_finite_parameters_are_flagged(ensemble) -> None:
     bias = judges["params"]["head"]["bias"].at[-1].set(jnp.nan)
     judges = {"params": {**judges["params"], "head": {**judges["params"]["head"], "bias": bias}}}
     bad = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state.replace(judge_params=judges))
-    np.testing.assert_array_equal(np.asarray(bad.finite), [True, False])
+    np.testing.assert_array_equal(np.asarray(bad["finite"]), [True, False])
     # And in run 0's policy.
     policy = state.policy_params
     kernel = policy["params"]["head"]["kernel"].at[0, 0, 0].set(jnp.inf)
     policy = {"params": {**policy["params"], "head": {**policy["params"]["head"], "kernel": kernel}}}
     bad = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state.replace(policy_params=policy))
-    np.testing.assert_array_equal(np.asarray(bad.finite), [False, True])
+    np.testing.assert_array_equal(np.asarray(bad["finite"]), [False, True])

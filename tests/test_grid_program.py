@@ -201,9 +201,9 @@ def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretr
     # The new values did take effect through the same executable.
     runs = {name: i for i, (name, seed) in enumerate(retuned.layout.run_labels()) if seed == 0}
     for record in records:
-        assert int(record.judge_updates[runs["frozen"]]) == 20 // 10  # unfrozen, on a cadence
-        assert int(record.meta_corrections[runs["meta"]]) == 20  # threshold 1.0: every check corrects
-        assert int(record.judge_updates[runs["anchor_wide"]]) == 20
+        assert int(record["judge_updates"][runs["frozen"]]) == 20 // 10  # unfrozen, on a cadence
+        assert int(record["meta_corrections"][runs["meta"]]) == 20  # threshold 1.0: every check corrects
+        assert int(record["judge_updates"][runs["anchor_wide"]]) == 20
     ensemble_slots = np.flatnonzero(np.isin(retuned.layout.slot_run, np.flatnonzero(retuned.layout.run_condition == 1)))
     for got, want in zip(
         jax.tree.leaves(state.judge_params), jax.tree.leaves(retuned.consts.pretrained_judges), strict=True

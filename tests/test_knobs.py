@@ -74,7 +74,7 @@ class Trace:
 
     def metric(self, metric: str, name: str) -> list:
         """Metric of condition `name` after each iteration."""
-        return [np.asarray(getattr(d, metric))[self.run(name)].item() for d in self.diagnostics]
+        return [np.asarray(d[metric])[self.run(name)].item() for d in self.diagnostics]
 
     def pretrained(self, member: int = 0) -> chex.ArrayTree:
         """Pretraining's own output for (seed 0, member), independent of the grid's slot layout."""

@@ -1,0 +1,175 @@
+"""The metric registry: every diagnostic of a run, declared once.
+
+Each `Metric` says what a column of metrics.csv is called, how people should read it
+(label, unit, one-line definition) and how it is computed from one run's exact view of
+the world (`RunView`). The compiled program evaluates every registered metric for every
+run; metrics.csv, the golden file, the report's tables and figures all iterate over
+`METRICS`, so a new diagnostic is one entry here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import jax.scipy.special
+
+from harness.stats import spearman
+
+
+@flax.struct.dataclass
+class RunView:
+    """Everything a metric may read about one run after an outer iteration (no leading axis).
+
+    q_star (N,): ground truth; log_pi (N,): log π(x) of the policy over every output;
+    reward (N,): the run's reward table, its judges' scores aggregated as the policy sees
+    them; log_pi_initial (N,): log π₀(x) of the run's initial policy;
+    holdout_accuracy: mean held-out pairwise accuracy of the run's judges; meta_on: whether
+    the run has held-out pairs; judge_updates / meta_corrections: this iteration's counts;
+    finite: every parameter of the run is finite.
+    """
+
+    q_star: jax.Array
+    log_pi: jax.Array
+    reward: jax.Array
+    holdout_accuracy: jax.Array
+    meta_on: jax.Array
+    judge_updates: jax.Array
+    meta_corrections: jax.Array
+    finite: jax.Array
+
+    @property
+    def pi(self) -> jax.Array:
+        return jnp.exp(self.log_pi)
+
+    @property
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.log_pi).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One diagnostic: a column of metrics.csv.
+
+    label: short name for tables and axes; unit: what its values are measured in;
+    definition: one line a reader needs to interpret it; kind: the column's type;
+    headline: one of the core curves every report shows per iteration.
+    """
+
+    name: str
+    label: str
+    unit: str
+    definition: str
+    compute: Callable[[RunView], jax.Array]
+    kind: Literal["float", "int", "bool"] = "float"
+    headline: bool = False
+
+    @property
+    def axis_label(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+def _entropy(run: RunView) -> jax.Array:
+    return jnp.sum(jax.scipy.special.entr(run.pi))
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        "policy_quality",
+        "real quality",
+        "q*",
+        "expected ground-truth quality of the policy's output, Σₓ π(x) q*(x), exact over all outputs",
+        lambda run: run.pi @ run.q_star,
+        headline=True,
+    ),
+    Metric(
+        "judge_alignment",
+        "judge alignment",
+        "Spearman ρ",
+        "rank correlation between the reward the policy is trained on and q*, over all outputs",
+        lambda run: spearman(run.reward, run.q_star),
+        headline=True,
+    ),
+    Metric(
+        "policy_entropy",
+        "policy entropy",
+        "nats",
+        "entropy of the policy's distribution over all outputs, -Σₓ π(x) log π(x)",
+        _entropy,
+        headline=True,
+    ),
+    Metric(
+        "judge_perceived_quality",
+        "judge-perceived quality",
+        "judge score",
+        "expected reward of the policy's output as the judges see it, Σₓ π(x) J(x): what the loop believes",
+        lambda run: run.pi @ run.reward,
+        headline=True,
+    ),
+    Metric(
+        "meta_accuracy",
+        "held-out accuracy",
+        "fraction",
+        "share of held-out q*-labelled pairs the run's judges order correctly, averaged over judges (empty: meta off)",
+        lambda run: jnp.where(run.meta_on, run.holdout_accuracy, jnp.nan),
+    ),
+    Metric(
+        "mode_index",
+        "end mode",
+        "output index",
+        "the policy's most probable output, as its index in enumeration order",
+        lambda run: run.mode,
+        kind="int",
+    ),
+    Metric(
+        "mode_quality",
+        "mode quality",
+        "q*",
+        "ground-truth quality of the policy's most probable output",
+        lambda run: run.q_star[run.mode],
+    ),
+    Metric(
+        "judge_updates",
+        "judge updates",
+        "steps",
+        "inner steps of this outer iteration on which the run's judges took a self-labelled update",
+        lambda run: run.judge_updates,
+        kind="int",
+    ),
+    Metric(
+        "meta_corrections",
+        "meta-corrections",
+        "judge steps",
+        "held-out correction steps this outer iteration, summed over the run's judges",
+        lambda run: run.meta_corrections,
+        kind="int",
+    ),
+    Metric(
+        "finite",
+        "finite",
+        "",
+        "every parameter of the run's policy and judges is finite",
+        lambda run: run.finite,
+        kind="bool",
+    ),
+)
+
+METRIC_NAMES: tuple[str, ...] = tuple(metric.name for metric in METRICS)
+HEADLINE_METRICS: tuple[Metric, ...] = tuple(metric for metric in METRICS if metric.headline)
+
+
+def metric(name: str) -> Metric:
+    """The registered metric called `name`."""
+    for candidate in METRICS:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"no metric {name!r}; registered: {', '.join(METRIC_NAMES)}")
+
+
+def evaluate(run: RunView) -> dict[str, jax.Array]:
+    """Every registered metric of one run (vmap over runs for a grid)."""
+    return {m.name: m.compute(run) for m in METRICS}
