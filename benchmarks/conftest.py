@@ -26,6 +26,10 @@ import pytest
 from benchmarks import support
 from harness.artifacts import PACKAGES
 from harness.pretrain import PretrainResult
+from harness.sharding import use_every_cpu_core
+
+# The benchmark process starts here: one CPU device per core, as the command line does.
+use_every_cpu_core()
 
 BENCH_DIR = support.ROOT / "artifacts" / "bench"
 _BOOK = pytest.StashKey["FigureBook"]()

@@ -323,12 +323,11 @@ def abstract(tree: Any) -> Any:
 
 
 def inner_step_flops(program: GridProgram, state: Any) -> float:
-    """XLA's FLOPs of one inner step of every run: the scan body (on flat parameter rows), compiled on its own."""
+    """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
     assert program.consts is not None
-    rows = jax.eval_shape(coevolution.flat_state, abstract(state))
     compiled = (
         jax.jit(functools.partial(coevolution.inner_step, program.shape))
-        .lower(program.consts, program.layout.knobs, rows, jax.ShapeDtypeStruct((), jnp.int32))
+        .lower(program.consts, program.layout.knobs, abstract(state), jax.ShapeDtypeStruct((), jnp.int32))
         .compile()
     )
     return xla_flops(compiled)

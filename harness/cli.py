@@ -11,11 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+from harness.checkpoint import CheckpointMismatch
 from harness.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, enable_compilation_cache
 from harness.conditions import ConditionFileError, load_grid
 from harness.grid import layout_grid
 from harness.memory import GridTooLarge, check_fits
 from harness.program import PretrainingFailed
+from harness.sharding import use_every_cpu_core
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_CONDITIONS = Path("conditions/paper.toml")
@@ -221,10 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    use_every_cpu_core()  # before JAX starts: one shard per core
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (ConditionFileError, UsageError, GridTooLarge) as error:
+    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PretrainingFailed as error:

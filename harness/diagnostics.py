@@ -10,11 +10,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from harness.coevolution import CoevolutionState, GridConstants
+from harness.coevolution import GridConstants, run_judge_slots, run_rewards
+from harness.flat_params import judge_layout, policy_layout
 from harness.grid import GridShape
-from harness.knobs import RunKnobs, holdout_pair_count
+from harness.knobs import holdout_pair_count
 from harness.metrics import METRIC_NAMES, RunView, evaluate
 from harness.models import judge_score_table, policy_log_prob_table
+from harness.state import CoevolutionState
 
 # One record of every registered metric: name -> array with a leading run axis (R,).
 Diagnostics = dict[str, jax.Array]
@@ -23,16 +25,19 @@ __all__ = ["METRIC_NAMES", "Diagnostics", "diagnose"]
 
 
 def _all_finite(tree: jax.Array) -> jax.Array:
+    """Per leading-axis entry: every leaf's entries are finite."""
     leaves = [jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1) for leaf in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves), axis=0)
 
 
-def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
+def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: CoevolutionState) -> Diagnostics:
     """Every registered metric of every run, from its full policy distribution and judge score tables."""
-    vocab, seq_len, n_runs = shape.vocab_size, shape.seq_len, shape.n_runs
-    log_pi = jax.vmap(policy_log_prob_table, (0, None, None))(state.policy_params, vocab, seq_len)  # (R, N)
-    slot_tables = jax.vmap(judge_score_table, (0, None, None))(state.judge_params, vocab, seq_len)  # (J, N)
-    reward = jax.ops.segment_sum(slot_tables, consts.slot_run, n_runs) / knobs.n_judges[:, None]
+    vocab, seq_len = shape.vocab_size, shape.seq_len
+    policies, judges = state.runs.policy.params, state.slots.judge.params
+    unravel_policy, unravel_judge = policy_layout(vocab).unravel, judge_layout(vocab).unravel
+    log_pi = jax.vmap(lambda row: policy_log_prob_table(unravel_policy(row), vocab, seq_len))(policies)  # (R, N)
+    slot_tables = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(judges)  # (J, N)
+    reward = run_rewards(shape, consts, knobs, slot_tables)
 
     # Held-out accuracy of every slot, from its score table; masked to the run's held-out size.
     first, second = consts.holdout_pairs[:, 0], consts.holdout_pairs[:, 1]
@@ -42,18 +47,18 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: Co
     mask = jnp.arange(consts.holdout_pairs.shape[0])[None, :] < count[:, None]
     slot_accuracy = jnp.sum(correct & mask, axis=1) / jnp.maximum(count, 1)
 
-    judges_finite = jax.ops.segment_min(
-        _all_finite(state.judge_params).astype(jnp.int32), consts.slot_run, n_runs
-    ).astype(bool)
+    slots, members = run_judge_slots(shape, consts, knobs)
+    slot_finite = _all_finite(judges)
+    judges_finite = jnp.all(slot_finite[slots] | ~members, axis=1)
     runs = RunView(
         q_star=consts.q_star,
         log_pi=log_pi,
         reward=reward,
-        holdout_accuracy=jax.ops.segment_sum(slot_accuracy, consts.slot_run, n_runs) / knobs.n_judges,
+        holdout_accuracy=jnp.sum(jnp.where(members, slot_accuracy[slots], 0.0), axis=1) / knobs.n_judges,
         meta_on=holdout_count > 0,
-        judge_updates=state.judge_updates,
-        meta_corrections=state.meta_corrections,
-        finite=_all_finite(state.policy_params) & judges_finite,
+        judge_updates=state.runs.judge_updates,
+        meta_corrections=state.runs.meta_corrections,
+        finite=_all_finite(policies) & judges_finite,
     )
     per_run = RunView(None, *([0] * 7))  # q* is shared by every run
     return jax.vmap(evaluate, in_axes=(per_run,))(runs)

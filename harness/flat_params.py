@@ -1,12 +1,10 @@
-"""Stacks of networks as flat parameter rows: (N, ...) pytrees <-> (N, P) arrays.
+"""Networks as flat parameter rows: one network's parameter pytree <-> one row (P,).
 
-The training loop keeps each network's parameters (and each Adam moment) as one row of
+The training state keeps each network's parameters (and each Adam moment) as one row of
 one array instead of a dozen leaves. Gathering, scattering and selecting a subset of
-judges, and every Adam step, then compile to one kernel instead of one per leaf: the
-published grid's iteration program went from 20.5 s to 15.4 s of cold compile. This is
-exact only for optimizers that act on each parameter on its own, as Adam does.
-The canonical state (checkpoints, diagnostics, tests) stays a pytree; `train_iteration`
-converts on the way in and out, once per outer iteration.
+judges, and every Adam step, then compile to one kernel instead of one per leaf (the
+published grid's iteration program went from 20.5 s to 15.4 s of cold compile when this
+was introduced). Models unravel a row where they read it.
 """
 
 from __future__ import annotations
@@ -59,22 +57,3 @@ def unravel_rows(layout: RowLayout, rows: jax.Array) -> Params:
     """Inverse of `ravel_rows`: rows (N, P) -> networks stacked on a leading axis."""
     chex.assert_shape(rows, (None, layout.width))
     return jax.vmap(layout.unravel)(rows)
-
-
-def _is_params(structure: jax.tree_util.PyTreeDef) -> Callable[[object], bool]:
-    return lambda node: jax.tree.structure(node) == structure
-
-
-def ravel_optimizer_rows(opt_state: chex.ArrayTree, params: Params) -> chex.ArrayTree:
-    """An optimizer state of the stacked networks `params`, with every part shaped like
-    them (Adam's moments) as rows (N, P) and the other parts (the step count) as they are."""
-    is_params = _is_params(jax.tree.structure(params))
-    return jax.tree.map(lambda node: ravel_rows(node) if is_params(node) else node, opt_state, is_leaf=is_params)
-
-
-def unravel_optimizer_rows(layout: RowLayout, rows: chex.ArrayTree, like: chex.ArrayTree) -> chex.ArrayTree:
-    """Inverse of `ravel_optimizer_rows`; `like` is a pytree-shaped state of the same optimizer."""
-    is_params = _is_params(layout.structure)
-    return jax.tree.map(
-        lambda part, flat: unravel_rows(layout, flat) if is_params(part) else flat, like, rows, is_leaf=is_params
-    )

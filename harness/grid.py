@@ -2,19 +2,20 @@
 
 Runs are condition-major. Each run owns `n_judges` consecutive judge slots; slots of
 all runs are concatenated on one axis, so ensembles of different sizes share a grid
-without padding every run to the largest ensemble.
+without padding every run to the largest ensemble. Each scheduled mechanism
+(`harness.schedules`) gets its work groups: the runs (and slots) it acts on, by cadence.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from harness.knobs import Knobs, RunKnobs, anchor_pair_count, holdout_pair_count
+from harness.knobs import Knobs, anchor_pair_count, holdout_pair_count, stack_knobs
+from harness.schedules import CADENCES, SCHEDULES, Cadence
 from harness.world import WorldConfig
 
 
@@ -102,28 +103,21 @@ class GridSpec(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True)
-class UpdateGroupShape:
-    """Static sizes of one judge-update group: its runs, their judge slots, and how many of
-    those slots belong to runs with anchor pairs."""
+class GroupShape:
+    """Static sizes of one work group: a scheduled mechanism's runs of one cadence and their judge slots."""
 
+    mechanism: str
+    cadence: Cadence
     runs: int
     slots: int
-    anchor_slots: int
-
-
-@dataclasses.dataclass(frozen=True)
-class MetaGroupShape:
-    """Static sizes of one meta-correction group: its judge slots and held-out pairs (padded)."""
-
-    slots: int
-    holdout_pairs: int
 
 
 @dataclasses.dataclass(frozen=True)
 class GridShape:
     """The static sizes of a grid: the only things that select a compiled program.
 
-    update_groups / meta_groups: the non-empty work groups (see `layout_grid`).
+    groups: the non-empty work groups, mechanism by mechanism in `SCHEDULES` order, then by cadence.
+    max_anchor_pairs / max_holdout_pairs: the largest pair counts, to which every run's are padded.
     """
 
     n_runs: int
@@ -131,32 +125,30 @@ class GridShape:
     n_seeds: int
     max_members: int
     max_anchor_pairs: int
-    update_groups: tuple[UpdateGroupShape, ...]
-    meta_groups: tuple[MetaGroupShape, ...]
+    max_holdout_pairs: int
+    groups: tuple[GroupShape, ...]
     batch_size: int
     steps_per_iteration: int
     vocab_size: int
     seq_len: int
 
-    @property
-    def meta_slots(self) -> int:
-        return sum(group.slots for group in self.meta_groups)
+    def groups_of(self, mechanism: str) -> list[int]:
+        """Positions in `groups` of a mechanism's work groups."""
+        return [i for i, group in enumerate(self.groups) if group.mechanism == mechanism]
 
-    @property
-    def max_holdout_pairs(self) -> int:
-        return max((group.holdout_pairs for group in self.meta_groups), default=0)
+    def slots_of(self, mechanism: str) -> int:
+        return sum(self.groups[i].slots for i in self.groups_of(mechanism))
 
 
 @dataclasses.dataclass(frozen=True)
-class UpdateGroup:
-    """One judge-update group as host arrays: run_ids (Rg,); slot_ids (Jg,) and, for each,
-    the position of its run in run_ids (slot_group_run); anchor_positions: positions in
-    slot_ids whose run uses anchor pairs."""
+class WorkGroupIds:
+    """One work group as host arrays: run_ids (Rg,), slot_ids (Jg,), and for each slot its run
+    (slot_run) and that run's position in run_ids (slot_position)."""
 
     run_ids: np.ndarray
     slot_ids: np.ndarray
-    slot_group_run: np.ndarray
-    anchor_positions: np.ndarray
+    slot_run: np.ndarray
+    slot_position: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,8 +156,7 @@ class GridLayout:
     """Runs and judge slots of a grid, as host arrays.
 
     run_condition, run_seed_index: int (R,). slot_run, slot_member: int (J,).
-    update_groups: runs split by judge-update schedule; meta_groups: slot ids (Jm,) of the
-    meta-correcting judges split by meta cadence (both described in `layout_grid`).
+    groups: one `WorkGroupIds` per `shape.groups` entry. knobs: `RunKnobs` (R,).
     """
 
     spec: GridSpec
@@ -174,9 +165,8 @@ class GridLayout:
     run_seed_index: np.ndarray
     slot_run: np.ndarray
     slot_member: np.ndarray
-    update_groups: tuple[UpdateGroup, ...]
-    meta_groups: tuple[np.ndarray, ...]
-    knobs: RunKnobs
+    groups: tuple[WorkGroupIds, ...]
+    knobs: object
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -188,28 +178,14 @@ class GridLayout:
         return [(names[c], self.seeds[s]) for c, s in zip(self.run_condition, self.run_seed_index, strict=True)]
 
 
-class WorkKind(NamedTuple):
-    """What of a run's knobs decides the grid's shape.
-
-    Runs of one kind land in the same work groups with the same number of judge slots, so
-    they are interchangeable for padding (see `harness.sharding`). Anchor and held-out
-    pair counts are not part of the kind: the grid pads those to their maximum.
-    """
-
-    judges_every_step: bool  # judge update on every step (not frozen, judge_update_every 1)
-    n_judges: int
-    uses_anchor: bool
-    meta: int  # 0: meta-correction off; 1: checked every step; 2: on a slower cadence
+# What of a run's knobs decides the grid's shape: its ensemble size and its work group in
+# every schedule. Runs of one kind are interchangeable for padding (see `harness.sharding`);
+# anchor and held-out pair counts are not part of it: the grid pads those to their maximum.
+WorkKind = tuple[int, tuple[Cadence | None, ...]]
 
 
 def work_kind(knobs: Knobs, n_outputs: int) -> WorkKind:
-    meta_on = int(holdout_pair_count(knobs.meta_holdout_fraction, n_outputs)) > 0
-    return WorkKind(
-        judges_every_step=not knobs.freeze_judge and knobs.judge_update_every == 1,
-        n_judges=knobs.n_judges,
-        uses_anchor=knobs.anchor_fraction > 0,
-        meta=0 if not meta_on else 1 if knobs.meta_update_every == 1 else 2,
-    )
+    return knobs.n_judges, tuple(schedule(knobs, n_outputs) for schedule in SCHEDULES.values())
 
 
 def layout_grid(spec: GridSpec) -> GridLayout:
@@ -220,53 +196,35 @@ def layout_grid(spec: GridSpec) -> GridLayout:
 
 def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.ndarray) -> GridLayout:
     """Lay out the given runs of `spec`: condition index and seed index (into spec.run.seeds) of each, (R,)."""
-    n_seeds = len(spec.run.seeds)
     run_knobs = [spec.conditions[c].knobs for c in run_condition]
     members = np.array([k.n_judges for k in run_knobs])
     slot_run = np.repeat(np.arange(len(run_knobs)), members)
     slot_member = np.concatenate([np.arange(m) for m in members])
+    n_outputs = spec.world.n_outputs
 
-    condition_kinds = [work_kind(c.knobs, spec.world.n_outputs) for c in spec.conditions]
-    kinds = [condition_kinds[c] for c in run_condition]
-    anchor_pairs = np.asarray(anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size))
-    holdout_pairs = np.asarray(
-        holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), spec.world.n_outputs)
-    )
-    uses_anchor = np.array([k.uses_anchor for k in kinds], bool)[slot_run]
-
-    # Work groups. A grid-level `lax.cond` skips a group's judge updates (or meta checks)
-    # on steps where none of its runs is due, so runs due on every step are kept apart from
-    # runs on a slower cadence (frozen runs count as the latter): those then pay only on
-    # their own steps. Grouping decides cost, never results: each group masks by its runs'
-    # own due flags, so the executable stays correct for any knob values of this shape.
-    every_step = np.array([k.judges_every_step for k in kinds], bool)
-    update_groups = []
-    for in_group in (every_step, ~every_step):
-        run_ids = np.flatnonzero(in_group)
-        slot_ids = np.flatnonzero(in_group[slot_run])
-        if run_ids.size:
-            update_groups.append(
-                UpdateGroup(
-                    run_ids=run_ids,
-                    slot_ids=slot_ids,
-                    slot_group_run=np.searchsorted(run_ids, slot_run[slot_ids]),
-                    anchor_positions=np.flatnonzero(uses_anchor[slot_ids]),
+    groups, group_shapes = [], []
+    for mechanism, schedule in SCHEDULES.items():
+        condition_cadence = [schedule(c.knobs, n_outputs) for c in spec.conditions]
+        cadence = np.array([condition_cadence[c] for c in run_condition], dtype=object)
+        for name in CADENCES:
+            run_ids = np.flatnonzero(cadence == name)
+            if run_ids.size:
+                slot_ids = np.flatnonzero(np.isin(slot_run, run_ids))
+                groups.append(
+                    WorkGroupIds(run_ids, slot_ids, slot_run[slot_ids], np.searchsorted(run_ids, slot_run[slot_ids]))
                 )
-            )
-    slot_meta = np.array([k.meta for k in kinds], int)[slot_run]
-    meta_groups = [
-        slot_ids for slot_ids in (np.flatnonzero(slot_meta == 1), np.flatnonzero(slot_meta == 2)) if slot_ids.size
-    ]
+                group_shapes.append(GroupShape(mechanism, name, run_ids.size, slot_ids.size))
+
+    anchor_pairs = anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
+    holdout_pairs = holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), n_outputs)
     shape = GridShape(
         n_runs=len(run_knobs),
         n_slots=len(slot_run),
-        n_seeds=n_seeds,
+        n_seeds=len(spec.run.seeds),
         max_members=int(members.max()),
-        max_anchor_pairs=int(anchor_pairs.max()),
-        update_groups=tuple(
-            UpdateGroupShape(len(g.run_ids), len(g.slot_ids), len(g.anchor_positions)) for g in update_groups
-        ),
-        meta_groups=tuple(MetaGroupShape(len(ids), int(holdout_pairs[slot_run[ids]].max())) for ids in meta_groups),
+        max_anchor_pairs=int(np.max(anchor_pairs)),
+        max_holdout_pairs=int(np.max(holdout_pairs)),
+        groups=tuple(group_shapes),
         batch_size=spec.run.batch_size,
         steps_per_iteration=spec.run.steps_per_iteration,
         vocab_size=spec.world.vocab_size,
@@ -279,7 +237,6 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         run_seed_index=run_seed_index,
         slot_run=slot_run,
         slot_member=slot_member,
-        update_groups=tuple(update_groups),
-        meta_groups=tuple(meta_groups),
-        knobs=RunKnobs.stack(run_knobs),
+        groups=tuple(groups),
+        knobs=stack_knobs(run_knobs),
     )

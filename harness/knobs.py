@@ -1,21 +1,27 @@
-"""Condition knobs: validated host values and the per-run arrays the compiled program reads.
+"""Condition knobs, declared once: the validated model, and the per-run arrays generated from it.
 
-Every knob enters the program as an array with one entry per run, so two grids that
-differ only in knob values share one compiled executable.
+Every knob enters the compiled program as an array with one entry per run, so two grids
+that differ only in knob values share one compiled executable. A new knob is one field
+of `Knobs` (with its documentation); `RunKnobs` follows from it.
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import chex
 import flax.struct
+import jax
 import jax.numpy as jnp
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 # Upper bound on ensemble size: each member is a pretrained judge per seed.
 MAX_JUDGES = 16
+
+EnsembleAggregation = Literal["mean", "min", "mean_minus_std"]
 
 
 class Knobs(BaseModel):
@@ -27,7 +33,13 @@ class Knobs(BaseModel):
         False, description="skip the judge's self-labelled updates (and the anchor step riding on them)"
     )
     judge_update_every: int = Field(1, ge=1, description="judge update on inner steps where (step+1) % k == 0")
-    n_judges: int = Field(1, ge=1, le=MAX_JUDGES, description="ensemble size; reward is the members' mean score")
+    n_judges: int = Field(1, ge=1, le=MAX_JUDGES, description="ensemble size: judges per run")
+    ensemble_aggregation: EnsembleAggregation = Field(
+        "mean",
+        description="how an ensemble's scores become the reward: mean; min (worst case, Coste et al. 2024); "
+        "mean_minus_std (mean − λ·std over members, λ = ensemble_std_weight)",
+    )
+    ensemble_std_weight: float = Field(1.0, ge=0.0, description="λ of mean_minus_std aggregation")
     reset_every: int = Field(0, ge=0, description="reset judges to pretrained every k outer iterations (0: never)")
     anchor_fraction: float = Field(
         0.0, ge=0.0, le=1.0, description="extra q*-labelled step on max(1, floor(batch*f)) random pairs (0: off)"
@@ -44,6 +56,46 @@ class Knobs(BaseModel):
     lr_judge: float = Field(3e-4, gt=0.0, description="Adam learning rate of every judge")
 
 
+def choices(name: str) -> tuple[str, ...]:
+    """The values of a categorical knob, in the order of their codes in `RunKnobs`."""
+    return typing.get_args(Knobs.model_fields[name].annotation)
+
+
+def _array_dtype(name: str) -> Any:
+    """A knob's dtype inside the program: booleans, integers and floats as such, categories as int32 codes."""
+    if choices(name):
+        return jnp.int32
+    return {bool: jnp.bool_, int: jnp.int32, float: jnp.float32}[type(Knobs.model_fields[name].default)]
+
+
+def _code(name: str, value: object) -> object:
+    return choices(name).index(value) if choices(name) else value
+
+
+def _run_knobs_class() -> type:
+    fields = {name: jax.Array for name in Knobs.model_fields}
+    namespace = {
+        "__annotations__": fields,
+        "__module__": __name__,
+        "__doc__": "Knob values as arrays with a leading run axis (R,), one field per `Knobs` field "
+        "(categorical knobs as int32 codes, see `choices`).",
+    }
+    return flax.struct.dataclass(type("RunKnobs", (), namespace))
+
+
+RunKnobs = _run_knobs_class()
+
+
+def stack_knobs(knobs: Sequence[Knobs]) -> Any:
+    """`RunKnobs` with one entry per run, in run order."""
+    arrays = {
+        name: jnp.asarray([_code(name, getattr(k, name)) for k in knobs], _array_dtype(name))
+        for name in Knobs.model_fields
+    }
+    chex.assert_equal_shape(list(arrays.values()))
+    return RunKnobs(**arrays)
+
+
 def anchor_pair_count(anchor_fraction: jnp.ndarray | np.ndarray, batch_size: int) -> jnp.ndarray:
     """Anchor pairs per judge update: max(1, floor(batch * f)) where f > 0, else 0."""
     fraction = jnp.asarray(anchor_fraction, jnp.float32)
@@ -55,33 +107,3 @@ def holdout_pair_count(holdout_fraction: jnp.ndarray | np.ndarray, n_outputs: in
     """Held-out meta pairs: floor(outputs * f); zero means meta-correction is off."""
     fraction = jnp.asarray(holdout_fraction, jnp.float32)
     return jnp.floor(n_outputs * fraction).astype(jnp.int32)
-
-
-@flax.struct.dataclass
-class RunKnobs:
-    """Knob values as arrays with a leading run axis (R,)."""
-
-    freeze_judge: jnp.ndarray
-    judge_update_every: jnp.ndarray
-    n_judges: jnp.ndarray
-    reset_every: jnp.ndarray
-    anchor_fraction: jnp.ndarray
-    meta_holdout_fraction: jnp.ndarray
-    meta_update_every: jnp.ndarray
-    meta_accuracy_threshold: jnp.ndarray
-    entropy_bonus: jnp.ndarray
-    lr_policy: jnp.ndarray
-    lr_judge: jnp.ndarray
-
-    @classmethod
-    def stack(cls, knobs: Sequence[Knobs]) -> RunKnobs:
-        """One entry per run, in run order."""
-        columns = {name: [getattr(k, name) for k in knobs] for name in Knobs.model_fields}
-        dtypes = {bool: jnp.bool_, int: jnp.int32, float: jnp.float32}
-        arrays = {
-            name: jnp.asarray(values, dtypes[type(Knobs.model_fields[name].default)])
-            for name, values in columns.items()
-        }
-        result = cls(**arrays)
-        chex.assert_equal_shape(list(arrays.values()))
-        return result

@@ -31,7 +31,13 @@ def estimate_bytes(shape: GridShape) -> int:
     per_step = (
         ACTIVATION_FACTOR * 3 * HIDDEN_DIM * shape.seq_len * 2 * shape.batch_size * (shape.n_runs + shape.n_slots)
     )
-    holdout = shape.meta_slots * (n_outputs // shape.vocab_size + 2 * shape.max_holdout_pairs) * 3 * HIDDEN_DIM * 3
+    holdout = (
+        shape.slots_of("meta_correction")
+        * (n_outputs // shape.vocab_size + 2 * shape.max_holdout_pairs)
+        * 3
+        * HIDDEN_DIM
+        * 3
+    )
     # Exact diagnostics: every run's distribution and every judge's score table over all outputs,
     # plus the prefix-tree hidden states behind them.
     diagnostics = (shape.n_runs + shape.n_slots) * n_outputs * (4 + 2 * HIDDEN_DIM)

@@ -7,6 +7,7 @@ executable every time), so the host can report progress and checkpoint in betwee
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -20,14 +21,17 @@ import pandas as pd
 from jax.sharding import PartitionSpec as P
 
 from harness import compile_cache, keys
-from harness.coevolution import CoevolutionState, GridConstants, UpdateGroupIds, init_opt_state, train_iteration
+from harness.batching import WorkGroup
+from harness.coevolution import GridConstants, train_iteration
 from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
+from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs, holdout_pair_count
 from harness.memory import check_fits
 from harness.models import Params, init_policies
 from harness.pretrain import PretrainResult, pretrain_judges
 from harness.sharding import SHARD_AXIS, ShardPlan, from_shards, plan_shards, shard_mesh, to_shards
+from harness.state import CoevolutionState, initial_state
 from harness.world import World
 
 
@@ -147,28 +151,23 @@ class PhaseTimes:
 
 def grid_constants(layout: GridLayout, world: World, seed_judges: Params, holdout_pairs: jax.Array) -> GridConstants:
     """The constants of a layout's runs: pretrained judges (seed, member, ...) placed in its
-    slots, training keys by seed, work groups, and the first held-out pairs (as many as its
-    shape needs) with their q* labels."""
+    slots as rows, training keys by seed, work groups, and the first held-out pairs (as many
+    as its shape needs) with their q* labels."""
     seed_index = jnp.asarray(layout.run_seed_index)
     slot_run = jnp.asarray(layout.slot_run, jnp.int32)
     holdout = holdout_pairs[: max(layout.shape.max_holdout_pairs, 1)]
+    slot_judges = jax.tree.map(lambda x: x[seed_index[slot_run], jnp.asarray(layout.slot_member)], seed_judges)
     return GridConstants(
         q_star=world.q_star,
         run_keys=jax.vmap(keys.training_key)(jnp.asarray(layout.seeds, jnp.int32))[seed_index],
         slot_run=slot_run,
-        update_groups=tuple(
-            UpdateGroupIds(
-                run_ids=jnp.asarray(group.run_ids, jnp.int32),
-                slot_ids=jnp.asarray(group.slot_ids, jnp.int32),
-                slot_group_run=jnp.asarray(group.slot_group_run, jnp.int32),
-                anchor_positions=jnp.asarray(group.anchor_positions, jnp.int32),
-            )
-            for group in layout.update_groups
+        run_first_slot=jnp.asarray(np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs)), jnp.int32),
+        groups=tuple(
+            WorkGroup(*(jnp.asarray(ids, jnp.int32) for ids in dataclasses.astuple(group))) for group in layout.groups
         ),
-        meta_groups=tuple(jnp.asarray(slot_ids, jnp.int32) for slot_ids in layout.meta_groups),
         holdout_pairs=holdout,
         holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
-        pretrained_judges=jax.tree.map(lambda x: x[seed_index[slot_run], jnp.asarray(layout.slot_member)], seed_judges),
+        pretrained_judges=ravel_rows(slot_judges),
     )
 
 
@@ -216,18 +215,8 @@ class GridProgram:
         by_slot: Callable[[chex.ArrayTree], chex.ArrayTree],
         step: jax.Array,
     ) -> CoevolutionState:
-        """The state with its per-run fields passed through `by_run`, per-slot fields through `by_slot`."""
-        runs = by_run((state.policy_params, state.policy_opt_state, state.judge_updates, state.meta_corrections))
-        slots = by_slot((state.judge_params, state.judge_opt_state))
-        return CoevolutionState(
-            policy_params=runs[0],
-            policy_opt_state=runs[1],
-            judge_params=slots[0],
-            judge_opt_state=slots[1],
-            step=step,
-            judge_updates=runs[2],
-            meta_corrections=runs[3],
-        )
+        """The state with its per-run part passed through `by_run`, its per-slot part through `by_slot`."""
+        return CoevolutionState(runs=by_run(state.runs), slots=by_slot(state.slots), step=step)
 
     def shard_state(self, state: CoevolutionState) -> CoevolutionState:
         """The grid's state -> the shards' (leading axis S, split over the devices)."""
@@ -248,6 +237,14 @@ class GridProgram:
             lambda tree: from_shards(tree, plan.slot_at),
             jnp.asarray(np.asarray(state.step)[0]),
         )
+
+    def policy_params(self, state: CoevolutionState) -> Params:
+        """Every run's policy as a parameter pytree with a leading run axis (for inspection and tests)."""
+        return unravel_rows(policy_layout(self.shape.vocab_size), state.runs.policy.params)
+
+    def judge_params(self, rows: jax.Array) -> Params:
+        """Judge rows (J, P) (e.g. `state.slots.judge.params`) as a parameter pytree with a leading slot axis."""
+        return unravel_rows(judge_layout(self.shape.vocab_size), rows)
 
     def pretrain(self) -> PretrainResult:
         """Pretrain judge (seed, member) for every seed and every member any condition uses."""
@@ -317,19 +314,9 @@ class GridProgram:
         seed_policies = init_policies(
             jax.vmap(keys.policy_init_key)(seeds), world.config.vocab_size, world.config.seq_len
         )
-        policy = jax.tree.map(lambda x: x[seed_index], seed_policies)
-        pretrained = self.consts.pretrained_judges
-        state = CoevolutionState(
-            policy_params=policy,
-            policy_opt_state=jax.vmap(init_opt_state)(policy),
-            judge_params=jax.tree.map(jnp.copy, pretrained),
-            judge_opt_state=jax.vmap(init_opt_state)(pretrained),
-            step=jnp.int32(0),
-            judge_updates=jnp.zeros(self.shape.n_runs, jnp.int32),
-            meta_corrections=jnp.zeros(self.shape.n_runs, jnp.int32),
-        )
-        chex.assert_tree_shape_prefix(state.policy_params, (self.shape.n_runs,))
-        chex.assert_tree_shape_prefix(state.judge_params, (self.shape.n_slots,))
+        state = initial_state(ravel_rows(seed_policies)[seed_index], self.consts.pretrained_judges)
+        chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
+        chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
         initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)
 
         start = time.perf_counter()

@@ -104,7 +104,7 @@ def plan_shards(layout: GridLayout, max_shards: int) -> ShardPlan:
     runs_of_kind = _runs_of_kind(layout)
 
     def cost(n_shards: int) -> int:
-        return sum(math.ceil(len(runs) / n_shards) * (1 + kind.n_judges) for kind, runs in runs_of_kind.items())
+        return sum(math.ceil(len(runs) / n_shards) * (1 + n_judges) for (n_judges, _), runs in runs_of_kind.items())
 
     best = min(range(1, min(max_shards, layout.shape.n_runs) + 1), key=lambda n: (cost(n), n))
     return deal_runs(layout, best)
@@ -146,17 +146,13 @@ def deal_runs(layout: GridLayout, n_shards: int) -> ShardPlan:
 
 def _common_shape(shapes: list[GridShape]) -> GridShape:
     """Pad shard shapes that differ only in pair counts to their maximum."""
-    padded = dataclasses.replace(
-        shapes[0],
-        max_anchor_pairs=max(s.max_anchor_pairs for s in shapes),
-        meta_groups=tuple(
-            dataclasses.replace(groups[0], holdout_pairs=max(g.holdout_pairs for g in groups))
-            for groups in zip(*(s.meta_groups for s in shapes), strict=True)
-        ),
-    )
+    padding = {
+        "max_anchor_pairs": max(s.max_anchor_pairs for s in shapes),
+        "max_holdout_pairs": max(s.max_holdout_pairs for s in shapes),
+    }
+    padded = dataclasses.replace(shapes[0], **padding)
     for shape in shapes:
-        same = dataclasses.replace(shape, max_anchor_pairs=padded.max_anchor_pairs, meta_groups=padded.meta_groups)
-        assert same == padded, f"shards differ in more than pair counts: {shape} vs {padded}"
+        assert dataclasses.replace(shape, **padding) == padded, f"shards differ in more than pair counts: {shape}"
     return padded
 
 

@@ -9,6 +9,10 @@ import pytest
 
 from harness.conditions import load_grid
 from harness.program import GridProgram
+from harness.sharding import use_every_cpu_core
+
+# The test process starts here: one CPU device per core, before any JAX operation, as the command line does.
+use_every_cpu_core()
 
 ROOT = Path(__file__).resolve().parents[1]
 

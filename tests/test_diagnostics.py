@@ -14,13 +14,14 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from harness.coevolution import CoevolutionState
 from harness.diagnostics import Diagnostics
+from harness.flat_params import policy_layout, ravel_rows, unravel_rows
 from harness.grid import Condition, GridSpec, RunSettings
 from harness.knobs import Knobs
 from harness.models import Judge, Policy, init_judges, init_policy
 from harness.pretrain import PretrainResult
 from harness.program import GridProgram, diagnostics_program
+from harness.state import CoevolutionState
 
 K, L = 8, 4
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
@@ -56,11 +57,19 @@ def _with_policies(state: CoevolutionState) -> CoevolutionState:
     def put(leaf: jax.Array, peaky_leaf: jax.Array) -> jax.Array:
         return leaf.at[1].set(peaky_leaf)
 
-    policy = jax.tree.map(put, state.policy_params, peaky)
+    policy = jax.tree.map(put, unravel_rows(policy_layout(K), state.runs.policy.params), peaky)
     head = policy["params"]["head"]
     head = {"kernel": head["kernel"].at[0].set(0.0), "bias": head["bias"].at[0].set(0.0)}
     policy = {"params": {**policy["params"], "head": head}}
-    return state.replace(policy_params=policy)
+    return _with_policy_rows(state, ravel_rows(policy))
+
+
+def _with_policy_rows(state: CoevolutionState, rows: jax.Array) -> CoevolutionState:
+    return state.replace(runs=state.runs.replace(policy=state.runs.policy.replace(params=rows)))
+
+
+def _with_judge_rows(state: CoevolutionState, rows: jax.Array) -> CoevolutionState:
+    return state.replace(slots=state.slots.replace(judge=state.slots.judge.replace(params=rows)))
 
 
 def _reference(program: GridProgram, state: CoevolutionState) -> dict[str, np.ndarray]:
@@ -70,14 +79,14 @@ def _reference(program: GridProgram, state: CoevolutionState) -> dict[str, np.nd
     layout = program.layout
     rows: dict[str, list] = {k: [] for k in ("pi", "mean_judge", "slot_tables")}
     for run in range(program.shape.n_runs):
-        params = jax.tree.map(lambda x, r=run: x[r], state.policy_params)
+        params = jax.tree.map(lambda x, r=run: x[r], program.policy_params(state))
         logits = np.asarray(flax_policy_logits(params, outputs), np.float64)
         log_probs = logits - scipy.special.logsumexp(logits, axis=-1, keepdims=True)
         log_pi = np.take_along_axis(log_probs, np.asarray(outputs)[..., None], axis=-1)[..., 0].sum(axis=1)
         slots = np.flatnonzero(layout.slot_run == run)
+        judges = program.judge_params(state.slots.judge.params)
         tables = [
-            np.asarray(flax_judge_scores(jax.tree.map(lambda x, s=s: x[s], state.judge_params), outputs), np.float64)
-            for s in slots
+            np.asarray(flax_judge_scores(jax.tree.map(lambda x, s=s: x[s], judges), outputs), np.float64) for s in slots
         ]
         rows["pi"].append(np.exp(log_pi))
         rows["mean_judge"].append(np.mean(tables, axis=0))
@@ -159,14 +168,11 @@ def test_meta_accuracy_is_held_out_pairwise_accuracy(meta) -> None:
 def test_non_finite_parameters_are_flagged(ensemble) -> None:
     program, state, _, _ = ensemble
     # A NaN in the last judge slot (run 1's member 2) and nowhere else.
-    judges = jax.tree.map(lambda x: x, state.judge_params)
-    bias = judges["params"]["head"]["bias"].at[-1].set(jnp.nan)
-    judges = {"params": {**judges["params"], "head": {**judges["params"]["head"], "bias": bias}}}
-    bad = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state.replace(judge_params=judges))
+    judges = state.slots.judge.params.at[-1, -1].set(jnp.nan)
+    diagnose = diagnostics_program(program.shape)
+    bad = diagnose(program.consts, program.layout.knobs, _with_judge_rows(state, judges))
     np.testing.assert_array_equal(np.asarray(bad["finite"]), [True, False])
     # And in run 0's policy.
-    policy = state.policy_params
-    kernel = policy["params"]["head"]["kernel"].at[0, 0, 0].set(jnp.inf)
-    policy = {"params": {**policy["params"], "head": {**policy["params"]["head"], "kernel": kernel}}}
-    bad = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state.replace(policy_params=policy))
+    policies = state.runs.policy.params.at[0, 0].set(jnp.inf)
+    bad = diagnose(program.consts, program.layout.knobs, _with_policy_rows(state, policies))
     np.testing.assert_array_equal(np.asarray(bad["finite"]), [False, True])

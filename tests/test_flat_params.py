@@ -9,18 +9,10 @@ import numpy as np
 import optax
 import pytest
 
-from harness import coevolution
-from harness.flat_params import (
-    judge_layout,
-    policy_layout,
-    ravel_optimizer_rows,
-    ravel_rows,
-    unravel_optimizer_rows,
-    unravel_rows,
-)
-from harness.grid import GridShape
+from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
 from harness.memory import parameter_count
 from harness.models import init_judges, init_policies
+from harness.state import adam_step, fresh_networks
 
 K, L, N = 8, 4, 3
 POLICY_WIDTH, JUDGE_WIDTH = parameter_count(K)  # counted by hand from the layer sizes
@@ -64,62 +56,25 @@ def test_unravel_rejects_rows_of_the_other_network(policies: chex.ArrayTree) -> 
         unravel_rows(judge_layout(K), ravel_rows(policies))
 
 
-def _stepped_adam(
-    params: chex.ArrayTree, seed: int
-) -> tuple[optax.GradientTransformation, chex.ArrayTree, chex.ArrayTree]:
-    """Adam, its state after one step on random gradients (so the moments are non-zero and
-    differ between rows and between mu and nu), and fresh random gradients for the next."""
-    optimizer = optax.adam(1e-2)
-    grads = _noisy(jax.tree.map(jnp.zeros_like, params), seed)
-    _, state = jax.vmap(optimizer.update)(grads, jax.vmap(optimizer.init)(params), params)
-    return optimizer, state, _noisy(grads, seed + 1)
-
-
 def test_adam_on_rows_equals_adam_on_trees(judges: chex.ArrayTree) -> None:
-    """Moments flatten like the parameters, the step count stays, and an Adam step commutes with flattening."""
-    optimizer, state, grads = _stepped_adam(judges, 4)
-    rows_state = ravel_optimizer_rows(state, judges)
-    adam = rows_state[0]
-    np.testing.assert_array_equal(np.asarray(adam.count), np.asarray(state[0].count))
-    np.testing.assert_array_equal(np.asarray(adam.mu), _numpy_rows(state[0].mu))
-    np.testing.assert_array_equal(np.asarray(adam.nu), _numpy_rows(state[0].nu))
-    chex.assert_trees_all_equal(unravel_optimizer_rows(judge_layout(K), rows_state, like=state), state)
+    """Two Adam steps of `state.adam_step` on flat rows equal tree-shaped optax on the networks (per network,
+    at per-run learning rates): Adam acts on each parameter on its own, so flattening commutes with it."""
+    learning_rates = jnp.array([1e-2, 3e-3, 1e-3])
+    grads = [_noisy(jax.tree.map(jnp.zeros_like, judges), seed) for seed in (4, 5)]
 
-    tree_updates, tree_next = jax.vmap(optimizer.update)(grads, state, judges)
-    row_updates, row_next = jax.vmap(optimizer.update)(ravel_rows(grads), rows_state, ravel_rows(judges))
-    np.testing.assert_allclose(np.asarray(row_updates), _numpy_rows(tree_updates), rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(np.asarray(row_next[0].nu), _numpy_rows(tree_next[0].nu), rtol=1e-6, atol=1e-12)
+    def tree_steps(params: chex.ArrayTree, lr: jax.Array, *step_grads: chex.ArrayTree) -> tuple:
+        optimizer = optax.adam(lr)
+        opt_state = optimizer.init(params)
+        for g in step_grads:
+            updates, opt_state = optimizer.update(g, opt_state, params)
+            params = optax.apply_updates(params, updates)
+        return params, opt_state
 
-
-def test_training_state_round_trips(policies: chex.ArrayTree, judges: chex.ArrayTree) -> None:
-    state = coevolution.CoevolutionState(
-        policy_params=policies,
-        policy_opt_state=_stepped_adam(policies, 5)[1],
-        judge_params=judges,
-        judge_opt_state=_stepped_adam(judges, 6)[1],
-        step=jnp.int32(7),
-        judge_updates=jnp.arange(N, dtype=jnp.int32),
-        meta_corrections=jnp.zeros(N, jnp.int32),
-    )
-    flat = coevolution.flat_state(state)
-    assert flat.policy_params.shape == (N, POLICY_WIDTH)
-    assert flat.judge_params.shape == (N, JUDGE_WIDTH)
-    np.testing.assert_array_equal(np.asarray(flat.policy_opt_state[0].nu), _numpy_rows(state.policy_opt_state[0].nu))
-    np.testing.assert_array_equal(np.asarray(flat.judge_opt_state[0].mu), _numpy_rows(state.judge_opt_state[0].mu))
-    chex.assert_trees_all_equal(coevolution.tree_state(_shape(), flat, like=state), state)
-
-
-def _shape() -> GridShape:
-    return GridShape(
-        n_runs=N,
-        n_slots=N,
-        n_seeds=1,
-        max_members=1,
-        max_anchor_pairs=0,
-        update_groups=(),
-        meta_groups=(),
-        batch_size=4,
-        steps_per_iteration=1,
-        vocab_size=K,
-        seq_len=L,
-    )
+    tree_params, tree_state = jax.vmap(tree_steps)(judges, learning_rates, *grads)
+    rows = fresh_networks(ravel_rows(judges))
+    for g in grads:
+        rows = jax.vmap(adam_step)(rows, ravel_rows(g), learning_rates)
+    np.testing.assert_allclose(np.asarray(rows.params), _numpy_rows(tree_params), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(rows.adam[0].mu), _numpy_rows(tree_state[0].mu), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(rows.adam[0].nu), _numpy_rows(tree_state[0].nu), rtol=1e-6, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(rows.adam[0].count), [2] * N)

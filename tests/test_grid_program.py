@@ -99,7 +99,7 @@ def smoke(pretrained: PretrainResult) -> dict:
         "records": records,
         "table": grid.metrics_table(records),
         "compiled": messages,
-        "final_judges": jax.device_get(state.judge_params),
+        "final_judges": jax.device_get(grid.judge_params(state.slots.judge.params)),
     }
 
 
@@ -156,7 +156,7 @@ def test_judge_head_bias_does_not_drift(smoke: dict, name: str) -> None:
     runs = [i for i, (condition, _) in enumerate(grid.layout.run_labels()) if condition == name]
     slots = np.flatnonzero(np.isin(grid.layout.slot_run, runs))
     final = np.asarray(smoke["final_judges"]["params"]["head"]["bias"])[slots]
-    start = np.asarray(grid.consts.pretrained_judges["params"]["head"]["bias"])[slots]
+    start = np.asarray(grid.judge_params(grid.consts.pretrained_judges)["params"]["head"]["bias"])[slots]
     np.testing.assert_allclose(final, start, rtol=0, atol=1e-6)
 
 
@@ -206,7 +206,7 @@ def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretr
         assert int(record["judge_updates"][runs["anchor_wide"]]) == 20
     ensemble_slots = np.flatnonzero(np.isin(retuned.layout.slot_run, np.flatnonzero(retuned.layout.run_condition == 1)))
     for got, want in zip(
-        jax.tree.leaves(state.judge_params), jax.tree.leaves(retuned.consts.pretrained_judges), strict=True
+        jax.tree.leaves(state.slots.judge.params), jax.tree.leaves(retuned.consts.pretrained_judges), strict=True
     ):
         np.testing.assert_array_equal(np.asarray(got)[ensemble_slots], np.asarray(want)[ensemble_slots])
 
@@ -243,7 +243,7 @@ def test_diverged_is_sticky(smoke: dict) -> None:
     grid, records = smoke["grid"], smoke["records"]
     bad = np.ones(grid.shape.n_runs, bool)
     bad[3] = False  # run 3 = (ensemble, seed 1): non-finite at record 1 only
-    patched = [records[0], records[1].replace(finite=jax.numpy.asarray(bad)), records[2]]
+    patched = [records[0], {**records[1], "finite": jax.numpy.asarray(bad)}, records[2]]
     table = grid.metrics_table(patched)
     run = table.query("condition == 'ensemble' and seed == 1")
     assert run["diverged"].tolist() == [False, True, True]
@@ -252,25 +252,31 @@ def test_diverged_is_sticky(smoke: dict) -> None:
 
 
 def test_work_groups_of_the_published_grid() -> None:
-    """Judge updates: runs due on every step apart from frozen and slower runs; meta checks:
-    every-step meta slots apart from slower ones, each group padded only to its own held-out count."""
+    """Each scheduled mechanism's groups: runs due on every step apart from slower ones, frozen runs in none;
+    every group lists exactly its runs' judge slots."""
     layout = layout_grid(load_grid(ROOT / "conditions" / "paper.toml"))
     knobs = [layout.spec.conditions[c].knobs for c in layout.run_condition]
-    every_step = {i for i, k in enumerate(knobs) if k.judge_update_every == 1 and not k.freeze_judge}
-    first, second = layout.update_groups
-    assert set(first.run_ids) == every_step
-    assert set(second.run_ids) == set(range(len(knobs))) - every_step
-    for group in layout.update_groups:
-        np.testing.assert_array_equal(group.slot_ids, np.flatnonzero(np.isin(layout.slot_run, group.run_ids)))
-        np.testing.assert_array_equal(group.run_ids[group.slot_group_run], layout.slot_run[group.slot_ids])
-        anchored = [knobs[layout.slot_run[slot]].anchor_fraction > 0 for slot in group.slot_ids]
-        np.testing.assert_array_equal(group.anchor_positions, np.flatnonzero(anchored))
+    groups = {(g.mechanism, g.cadence): ids for g, ids in zip(layout.shape.groups, layout.groups, strict=True)}
+    for ids in groups.values():
+        np.testing.assert_array_equal(ids.slot_ids, np.flatnonzero(np.isin(layout.slot_run, ids.run_ids)))
+        np.testing.assert_array_equal(ids.slot_run, layout.slot_run[ids.slot_ids])
+        np.testing.assert_array_equal(ids.run_ids[ids.slot_position], ids.slot_run)
 
+    def runs(predicate: object) -> set[int]:
+        return {i for i, k in enumerate(knobs) if predicate(k)}
+
+    # Frozen runs are never due; they share the slower group, so freezing keeps the shape.
+    every_step = runs(lambda k: not k.freeze_judge and k.judge_update_every == 1)
+    assert set(groups["judge_update", "every_step"].run_ids) == every_step
+    assert set(groups["judge_update", "slower"].run_ids) == set(range(len(knobs))) - every_step
+    assert set(groups["anchor", "every_step"].run_ids) == every_step & runs(lambda k: k.anchor_fraction > 0)
+    assert ("anchor", "slower") not in groups
     # 5 seeds x (meta k=1, slow-meta k=1) every step; the rest on a cadence, one of them with 10% held out.
-    every_step_meta, slower_meta = layout.meta_groups
-    assert {knobs[layout.slot_run[s]].meta_update_every for s in every_step_meta} == {1}
-    assert {knobs[layout.slot_run[s]].meta_update_every for s in slower_meta} == {10, 200}
-    assert [(g.slots, g.holdout_pairs) for g in layout.shape.meta_groups] == [(10, 4096 // 20), (25, 4096 // 10)]
+    every_step_meta, slower_meta = groups["meta_correction", "every_step"], groups["meta_correction", "slower"]
+    assert {knobs[r].meta_update_every for r in every_step_meta.run_ids} == {1}
+    assert {knobs[r].meta_update_every for r in slower_meta.run_ids} == {10, 200}
+    assert (every_step_meta.slot_ids.size, slower_meta.slot_ids.size) == (10, 25)
+    assert layout.shape.max_holdout_pairs == 4096 // 10
 
     # Other knob values keep the shape (the same program); moving a run across a group boundary does not.
     def with_baseline(**values: object) -> GridSpec:

@@ -95,10 +95,10 @@ def trace() -> Trace:
         if iteration:
             state, record = program.step(state, iteration - 1)  # donates the old state: copy what we keep first
             diagnostics.append(jax.device_get(record))
-        judges.append(jax.device_get(state.judge_params))
-        adam.append(jax.device_get(state.judge_opt_state))
-        policies.append(jax.device_get(state.policy_params))
-    assert all(np.all(d.finite) for d in diagnostics)
+        judges.append(jax.device_get(program.judge_params(state.slots.judge.params)))
+        adam.append(jax.device_get(state.slots.judge.adam))
+        policies.append(jax.device_get(program.policy_params(state)))
+    assert all(np.all(d["finite"]) for d in diagnostics)
     return Trace(program, judges, adam, policies, diagnostics)
 
 
@@ -133,9 +133,9 @@ def test_ensemble_counts_judge_updates_per_run(trace: Trace) -> None:
 
 
 def test_reset_every_returns_judges_to_pretrained(trace: Trace) -> None:
-    consts = trace.program.consts
     slot = trace.slots("reset1")[0]
-    pretrained_slot = jax.tree.map(lambda x: np.asarray(x[slot]), consts.pretrained_judges)
+    pretrained_judges = trace.program.judge_params(trace.program.consts.pretrained_judges)
+    pretrained_slot = jax.tree.map(lambda x: np.asarray(x[slot]), pretrained_judges)
     chex.assert_trees_all_equal(pretrained_slot, trace.pretrained())
     for after in range(1, ITERATIONS + 1):
         chex.assert_trees_all_equal(trace.judge("reset1", after), pretrained_slot)
@@ -198,16 +198,19 @@ def test_meta_update_cadence(trace: Trace, name: str, every: int) -> None:
 
 
 def test_ensemble_member_zero_is_the_single_judge(trace: Trace) -> None:
-    consts = trace.program.consts
+    pretrained_judges = trace.program.judge_params(trace.program.consts.pretrained_judges)
     ensemble, single = trace.slots("ensemble"), trace.slots("base")
     assert len(ensemble) == 3
     assert len(single) == 1
     chex.assert_trees_all_equal(
-        jax.tree.map(lambda x: x[ensemble[0]], consts.pretrained_judges),
-        jax.tree.map(lambda x: x[single[0]], consts.pretrained_judges),
+        jax.tree.map(lambda x: x[ensemble[0]], pretrained_judges),
+        jax.tree.map(lambda x: x[single[0]], pretrained_judges),
     )
     for member in (1, 2):
-        assert _differ(jax.tree.map(lambda x, m=member: x[ensemble[m]], consts.pretrained_judges), trace.pretrained())
+        assert _differ(
+            jax.tree.map(lambda x, m=member: x[ensemble[m]], pretrained_judges),
+            trace.pretrained(),
+        )
     # Pretraining member 0 of seed 0 on its own gives the same judge as inside the 3-member batch.
     init_key, data_key = keys.judge_keys(jnp.int32(0), jnp.int32(0))
     alone = pretrain_judges(init_key[None], data_key[None], trace.program.world, trace.program.spec.pretrain)

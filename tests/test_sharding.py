@@ -123,9 +123,7 @@ def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridProg
     np.testing.assert_allclose(
         split_table[numeric].to_numpy(float), whole_table[numeric].to_numpy(float), rtol=0, atol=1e-4
     )
-    for a, b in zip(
-        jax.tree.leaves(whole.final_state.judge_params), jax.tree.leaves(split.final_state.judge_params), strict=True
-    ):
+    for a, b in zip(jax.tree.leaves(whole.final_state.slots), jax.tree.leaves(split.final_state.slots), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
     # The iteration counted its judge updates per run through the shards: 10 steps, k = 1 or 5.
     last = split_table.query("iteration == 2").set_index("condition")["judge_updates"]

@@ -1,0 +1,160 @@
+"""Every mechanism as a function of one run or one judge, written as if the grid did not exist.
+
+Arguments that differ per network come first, shared ones (keyword-only) after, so
+`functools.partial(mechanism, **shared)` is what the grid vmaps.
+
+The grid program (`harness.coevolution`) batches these with `harness.batching`: it
+gathers the runs or judge slots a mechanism applies to, vmaps the function, keeps the
+old values where the mechanism is not due, and scatters back. Networks are flat rows
+(`harness.state.Network`); a function unravels a row where a model reads it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from harness.flat_params import judge_layout, policy_layout
+from harness.keys import distinct_pairs
+from harness.knobs import choices
+from harness.models import judge_scores, judge_scores_of_outputs, sample_with_log_prob
+from harness.state import Network, adam_step, fresh_network
+
+_AGGREGATIONS = choices("ensemble_aggregation")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The policy
+
+
+def sample(policy: jax.Array, key: jax.Array, batch: int, vocab: int, seq_len: int) -> tuple[jax.Array, jax.Array]:
+    """`batch` sequences from one policy row: tokens int32 (B, L) and log π (B,), differentiable in the row."""
+    return sample_with_log_prob(policy_layout(vocab).unravel(policy), key, batch, vocab, seq_len)
+
+
+def reinforce_cotangent(rewards: jax.Array, entropy_bonus: jax.Array) -> jax.Array:
+    """d loss / d log π(x_b) of one run's REINFORCE loss on a batch with rewards (B,).
+
+    loss = -mean((r - mean r) · log π) + entropy_bonus · mean(log π): a mean baseline, and
+    a bonus that lowers log π of what is sampled (raising entropy).
+    """
+    advantage = rewards - jnp.mean(rewards)
+    return (entropy_bonus - advantage) / rewards.shape[0]
+
+
+def aggregate_scores(scores: jax.Array, members: jax.Array, rule: jax.Array, std_weight: jax.Array) -> jax.Array:
+    """One run's reward from its judges' scores (M, X); members bool (M,) marks real judges (the rest is padding).
+
+    rule: code of `Knobs.ensemble_aggregation`: the members' mean, their minimum (the
+    worst case over the ensemble), or mean − std_weight · std (population std).
+    """
+    weight = members.astype(scores.dtype)[:, None]
+    count = jnp.sum(weight)
+    mean = jnp.sum(weight * scores, axis=0) / count
+    minimum = jnp.min(jnp.where(members[:, None], scores, jnp.inf), axis=0)
+    std = jnp.sqrt(jnp.sum(weight * (scores - mean) ** 2, axis=0) / count)
+    by_rule = {"mean": mean, "min": minimum, "mean_minus_std": mean - std_weight * std}
+    return jnp.select([rule == code for code in range(len(_AGGREGATIONS))], [by_rule[n] for n in _AGGREGATIONS])
+
+
+def judge_reward(judge: jax.Array, tokens: jax.Array, vocab: int) -> jax.Array:
+    """One judge's scores of a batch (B, L) -> (B,), as the policy is rewarded with them."""
+    return judge_scores(judge_layout(vocab).unravel(judge), tokens, vocab)
+
+
+def policy_step(
+    policy: Network,
+    judges: jax.Array,
+    members: jax.Array,
+    key: jax.Array,
+    knobs: object,
+    batch: int,
+    vocab: int,
+    seq_len: int,
+) -> Network:
+    """One REINFORCE step of one run: sample a batch, reward it with the run's judges (rows (M, P), members
+    marking the real ones), step Adam. The grid batches the same pieces (see `coevolution.policy_step`)."""
+
+    def log_prob(row: jax.Array) -> tuple[jax.Array, jax.Array]:
+        tokens, log_pi = sample(row, key, batch, vocab, seq_len)
+        return log_pi, tokens
+
+    _, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
+    scores = jax.vmap(judge_reward, (0, None, None))(judges, tokens, vocab)
+    rewards = aggregate_scores(scores, members, knobs.ensemble_aggregation, knobs.ensemble_std_weight)
+    (grads,) = pullback(reinforce_cotangent(rewards, knobs.entropy_bonus))
+    return adam_step(policy, grads, knobs.lr_policy)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A judge
+
+
+def pair_bce(judge: jax.Array, pairs: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int, seq_len: int) -> tuple:
+    """Masked Bradley–Terry loss of one judge on pairs of outputs given by enumeration index.
+
+    pairs int32 (P, 2); labels (P,) say whether the first should outscore the second;
+    mask (P,) marks real pairs (the rest is padding). Returns (loss, accuracy on the mask).
+    Pairwise losses leave out the head's bias (see `models.judge_scores`).
+    """
+    params = judge_layout(vocab).unravel(judge)
+    scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len, include_bias=False)
+    margin = scores[: pairs.shape[0]] - scores[pairs.shape[0] :]
+    weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
+    loss = jnp.sum(weight * optax.sigmoid_binary_cross_entropy(margin, labels))
+    accuracy = jnp.sum(weight * ((margin > 0) == (labels > 0.5)))
+    return loss, accuracy
+
+
+def self_labelled_bce(judge: jax.Array, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
+    """Bradley–Terry loss of one judge with its own current preference 1[J(a) > J(b)] as the label."""
+    params = judge_layout(vocab).unravel(judge)
+    scores = judge_scores(params, jnp.concatenate([first, second]), vocab, include_bias=False)
+    margin = scores[: first.shape[0]] - scores[first.shape[0] :]
+    labels = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
+    return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
+
+
+def self_labelled_update(judge: Network, first: jax.Array, second: jax.Array, lr: jax.Array, *, vocab: int) -> Network:
+    """One self-labelled Bradley–Terry step of one judge on sequence pairs (first[i], second[i]), each (B, L)."""
+    return adam_step(judge, jax.grad(self_labelled_bce)(judge.params, first, second, vocab), lr)
+
+
+def anchor_update(
+    judge: Network,
+    key: jax.Array,
+    count: jax.Array,
+    lr: jax.Array,
+    *,
+    q_star: jax.Array,
+    batch: int,
+    max_pairs: int,
+    vocab: int,
+    seq_len: int,
+) -> Network:
+    """One q*-labelled step of one judge on `count` pairs of distinct outputs drawn uniformly.
+
+    The largest possible count (one per batch element) is drawn and a prefix kept, so the
+    pairs do not depend on how far the grid pads them (`max_pairs`).
+    """
+    pairs = distinct_pairs(key, batch, q_star.shape[0])[:max_pairs]
+    labels = (q_star[pairs[:, 0]] > q_star[pairs[:, 1]]).astype(jnp.float32)
+    mask = (jnp.arange(max_pairs) < count).astype(jnp.float32)
+    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len)
+    return adam_step(judge, grads, lr)
+
+
+def holdout_correction(
+    judge: Network, mask: jax.Array, lr: jax.Array, *, pairs: jax.Array, labels: jax.Array, vocab: int, seq_len: int
+) -> Network:
+    """Meta-correction of one judge: one Bradley–Terry step on the held-out q*-labelled pairs (`pair_bce`'s
+    arguments; its accuracy on them, a forward pass, decides whether the step is due)."""
+    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len)
+    return adam_step(judge, grads, lr)
+
+
+def reset(judge: Network, pretrained: jax.Array) -> Network:
+    """A judge returned to its pretrained row, with a fresh Adam state."""
+    del judge
+    return fresh_network(pretrained)

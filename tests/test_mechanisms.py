@@ -1,0 +1,208 @@
+"""Each mechanism of harness.mechanisms, for one network, against a hand-written reference on one network.
+
+The references use flax's own modules (Policy.apply, Judge.apply) on parameter trees, optax's Adam on
+trees, and numpy; none of them touches the grid, flat rows or the fused GRU of harness.models.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from harness import mechanisms
+from harness.batching import apply_where_due
+from harness.flat_params import judge_layout, policy_layout, ravel_rows
+from harness.keys import distinct_pairs
+from harness.knobs import Knobs, choices, stack_knobs
+from harness.models import Judge, Policy, init_judge, init_policy
+from harness.state import Network, fresh_network, fresh_networks
+from harness.world import enumerate_outputs
+
+K, L, B = 8, 4, 16
+LR = 1e-2
+OUTPUTS = enumerate_outputs(K, L)
+Q_STAR = jax.random.normal(jax.random.PRNGKey(99), (K**L,))
+
+
+def _perturbed(params: chex.ArrayTree, seed: int) -> chex.ArrayTree:
+    leaves, treedef = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    return jax.tree.unflatten(
+        treedef, [x + 0.2 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+    )
+
+
+@pytest.fixture(scope="module")
+def judge_tree() -> chex.ArrayTree:
+    return _perturbed(init_judge(jax.random.PRNGKey(1), K, L), 2)
+
+
+@pytest.fixture(scope="module")
+def policy_tree() -> chex.ArrayTree:
+    return _perturbed(init_policy(jax.random.PRNGKey(3), K, L), 4)
+
+
+def _row(tree: chex.ArrayTree) -> jax.Array:
+    return ravel_rows(jax.tree.map(lambda x: x[None], tree))[0]
+
+
+def _adam_reference(tree: chex.ArrayTree, loss: object, lr: float = LR) -> chex.ArrayTree:
+    """One tree-shaped optax Adam step from a fresh state on `loss(tree)`."""
+    optimizer = optax.adam(lr)
+    updates, _ = optimizer.update(jax.grad(loss)(tree), optimizer.init(tree), tree)
+    return optax.apply_updates(tree, updates)
+
+
+def _unbiased_scores(tree: chex.ArrayTree, tokens: jax.Array) -> jax.Array:
+    """flax's judge score without the head's bias (pairwise losses leave it out, see models.judge_scores)."""
+    return Judge(K).apply(tree, tokens) - tree["params"]["head"]["bias"][0]
+
+
+def _bce(margin: jax.Array, labels: jax.Array) -> jax.Array:
+    """Binary cross-entropy with logits, written out."""
+    return jnp.maximum(margin, 0) - margin * labels + jnp.log1p(jnp.exp(-jnp.abs(margin)))
+
+
+# Adam's first step moves each parameter by about ±LR whatever its gradient's size, so a parameter whose gradient
+# is at rounding level (~1e-8) can land 1e-5 apart between two correct implementations; a wrong gradient moves it
+# by ~LR. LR / 100 separates the two.
+STEP_TOLERANCE = LR / 100
+
+
+def _assert_row(network: Network, tree: chex.ArrayTree) -> None:
+    np.testing.assert_allclose(np.asarray(network.params), np.asarray(_row(tree)), rtol=0, atol=STEP_TOLERANCE)
+
+
+def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) -> None:
+    key = jax.random.PRNGKey(5)
+    knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR, entropy_bonus=0.05)]))
+    step = jax.jit(functools.partial(mechanisms.policy_step, batch=B, vocab=K, seq_len=L))
+    after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), key, knobs)
+
+    tokens, _ = mechanisms.sample(_row(policy_tree), key, B, K, L)
+    rewards = Judge(K).apply(judge_tree, tokens)
+
+    def loss(tree: chex.ArrayTree) -> jax.Array:
+        log_probs = jax.nn.log_softmax(Policy(K).apply(tree, tokens), axis=-1)
+        log_pi = jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0].sum(axis=1)
+        advantage = rewards - rewards.mean()
+        return -jnp.mean(advantage * log_pi) + 0.05 * jnp.mean(log_pi)
+
+    _assert_row(after, _adam_reference(policy_tree, loss))
+    assert int(after.adam[0].count) == 1
+
+
+def test_self_labelled_update_trains_on_the_judges_own_preference(judge_tree) -> None:
+    first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B]
+    update = jax.jit(functools.partial(mechanisms.self_labelled_update, vocab=K))
+    after = update(fresh_network(_row(judge_tree)), first, second, jnp.float32(LR))
+
+    labels = (_unbiased_scores(judge_tree, first) > _unbiased_scores(judge_tree, second)).astype(jnp.float32)
+
+    def loss(tree: chex.ArrayTree) -> jax.Array:
+        return jnp.mean(_bce(_unbiased_scores(tree, first) - _unbiased_scores(tree, second), labels))
+
+    _assert_row(after, _adam_reference(judge_tree, loss))
+
+
+@pytest.mark.parametrize("count", [1, 5, 16])
+def test_anchor_update_uses_the_first_count_ground_truth_pairs(judge_tree, count: int) -> None:
+    key, max_pairs = jax.random.PRNGKey(7), 16
+    anchor = jax.jit(
+        functools.partial(mechanisms.anchor_update, q_star=Q_STAR, batch=B, max_pairs=max_pairs, vocab=K, seq_len=L)
+    )
+    after = anchor(fresh_network(_row(judge_tree)), key, jnp.int32(count), jnp.float32(LR))
+
+    pairs = np.asarray(distinct_pairs(key, B, K**L))[:count]
+    q = np.asarray(Q_STAR)
+    labels = jnp.asarray(q[pairs[:, 0]] > q[pairs[:, 1]], jnp.float32)
+
+    def loss(tree: chex.ArrayTree) -> jax.Array:
+        margin = _unbiased_scores(tree, OUTPUTS[pairs[:, 0]]) - _unbiased_scores(tree, OUTPUTS[pairs[:, 1]])
+        return jnp.mean(_bce(margin, labels))
+
+    _assert_row(after, _adam_reference(judge_tree, loss))
+
+
+def test_holdout_correction_and_its_accuracy(judge_tree) -> None:
+    pairs = np.asarray(distinct_pairs(jax.random.PRNGKey(8), 40, K**L))
+    q = np.asarray(Q_STAR)
+    labels = jnp.asarray(q[pairs[:, 0]] > q[pairs[:, 1]], jnp.float32)
+    mask = (np.arange(40) < 30).astype(np.float32)  # the last 10 are padding
+    correct = jax.jit(
+        functools.partial(mechanisms.holdout_correction, pairs=jnp.asarray(pairs), labels=labels, vocab=K, seq_len=L)
+    )
+    after = correct(fresh_network(_row(judge_tree)), jnp.asarray(mask), jnp.float32(LR))
+
+    def margin(tree: chex.ArrayTree) -> jax.Array:
+        return _unbiased_scores(tree, OUTPUTS[pairs[:30, 0]]) - _unbiased_scores(tree, OUTPUTS[pairs[:30, 1]])
+
+    _assert_row(after, _adam_reference(judge_tree, lambda tree: jnp.mean(_bce(margin(tree), labels[:30]))))
+    _, accuracy = jax.jit(mechanisms.pair_bce, static_argnums=(4, 5))(
+        _row(judge_tree), jnp.asarray(pairs), labels, jnp.asarray(mask), K, L
+    )
+    expected = np.mean((np.asarray(margin(judge_tree)) > 0) == (np.asarray(labels[:30]) > 0.5))
+    assert float(accuracy) == pytest.approx(expected, abs=1e-6)
+
+
+def test_reset_returns_the_pretrained_row_with_fresh_adam(judge_tree) -> None:
+    trained = fresh_network(_row(judge_tree) + 1.0)
+    trained = trained.replace(adam=jax.tree.map(lambda x: x + 3, trained.adam))
+    pretrained = _row(judge_tree)
+    after = mechanisms.reset(trained, pretrained)
+    np.testing.assert_array_equal(np.asarray(after.params), np.asarray(pretrained))
+    assert int(after.adam[0].count) == 0
+    assert not np.any(np.asarray(after.adam[0].mu)) and not np.any(np.asarray(after.adam[0].nu))
+
+
+@pytest.mark.parametrize("rule", choices("ensemble_aggregation"))
+def test_aggregate_scores_against_numpy(rule: str) -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(5, 7)).astype(np.float32)
+    members = np.array([True, True, True, False, False])  # an ensemble of 3, padded to 5
+    code = jnp.int32(choices("ensemble_aggregation").index(rule))
+    reward = mechanisms.aggregate_scores(jnp.asarray(scores), jnp.asarray(members), code, jnp.float32(0.5))
+    real = scores[:3]
+    expected = {
+        "mean": real.mean(axis=0),
+        "min": real.min(axis=0),
+        "mean_minus_std": real.mean(axis=0) - 0.5 * real.std(axis=0),
+    }[rule]
+    np.testing.assert_allclose(np.asarray(reward), expected, rtol=0, atol=1e-6)
+
+
+def test_one_judge_aggregates_to_itself_under_every_rule() -> None:
+    scores = jnp.asarray(np.random.default_rng(1).normal(size=(1, 9)), jnp.float32)
+    for code in range(len(choices("ensemble_aggregation"))):
+        reward = mechanisms.aggregate_scores(scores, jnp.array([True]), jnp.int32(code), jnp.float32(2.0))
+        np.testing.assert_array_equal(np.asarray(reward), np.asarray(scores[0]))
+
+
+def test_apply_where_due_touches_exactly_the_due_members() -> None:
+    rows = jnp.arange(6 * 3, dtype=jnp.float32).reshape(6, 3)
+    networks = fresh_networks(rows)
+    ids, due = jnp.array([4, 1, 2]), jnp.array([True, False, True])
+
+    def shift(network: Network, amount: jax.Array) -> Network:
+        return network.replace(params=network.params + amount)
+
+    after = jax.jit(lambda n: apply_where_due(shift, n, ids, due, lambda: (jnp.array([10.0, 20.0, 30.0]),)))(networks)
+    expected = np.asarray(rows).copy()
+    expected[4] += 10.0
+    expected[2] += 30.0
+    np.testing.assert_array_equal(np.asarray(after.params), expected)
+    chex.assert_trees_all_equal(after.adam, networks.adam)
+
+    nothing_due = apply_where_due(shift, networks, ids, jnp.zeros(3, bool), lambda: (jnp.ones(3),))
+    np.testing.assert_array_equal(np.asarray(nothing_due.params), np.asarray(rows))
+
+
+def test_layouts_match_the_networks() -> None:
+    assert policy_layout(K).width == _row(init_policy(jax.random.PRNGKey(0), K, L)).shape[0]
+    assert judge_layout(K).width == _row(init_judge(jax.random.PRNGKey(0), K, L)).shape[0]
