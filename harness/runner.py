@@ -77,6 +77,15 @@ def load_spec(run_dir: Path) -> GridSpec:
     return GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
 
 
+def report_title(grid_name: str) -> str:
+    return f"coevolab report: {grid_name}"
+
+
+def render_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str) -> None:
+    """The run's report, as the run writes it and as `coevolab report` re-renders it."""
+    report.write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name)
+
+
 def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, resume: bool = False) -> RunOutcome:
     """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint."""
     progress = progress or SilentProgress()
@@ -123,7 +132,8 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
     atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
     progress.phase("report", str(run_dir))
     report_start = time.perf_counter()
-    report.write_report(metrics, run_dir, title=f"coevolab report: {spec.name}")
+    # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
+    render_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name)
     report_seconds = time.perf_counter() - report_start
     progress.phase_done("report", report_seconds)
     times = {
