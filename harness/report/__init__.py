@@ -43,6 +43,7 @@ __all__ = [
     "summarize",
     "summary_markdown",
     "write_report",
+    "write_run_report",
 ]
 
 FIGURE_TITLES = {
@@ -124,3 +125,12 @@ def write_report(
         relative = path.relative_to(out_dir).as_posix()
         lines += [f"### {FIGURE_TITLES[key]}", "", f"![{FIGURE_TITLES[key]}]({relative})", "", readings[key], ""]
     _write(out_dir, "report.md", "\n".join(lines))
+
+
+def report_title(grid_name: str) -> str:
+    return f"coevolab report: {grid_name}"
+
+
+def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str) -> None:
+    """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes)."""
+    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name)
