@@ -22,13 +22,38 @@ MANIFEST_FILE = "manifest.json"
 CHECKPOINT_FILE = "checkpoint.msgpack"
 
 
+def _file_mode() -> int:
+    """The mode a plain `open(path, "w")` would give a new file: 0o666 less the process umask.
+
+    mkstemp creates 0600 files, which would make shared artifacts private; Linux reports the umask in
+    /proc/self/status, elsewhere it is read by setting and restoring it.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same directory and a rename."""
+    """Write `data` to `path` so readers see the old file or the new one, never a partial one.
+
+    A temporary file in the same directory is written, flushed to disk (fsync), given the user's normal file
+    mode and renamed over `path`. Every artifact of a run directory is written this way.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, _file_mode())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

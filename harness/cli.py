@@ -7,25 +7,87 @@ directory); 3 the grid finished but some runs diverged; 130 interrupted (resumab
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
+import textwrap
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
-from harness.checkpoint import CheckpointMismatch
-from harness.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, enable_compilation_cache
-from harness.conditions import ConditionFileError, load_grid
-from harness.grid import layout_grid
-from harness.memory import GridTooLarge, check_fits
-from harness.program import PretrainingFailed
-from harness.sharding import use_every_cpu_core
+from harness.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
+
+if TYPE_CHECKING:
+    from harness.grid import GridSpec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-DEFAULT_CONDITIONS = Path("conditions/paper.toml")
+# The published grid, found beside the package (this repository), so `coevolab list` works from any directory.
+REPOSITORY = Path(__file__).resolve().parents[1]
+DEFAULT_CONDITIONS = REPOSITORY / "conditions" / "paper.toml"
 DEFAULT_RUNS_ROOT = Path("artifacts/runs")
+LIST_WIDTH = 100
+# A seed list longer than this is a typo (0-99999), not a grid: refuse it rather than build it.
+MAX_SEEDS = 10_000
+
+SEEDS_HELP = """Seeds: --seeds N runs seeds 0..N-1; --seed-list picks seeds by number: "3" (only seed 3),
+"3,7", "0-4" (0 to 4 inclusive), "0-4,7". Without either, the condition file's [run] seeds are used."""
 
 
 class UsageError(Exception):
-    """Bad arguments or output directory: exit code 2."""
+    """Bad arguments or paths on the command line: exit code 2."""
+
+
+def seed_count(text: str) -> int:
+    """--seeds N: a positive count of seeds, 0..N-1."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count of seeds (a whole number ≥ 1), got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"a seed count must be at least 1, got {count}")
+    return count
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """--seed-list SPEC: comma-separated seeds and inclusive ranges A-B, distinct and non-negative, in order given."""
+    seeds: list[int] = []
+    given: set[int] = set()
+    for part in text.split(","):
+        piece = part.strip()
+        low, dash, high = piece.partition("-")
+        try:
+            span = range(int(low), int(high) + 1) if dash else range(int(piece), int(piece) + 1)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected seeds like 3, 3,7 or 0-4,7 (non-negative whole numbers), got {text!r}"
+            ) from None
+        if dash and int(high) < int(low):
+            raise argparse.ArgumentTypeError(f"the range {piece!r} is empty (write the smaller seed first)")
+        if len(seeds) + len(span) > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"more than {MAX_SEEDS} seeds in {text!r}")
+        repeated = given.intersection(span)
+        if repeated:
+            raise argparse.ArgumentTypeError(f"seed {min(repeated)} is given twice in {text!r}")
+        seeds.extend(span)
+        given.update(span)
+    return tuple(seeds)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that say they come from the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: command line: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("coevolab")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word + 's'}"
 
 
 class PlainProgress:
@@ -113,48 +175,95 @@ def _progress(quiet: bool):  # noqa: ANN202 - one of three progress classes
     return RichProgress() if sys.stdout.isatty() else PlainProgress()
 
 
+def existing_directory(path: Path, what: str) -> Path:
+    """`path` if it is a directory; otherwise a UsageError that says what is wrong with it."""
+    if not path.exists():
+        raise UsageError(f"{what} {path}: no such directory")
+    if not path.is_dir():
+        raise UsageError(f"{what} {path}: not a directory")
+    return path
+
+
 def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
     from harness.artifacts import METRICS_FILE, fresh_run_dir
     from harness.checkpoint import has_checkpoint
 
     if args.resume:
-        run_dir = Path(args.resume)
+        run_dir = existing_directory(Path(args.resume), "--resume")
         if not (run_dir / "grid.json").is_file():
-            raise UsageError(f"{run_dir}: not a run directory (no grid.json); nothing to resume")
+            raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
         if (run_dir / METRICS_FILE).is_file() and not has_checkpoint(run_dir):
-            raise UsageError(f"{run_dir}: run already finished")
+            raise UsageError(f"--resume {run_dir}: run already finished")
         return run_dir
-    if args.out is None:
-        return fresh_run_dir(DEFAULT_RUNS_ROOT, grid_name)
-    run_dir = Path(args.out)
-    if run_dir.exists() and any(run_dir.iterdir()) and not args.force:
-        raise UsageError(
-            f"{run_dir} already holds files; use --force to overwrite, or --resume {run_dir} to continue it"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.out is None:
+            return fresh_run_dir(DEFAULT_RUNS_ROOT, grid_name)
+        run_dir = Path(args.out)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"--out {run_dir}: exists and is not a directory")
+        if run_dir.exists() and any(run_dir.iterdir()) and not args.force:
+            raise UsageError(
+                f"--out {run_dir} already holds files; use --force to overwrite, or --resume {run_dir} to continue it"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = args.out if args.out is not None else DEFAULT_RUNS_ROOT
+        raise UsageError(f"output directory {where}: cannot create or read it: {error.strerror or error}") from None
     return run_dir
 
 
+def _interrupted_message(run_dir: Path) -> str:
+    from harness.checkpoint import has_checkpoint
+
+    if has_checkpoint(run_dir):
+        return f"\ninterrupted; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
+    return f"\ninterrupted before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
+
+
+def _grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) -> GridSpec:
+    from harness.conditions import duplicate_conditions, load_grid
+
+    spec = load_grid(path, seeds=seeds)
+    for condition, same_as in duplicate_conditions(spec):
+        print(
+            f"coevolab: warning: condition '{condition}' resolves to the same knobs as '{same_as}' (duplicate runs)",
+            file=sys.stderr,
+        )
+    return spec
+
+
+def _conditions_path(given: str | None) -> Path:
+    if given is not None:
+        return Path(given)
+    if not DEFAULT_CONDITIONS.is_file():
+        raise UsageError(f"no condition file given, and the default {DEFAULT_CONDITIONS} is absent; pass one")
+    return DEFAULT_CONDITIONS
+
+
 def command_run(args: argparse.Namespace) -> int:
+    from harness.compile_cache import enable_compilation_cache
+    from harness.grid import layout_grid
+    from harness.memory import check_fits
     from harness.runner import execute, load_spec
 
+    seeds = args.seeds if args.seeds is not None else args.seed_list
     if args.resume:
-        if args.conditions or args.seeds:
-            raise UsageError("--resume continues a run as it was; do not pass a condition file or --seeds")
+        if args.conditions or seeds is not None:
+            raise UsageError("--resume continues a run as it was; do not pass a condition file, --seeds or --seed-list")
         run_dir = _prepare_run_dir(args, "")
         spec = load_spec(run_dir)
     else:
-        spec = load_grid(args.conditions or DEFAULT_CONDITIONS, seeds=args.seeds)
+        spec = _grid_and_warnings(_conditions_path(args.conditions), seeds)
         check_fits(layout_grid(spec).shape, len(spec.run.seeds))  # refuse before writing anything
         run_dir = _prepare_run_dir(args, spec.name)
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = _progress(args.quiet)
     try:
-        outcome = execute(spec, run_dir, progress, resume=bool(args.resume))
+        outcome = execute(spec, run_dir, progress, resume=bool(args.resume), started=args.started)
     except KeyboardInterrupt:
         progress.close()
-        print(f"\ninterrupted; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}")
+        print(_interrupted_message(run_dir))
         return EXIT_INTERRUPTED
     if not outcome.diverged.empty:
         print("runs that diverged (non-finite parameters):")
@@ -164,43 +273,78 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
+    import json
+
     import pandas as pd
 
-    from harness import report
-    from harness.artifacts import METRICS_FILE
+    from harness.artifacts import GRID_FILE, METRICS_FILE
+    from harness.report import write_run_report
 
-    run_dir = Path(args.run_dir)
+    run_dir = existing_directory(Path(args.run_dir), "report")
     metrics_path = run_dir / METRICS_FILE
     if not metrics_path.is_file():
-        raise UsageError(f"{run_dir}: no {METRICS_FILE} to report on")
-    report.write_report(pd.read_csv(metrics_path), run_dir, title=f"coevolab report: {run_dir.name}")
+        raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")
+    try:
+        metrics = pd.read_csv(metrics_path)
+        grid = run_dir / GRID_FILE
+        # The run titles its report with the grid's name; recover it so the re-render is the same, byte for byte.
+        name = json.loads(grid.read_text(encoding="utf-8"))["name"] if grid.is_file() else run_dir.name
+    except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
+        raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
+    write_run_report(run_dir, metrics, str(name))
     print(run_dir / "report.md")
     return EXIT_OK
+
+
+def _knob_changes(knobs: dict, defaults: dict) -> str:
+    changed = [f"{k}={v}" for k, v in knobs.items() if v != defaults.get(k)]
+    return ", ".join(changed) if changed else "(all defaults)"
 
 
 def command_list(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    spec = load_grid(args.conditions or DEFAULT_CONDITIONS)
-    rows = [{"condition": c.name, **c.knobs.model_dump(), "boundary": c.boundary} for c in spec.conditions]
-    with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 60):
-        print(pd.DataFrame(rows).to_string(index=False))
+    from harness.knobs import Knobs
+
+    spec = _grid_and_warnings(_conditions_path(args.conditions))
+    if args.all:
+        rows = [{"condition": c.name, **c.knobs.model_dump(), "boundary": c.boundary} for c in spec.conditions]
+        with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 60):
+            print(pd.DataFrame(rows).to_string(index=False))
+    else:
+        defaults = Knobs().model_dump()
+        names = [c.name + (" (boundary)" if c.boundary else "") for c in spec.conditions]
+        width = min(max(len(n) for n in names), 42)  # longer names take a line of their own
+        print(f"{'condition':<{width}}  knobs changed from the defaults (--all: every knob)")
+        for name, c in zip(names, spec.conditions, strict=True):
+            lines = textwrap.wrap(_knob_changes(c.knobs.model_dump(), defaults), LIST_WIDTH - width - 2) or [""]
+            head = name if len(name) <= width else name + "\n" + " " * width
+            print(f"{head:<{width}}  {lines[0]}")
+            for more in lines[1:]:
+                print(f"{'':<{width}}  {more}")
+    run = spec.run
     print(
-        f"\n{len(spec.conditions)} conditions × {len(spec.run.seeds)} seeds {list(spec.run.seeds)}; "
-        f"{spec.run.iterations} iterations × {spec.run.steps_per_iteration} steps, batch {spec.run.batch_size}"
+        f"\n{plural(len(spec.conditions), 'condition')} × {plural(len(run.seeds), 'seed')} {list(run.seeds)}; "
+        f"{plural(run.iterations, 'iteration')} × {plural(run.steps_per_iteration, 'step')}, batch {run.batch_size}"
     )
     return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="coevolab", description="Judge–policy co-evolution grids as one compiled JAX program."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="coevolab", description="Judge–policy co-evolution grids as one compiled JAX program.")
+    parser.add_argument("--version", action="version", version=f"coevolab {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    run = commands.add_parser("run", help="run a grid of conditions × seeds and write its report")
+    run = commands.add_parser(
+        "run",
+        help="run a grid of conditions × seeds and write its report",
+        epilog=SEEDS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("conditions", nargs="?", help=f"condition file (default {DEFAULT_CONDITIONS})")
-    run.add_argument("--seeds", nargs="+", type=int, metavar="N", help="a seed count N, or a list of seeds")
+    chosen = run.add_mutually_exclusive_group()
+    chosen.add_argument("--seeds", type=seed_count, metavar="N", help="run seeds 0..N-1")
+    chosen.add_argument("--seed-list", type=seed_list, metavar="SEEDS", help='run these seeds, e.g. "3", "0-4,7"')
     run.add_argument("--out", help=f"output directory (default: a fresh one under {DEFAULT_RUNS_ROOT}/)")
     run.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
     run.add_argument("--resume", metavar="DIR", help="continue an interrupted run from its last checkpoint")
@@ -216,15 +360,25 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", help="a run directory")
     report.set_defaults(handler=command_report)
 
-    listing = commands.add_parser("list", help="show the conditions a file defines, with resolved knobs")
+    listing = commands.add_parser("list", help="show the conditions a file defines and the knobs they change")
     listing.add_argument("conditions", nargs="?", help=f"condition file (default {DEFAULT_CONDITIONS})")
+    listing.add_argument("--all", action="store_true", help="every resolved knob of every condition (wide)")
     listing.set_defaults(handler=command_list)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    use_every_cpu_core()  # before JAX starts: one shard per core
+    started = time.perf_counter()  # before the heavy imports, so the run's phases account for them
     args = build_parser().parse_args(argv)
+    args.started = started
+    from harness.sharding import use_every_cpu_core
+
+    use_every_cpu_core()  # before JAX starts: one shard per core
+    from harness.checkpoint import CheckpointMismatch
+    from harness.conditions import ConditionFileError
+    from harness.memory import GridTooLarge
+    from harness.program import PretrainingFailed
+
     try:
         return args.handler(args)
     except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch) as error:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,9 @@ def _validate(
         key = ".".join(str(part) for part in problem["loc"] if not isinstance(part, int)) or None
         # A whole-model rule (no field) is blamed on the section it came from.
         located = prefix + key if key else prefix.rstrip(".") or None
-        raise ConditionFileError(file, problem["msg"], condition, located) from None
+        # pydantic prefixes a validator's own message with "Value error, "; the reader needs only the message.
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        raise ConditionFileError(file, message, condition, located) from None
 
 
 def _format_value(value: Any) -> str:
@@ -129,20 +131,36 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
     return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), **settings)
 
 
-def load_grid(path: str | Path, seeds: list[int] | None = None) -> GridSpec:
-    """Read and validate a condition file; `seeds` (a count as [N] or a list) overrides [run].seeds."""
+def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
+    """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
     path = Path(path)
     file = str(path)
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConditionFileError(file, "no such file") from None
+    except IsADirectoryError:
+        raise ConditionFileError(file, "is a directory, not a condition file") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise ConditionFileError(file, f"cannot read: {error}") from None
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise ConditionFileError(file, f"cannot read: {reason}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConditionFileError(file, f"not valid TOML: {error}") from None
     if seeds is not None:
         run = dict(document.get("run", {})) if isinstance(document.get("run", {}), Mapping) else {}
-        run["seeds"] = seeds[0] if len(seeds) == 1 else seeds
+        run["seeds"] = seeds if isinstance(seeds, int) else list(seeds)
         document = {**document, "run": run}
     return parse_grid(document, file)
+
+
+def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:
+    """(condition, earlier condition) for each condition whose resolved knobs equal an earlier one's."""
+    seen: dict[str, str] = {}
+    duplicates = []
+    for condition in spec.conditions:
+        key = condition.knobs.model_dump_json()
+        if key in seen:
+            duplicates.append((condition.name, seen[key]))
+        else:
+            seen[key] = condition.name
+    return duplicates

@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness import report
 from harness.artifacts import MANIFEST_FILE, METRICS_FILE, atomic_write_text
+from harness.report.markdown import markdown_table
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 
@@ -47,29 +48,26 @@ def comparison_table(metrics: pd.DataFrame) -> pd.DataFrame:
         )
         if candidates.empty:
             continue
-        best = candidates["quality_mean"].idxmax()
+        best = candidates["policy_quality_mean"].idxmax()
         row = candidates.loc[best]
         rows.append(
             {
                 "published row": label,
                 "our condition": best,
                 "published quality": quality,
-                "our quality": _mean_std_ci(row, "quality"),
+                "our quality": _mean_std_ci(row, "policy_quality"),
                 "published alignment": alignment,
-                "our alignment": _mean_std_ci(row, "alignment"),
+                "our alignment": _mean_std_ci(row, "judge_alignment"),
             }
         )
     return pd.DataFrame(rows)
 
 
 def markdown(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join(table.columns) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    lines = [
-        "| " + " | ".join(str(v) if not isinstance(v, float) else f"{v:.3f}" for v in row) + " |"
-        for row in table.itertuples(index=False)
-    ]
-    return "\n".join([header, rule, *lines])
+    """The comparison table in the project's one markdown-table layout (numbers right-aligned, 3 decimals)."""
+    rows = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row] for row in table.itertuples(index=False)]
+    right = [table[c].dtype.kind == "f" for c in table.columns]
+    return markdown_table(list(table.columns), rows, right=right).rstrip("\n")
 
 
 def wall_time_line(manifest: dict) -> str:

@@ -77,10 +77,26 @@ def load_spec(run_dir: Path) -> GridSpec:
     return GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
 
 
-def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, resume: bool = False) -> RunOutcome:
-    """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint."""
+def plural(n: int, word: str) -> str:
+    return f"{n} {word if n == 1 else word + 's'}"
+
+
+def execute(
+    spec: GridSpec,
+    run_dir: Path,
+    progress: Progress | None = None,
+    resume: bool = False,
+    started: float | None = None,
+) -> RunOutcome:
+    """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
+
+    started: time.perf_counter() when the process began its work (the command line passes it), so that the
+    recorded phases add up to the whole wall clock; time before execute() is the "startup" phase.
+    """
     progress = progress or SilentProgress()
-    started = dt.datetime.now(dt.UTC)
+    entered = time.perf_counter()
+    started = entered if started is None else started
+    started_at = dt.datetime.now(dt.UTC)
     if not resume:
         atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
     program = GridProgram(spec)
@@ -93,15 +109,16 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
         payload = read_checkpoint(run_dir)
         pretrained = load_pretrained(payload)  # no need to pretrain again
     else:
-        progress.phase("pretrain", f"{len(spec.run.seeds)} seeds × {program.shape.max_members} judges")
+        judges = plural(program.shape.max_members, "judge")
+        progress.phase("pretrain", f"{plural(len(spec.run.seeds), 'seed')} × {judges}")
         program.pretrain()
         progress.phase_done("pretrain", program.times.pretrain)
 
     plan = program.plan
     progress.phase(
         "compile",
-        f"{program.shape.n_runs} runs, {program.shape.n_slots} judges, one program"
-        + (f" over {plan.n_shards} shards of {plan.shape.n_runs} runs" if plan.n_shards > 1 else ""),
+        f"{plural(program.shape.n_runs, 'run')}, {plural(program.shape.n_slots, 'judge')}, one program"
+        + (f" over {plan.n_shards} shards of {plural(plan.shape.n_runs, 'run')}" if plan.n_shards > 1 else ""),
     )
     state, initial = program.start(pretrained)
     checkpoint = load_checkpoint(payload, state) if payload is not None else None
@@ -111,11 +128,14 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
         records, done = [initial], 0
     progress.phase_done("compile", program.times.compile)
 
+    checkpoint_seconds = 0.0
     progress.iterations(done, total)
     for iteration in range(done, total):
         state, diagnostics = program.step(state, iteration)
         records.append(diagnostics)
+        saving = time.perf_counter()
         save_checkpoint(run_dir, Checkpoint(iteration + 1, program.pretrained, state, records))
+        checkpoint_seconds += time.perf_counter() - saving
         progress.iteration_done(iteration)
     progress.phase_done("train", program.times.train)
 
@@ -123,21 +143,29 @@ def execute(spec: GridSpec, run_dir: Path, progress: Progress | None = None, res
     atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
     progress.phase("report", str(run_dir))
     report_start = time.perf_counter()
-    report.write_report(metrics, run_dir, title=f"coevolab report: {spec.name}")
+    # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
+    report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name)
     report_seconds = time.perf_counter() - report_start
     progress.phase_done("report", report_seconds)
     times = {
+        "startup": entered - started,  # imports and reading the condition file, before this function
         "pretrain": program.times.pretrain,
         "compile": program.times.compile,
         "train": program.times.train,
+        "checkpoint": checkpoint_seconds,
         "report": report_seconds,
     }
+    # Setting up the program, iteration-0 diagnostics and the metrics table: what no phase above measures, so that
+    # the phases add up to the wall clock (writing the manifest below, a few milliseconds, is the only gap).
+    times["other"] = max(0.0, time.perf_counter() - started - sum(times.values()))
+    progress.phase_done("other (setup, iteration-0 diagnostics, metrics table)", times["other"])
+    progress.phase("total", f"{sum(times.values()):.1f}s = " + " + ".join(f"{k} {v:.1f}s" for k, v in times.items()))
     write_json(
         run_dir / MANIFEST_FILE,
         manifest(
             spec.model_dump(mode="json"),
             times,
-            started,
+            started_at,
             resumed_from_iteration=checkpoint.completed_iterations if checkpoint else None,
             runs=len(spec.conditions) * len(spec.run.seeds),
             # Shards run side by side, one per device; fillers pad them to one shape.

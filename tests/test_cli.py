@@ -71,10 +71,25 @@ def test_bad_condition_file_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_list_shows_resolved_knobs() -> None:
+def test_list_shows_changed_knobs_in_100_columns_from_anywhere(tmp_path: Path) -> None:
     result = coevolab("list", "conditions/smoke.toml")
     assert result.returncode == 0
     assert "slow-meta" in result.stdout and "meta_holdout_fraction" in result.stdout
+    wide = coevolab("list", "conditions/smoke.toml", "--all")
+    assert wide.returncode == 0 and "n_judges" in wide.stdout
+    # The default condition file is found beside the package, not in the current directory.
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "list"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert max(len(line) for line in elsewhere.stdout.splitlines()) <= 100
+    assert "18 conditions × 5 seeds" in elsewhere.stdout
+    # A sweep value that repeats another condition is warned about, once per duplicate.
+    assert elsewhere.stderr.count("warning:") == 1 and "same knobs as 'meta[meta_update_every=1]'" in elsewhere.stderr
 
 
 def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
@@ -92,11 +107,22 @@ def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
     again = coevolab("run", str(grid), "--out", str(out), "--quiet")
     assert again.returncode == 2 and "--force" in again.stderr
 
-    (out / "figures" / "headline.png").unlink()
+    # `coevolab report` re-renders the run's own report byte for byte: every file, figures included.
+    rendered = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    kept = ("metrics.csv", "grid.json", "manifest.json")
+    for path in [p for p in out.rglob("*") if p.is_file() and p.name not in kept]:
+        path.unlink()
     report = coevolab("report", str(out))
     assert report.returncode == 0, report.stderr
-    assert (out / "figures" / "headline.png").is_file()
+    again = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert again.keys() == rendered.keys()
+    for name, data in rendered.items():
+        assert again[name] == data, name
+    assert (out / "report.md").read_text().startswith("# coevolab report: tiny\n")
     assert hashlib.sha256(metrics.read_bytes()).hexdigest() == digest  # report never touches metrics
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {"startup", "checkpoint", "other"} <= manifest["wall_seconds"].keys()
+    assert oct((out / "metrics.csv").stat().st_mode & 0o777) == oct((out / "report.md").stat().st_mode & 0o777)
 
 
 def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:

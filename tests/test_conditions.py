@@ -92,7 +92,8 @@ def test_zipped_lists_advance_together(tmp_path: Path) -> None:
 
 def test_seed_override_count_or_list(tmp_path: Path) -> None:
     path = write(tmp_path, "[conditions.a]\n")
-    assert load_grid(path, seeds=[3]).run.seeds == (0, 1, 2)
+    assert load_grid(path, seeds=3).run.seeds == (0, 1, 2)  # a count
+    assert load_grid(path, seeds=[3]).run.seeds == (3,)  # a list of one seed
     assert load_grid(path, seeds=[4, 9]).run.seeds == (4, 9)
 
 

@@ -92,8 +92,8 @@ def test_summarize_means_stds_and_t_intervals(grid: pd.DataFrame) -> None:
     for condition, final in finals.items():
         row = summary.loc[condition]
         assert row["n_seeds"] == final["seed"].nunique()
-        for short, column in zip(("quality", "alignment", "entropy", "perceived"), METRIC_COLUMNS, strict=True):
-            values = final[column].to_numpy()
+        for short in METRIC_COLUMNS:
+            values = final[short].to_numpy()
             assert row[f"{short}_mean"] == pytest.approx(values.mean())
             assert row[f"{short}_std"] == pytest.approx(values.std(ddof=1))
             low, high = ci(values)
@@ -102,8 +102,8 @@ def test_summarize_means_stds_and_t_intervals(grid: pd.DataFrame) -> None:
     # Confidence level is honoured.
     wide = summarize(grid, confidence=0.99).set_index("condition")
     low, high = ci(finals["low"]["policy_quality"].tolist(), 0.99)
-    assert wide.loc["low", "quality_ci_low"] == pytest.approx(low)
-    assert wide.loc["low", "quality_ci_high"] == pytest.approx(high)
+    assert wide.loc["low", "policy_quality_ci_low"] == pytest.approx(low)
+    assert wide.loc["low", "policy_quality_ci_high"] == pytest.approx(high)
 
 
 def test_peak_and_degradation_means(grid: pd.DataFrame) -> None:
@@ -120,13 +120,14 @@ def test_paired_difference_uses_shared_seeds_only(grid: pd.DataFrame) -> None:
     diffs = [high[s] - reference[s] for s in high]
     low_ci, high_ci = ci(diffs)
     row = summary.loc["high"]
-    assert row["quality_diff_mean"] == pytest.approx(np.mean(diffs))
-    assert row["quality_diff_ci_low"] == pytest.approx(low_ci)
-    assert row["quality_diff_ci_high"] == pytest.approx(high_ci)
+    assert row["policy_quality_diff_mean"] == pytest.approx(np.mean(diffs))
+    assert row["policy_quality_diff_ci_low"] == pytest.approx(low_ci)
+    assert row["policy_quality_diff_ci_high"] == pytest.approx(high_ci)
     assert row["n_paired"] == 2
     # The unpaired mean includes seed 5, so it differs from reference mean + paired diff.
-    assert row["quality_mean"] == pytest.approx(np.mean([2.0, 1.9, 2.6]))
-    assert all(math.isnan(summary.loc["baseline", c]) for c in ("quality_diff_mean", "quality_diff_ci_low"))
+    assert row["policy_quality_mean"] == pytest.approx(np.mean([2.0, 1.9, 2.6]))
+    diff_columns = ("policy_quality_diff_mean", "policy_quality_diff_ci_low")
+    assert all(math.isnan(summary.loc["baseline", c]) for c in diff_columns)
 
 
 def test_sort_order_and_roles(grid: pd.DataFrame) -> None:
@@ -139,16 +140,16 @@ def test_reference_falls_back_to_first_condition() -> None:
     metrics = make_metrics({("first", 0): [0.0, 1.0], ("first", 1): [0.0, 2.0], ("second", 0): [0.0, 3.0]})
     summary = summarize(metrics).set_index("condition")
     assert summary.loc["first", "role"] == "reference"
-    assert summary.loc["second", "quality_diff_mean"] == pytest.approx(2.0)
+    assert summary.loc["second", "policy_quality_diff_mean"] == pytest.approx(2.0)
     # One pair: a mean but no interval.
-    assert math.isnan(summary.loc["second", "quality_diff_ci_low"])
+    assert math.isnan(summary.loc["second", "policy_quality_diff_ci_low"])
 
 
 def test_single_seed_has_nan_spread() -> None:
     summary = summarize(make_metrics({("baseline", 0): [0.0, 1.0]})).iloc[0]
-    assert summary["quality_mean"] == 1.0
-    assert math.isnan(summary["quality_std"])
-    assert math.isnan(summary["quality_ci_low"]) and math.isnan(summary["quality_ci_high"])
+    assert summary["policy_quality_mean"] == 1.0
+    assert math.isnan(summary["policy_quality_std"])
+    assert math.isnan(summary["policy_quality_ci_low"]) and math.isnan(summary["policy_quality_ci_high"])
 
 
 def test_diverged_runs_are_counted_and_excluded() -> None:
@@ -166,17 +167,19 @@ def test_diverged_runs_are_counted_and_excluded() -> None:
     assert summary.loc["baseline", "diverged_runs"] == 1
     assert summary.loc["baseline", "n_seeds"] == 3
     assert summary.loc["baseline", "n_final"] == 2
-    assert summary.loc["baseline", "quality_mean"] == pytest.approx(2.0)  # the 5.0 at a diverged row is ignored
+    assert summary.loc["baseline", "policy_quality_mean"] == pytest.approx(2.0)  # the 5.0 at a diverged row is ignored
     assert summary.loc["other", "diverged_runs"] == 0
-    assert summary.loc["other", "quality_mean"] == pytest.approx(2.0)
+    assert summary.loc["other", "policy_quality_mean"] == pytest.approx(2.0)
     runs = run_summary(metrics).set_index(["condition", "seed"])
     assert runs.loc[("baseline", 2), "diverged"]
     assert runs.loc[("baseline", 2), "peak_quality"] == 0.0
     assert math.isnan(runs.loc[("baseline", 2), "final_quality"])
     # Paired difference: only seed 1 has finite finals on both sides.
     assert summary.loc["other", "n_paired"] == 1
-    assert summary.loc["other", "quality_diff_mean"] == pytest.approx(-1.0)
-    assert "(1/3 runs diverged)" in summary_markdown(summarize(metrics))
+    assert summary.loc["other", "policy_quality_diff_mean"] == pytest.approx(-1.0)
+    text = summary_markdown(summarize(metrics))
+    assert "Diverged runs" in text.splitlines()[0]
+    assert "1/3" in next(line for line in text.splitlines() if line.startswith("| baseline"))
 
 
 def test_missing_columns_raise() -> None:
@@ -191,17 +194,17 @@ def test_summary_markdown_layout(grid: pd.DataFrame) -> None:
     assert header == [
         "Condition",
         "Role",
-        "Quality (mean ± std [CI])",
-        "Alignment (mean ± std)",
-        "Entropy",
-        "Judge-perceived",
+        "real quality (q*) [CI]",
+        "judge alignment (Spearman ρ)",
+        "policy entropy (nats)",
+        "judge-perceived quality (judge score)",
         "Δ quality vs reference [CI]",
-        "Peak iter",
-        "Degradation %",
+        "Peak iter (mean)",
+        "Drop from peak % (mean)",
     ]
     assert len(lines) == 2 + 5
     rows = {line.split("|")[1].strip(): line for line in lines[2:]}
-    assert "(boundary)" in rows["bound"] and "(boundary)" in rows["bound2"]
+    assert "| boundary" in rows["bound"] and "| boundary" in rows["bound2"]
     assert "—" in rows["baseline"]
     low, high = ci([0.4, 0.7, 0.3])
     assert (
@@ -226,8 +229,7 @@ def test_write_report_writes_everything_and_leaves_metrics_alone(grid: pd.DataFr
         assert f"(figures/{key}.png)" in report
     # Readings are derived from the data: reference mean quality at iteration 0, 1 and the end.
     reference = grid[grid.condition == "baseline"].groupby("iteration")["policy_quality"].mean()
-    assert f"from {reference[0]:.3f} at iteration 0 to {reference[1]:.3f} after iteration 1" in report
-    assert f"{reference[2]:.3f} at the end" in report
+    assert f"real quality (q*) {reference[0]:.3f} → {reference[2]:.3f}" in report
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert summary["condition"].tolist() == ["baseline", "high", "low", "bound", "bound2"]
     # Atomic writes leave no temp files behind.

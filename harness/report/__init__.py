@@ -1,0 +1,136 @@
+"""Turn a tidy metrics table (one row per condition × seed × iteration) into summary tables, figures and a report.
+
+data: validation, roles, resolution; tables: per-run and per-condition summaries, end-mode shares, markdown;
+figures: the PNGs; readings: the text; this module writes them all into a run directory. Everything is driven by the
+metric registry (`harness.metrics`). The reference condition for paired differences is "baseline" if present, else
+the first condition of the table. Nothing here writes the metrics table itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.artifacts import METRICS_FILE, atomic_write_bytes
+from harness.report.data import grid_facts, plural, prepare, reference
+from harness.report.figures import FIGURE_KEYS, make_figures
+from harness.report.markdown import markdown_table
+from harness.report.readings import (
+    how_to_read,
+    reading_all_conditions,
+    reading_boundaries,
+    reading_end_state,
+    reading_headline,
+    reading_inside_vs_outside,
+    reading_modes,
+)
+from harness.report.tables import (
+    mode_shares,
+    modes_markdown,
+    run_summary,
+    summarize,
+    summary_document,
+    summary_markdown,
+)
+
+__all__ = [
+    "FIGURE_KEYS",
+    "make_figures",
+    "markdown_table",
+    "mode_shares",
+    "run_summary",
+    "summarize",
+    "summary_markdown",
+    "write_report",
+    "write_run_report",
+]
+
+FIGURE_TITLES = {
+    "headline": "The reference condition over training",
+    "boundaries_and_best": "Reference, top-ranked mechanisms and boundaries over training",
+    "all_conditions": "Where every condition ends",
+    "end_state": "Where individual runs end",
+    "inside_vs_outside": "What the loop believes vs reality",
+}
+
+
+def _write(out_dir: Path, name: str, text: str | bytes) -> None:
+    if name == METRICS_FILE:
+        # The metrics table is the record of the experiment; the report only ever reads it.
+        raise ValueError(f"refusing to write {out_dir / name}: the metrics table is read-only for reports")
+    atomic_write_bytes(out_dir / name, text.encode("utf-8") if isinstance(text, str) else text)
+
+
+def write_report(
+    metrics: pd.DataFrame,
+    out_dir: Path,
+    title: str = "Judge–policy co-evolution report",
+    confidence: float = 0.95,
+    grid_name: str | None = None,
+) -> None:
+    """Write summary.csv, summary.md, figures/*.png and report.md into out_dir, each atomically.
+
+    report.md holds the title, a line on the grid, "How to read this", the summary table, the end-mode table and
+    every figure (relative link) with one line of reading derived from the data. grid_name names the grid in
+    headings. The output depends only on the arguments (same inputs, same bytes). metrics.csv is never written.
+    """
+    out_dir = Path(out_dir)
+    m = prepare(metrics)
+    facts = grid_facts(m, grid_name)
+    summary = summarize(m, confidence)
+    shares = mode_shares(m)
+    ref = reference(m)
+    _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format="%.9g"))
+    _write(out_dir, "summary.md", summary_document(summary, facts, confidence))
+    figures = make_figures(m, out_dir / "figures", grid_name)
+    readings = {
+        "headline": reading_headline(m, ref),
+        "boundaries_and_best": reading_boundaries(summary),
+        "all_conditions": reading_all_conditions(summary, confidence),
+        "end_state": reading_end_state(m, shares),
+        "inside_vs_outside": reading_inside_vs_outside(m, ref),
+    }
+    diverged = (
+        f"{plural(facts.diverged_runs, 'run')} diverged (left out of means and plots, counted in the Diverged "
+        "runs column)."
+        if facts.diverged_runs
+        else "No run diverged."
+    )
+    lines = [
+        f"# {title}",
+        "",
+        f"{facts.grid_text}, {plural(facts.n_runs, 'run')}, outer iterations {int(m['iteration'].min())}.."
+        f"{facts.final_iteration} (0 = before training). Reference for paired differences: `{ref}`. {diverged}",
+        "",
+        *how_to_read(m, facts, ref, confidence),
+        "## Summary at the final iteration",
+        "",
+        f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs; Δ is paired on shared "
+        "seeds. Mechanisms and boundaries are each sorted by final mean quality.",
+        "",
+        summary_markdown(summary),
+    ]
+    if not shares.empty:
+        lines += [
+            "## Where runs end",
+            "",
+            f"{facts.heading()} Runs per end mode (the policy's most probable output, with its q*); "
+            f"the grid's most common modes as columns. {reading_modes(shares)}",
+            "",
+            modes_markdown(shares, summary["condition"].tolist()),
+        ]
+    lines += ["## Figures", ""]
+    for key, path in figures.items():
+        relative = path.relative_to(out_dir).as_posix()
+        lines += [f"### {FIGURE_TITLES[key]}", "", f"![{FIGURE_TITLES[key]}]({relative})", "", readings[key], ""]
+    _write(out_dir, "report.md", "\n".join(lines))
+
+
+def report_title(grid_name: str) -> str:
+    return f"coevolab report: {grid_name}"
+
+
+def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str) -> None:
+    """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes)."""
+    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name)
