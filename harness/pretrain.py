@@ -3,12 +3,17 @@
 Every (seed, member) judge trains in one vmapped program and stops at its own first
 check that meets the target (later periods leave it unchanged), so results do not
 depend on which judges share the batch.
+
+Two random streams are available. ``"harness"`` (ours): the judge is initialised as in
+`harness.models` and step s draws its batch from fold_in(data key, s). ``"original"``: the
+original lab's (see `harness.original_streams`): its initialisation, and a key chain that
+every step splits three ways, (next key, batch-index key, label-noise key).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import chex
 import jax
@@ -19,9 +24,12 @@ from jax.sharding import PartitionSpec as P
 
 from harness.grid import PretrainSettings
 from harness.models import Params, init_judges, judge_score_table, judge_scores
+from harness.original_streams import init_original_judges, pretrain_step_keys
 from harness.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
 from harness.stats import spearman
 from harness.world import World
+
+Streams = Literal["harness", "original"]
 
 
 class PretrainResult(NamedTuple):
@@ -39,13 +47,14 @@ class _PretrainState(NamedTuple):
     steps: jax.Array
     spearman: jax.Array
     done: jax.Array
+    chain: jax.Array  # "original" streams: the key the next step splits; "harness": the data key, unused
 
 
-def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) -> Callable:
+def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, streams: Streams = "harness") -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
     (init_keys, data_keys), each (S, P/S, 2) -> the final state of every judge, (S, P/S, ...).
-    Each shard loops over check periods until its own judges are done.
+    Each shard loops over check periods until its own judges are done. `streams` as in the module docstring.
     """
     vocab, seq_len = world.config.vocab_size, world.config.seq_len
     optimizer = optax.adam(settings.learning_rate)
@@ -53,6 +62,9 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) ->
 
     def loss_fn(params: Params, key: jax.Array) -> jax.Array:
         k_index, k_noise = jax.random.split(key)
+        return batch_loss(params, k_index, k_noise)
+
+    def batch_loss(params: Params, k_index: jax.Array, k_noise: jax.Array) -> jax.Array:
         index = jax.random.randint(k_index, (settings.batch_size,), 0, world.n_outputs)
         noise = settings.label_noise * jax.random.normal(k_noise, (settings.batch_size,))
         scores = judge_scores(params, outputs[index], vocab)
@@ -64,8 +76,18 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) ->
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
-    def start(init_keys: jax.Array) -> _PretrainState:
-        params = init_judges(init_keys, vocab, seq_len)
+    def original_step(state: tuple[Params, optax.OptState, jax.Array], _: None) -> tuple:
+        params, opt_state, chain = state
+        chain, k_index, k_noise = pretrain_step_keys(chain)
+        grads = jax.grad(batch_loss)(params, k_index, k_noise)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state, chain), None
+
+    def start(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
+        if streams == "original":
+            params = init_original_judges(init_keys, vocab, seq_len)
+        else:
+            params = init_judges(init_keys, vocab, seq_len)
         count = init_keys.shape[0]
         return _PretrainState(
             params,
@@ -73,15 +95,23 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) ->
             jnp.zeros(count, jnp.int32),
             jnp.full(count, jnp.nan, jnp.float32),
             jnp.zeros(count, jnp.bool_),
+            data_keys,
         )
 
     def chunk(state: _PretrainState, data_key: jax.Array) -> _PretrainState:
         """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
-        step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(state.steps + jnp.arange(settings.check_every))
-        (params, opt_state), _ = jax.lax.scan(train_step, (state.params, state.opt_state), step_keys)
+        if streams == "original":
+            carry = (state.params, state.opt_state, state.chain)
+            (params, opt_state, chain), _ = jax.lax.scan(original_step, carry, None, length=settings.check_every)
+        else:
+            step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(
+                state.steps + jnp.arange(settings.check_every)
+            )
+            (params, opt_state), _ = jax.lax.scan(train_step, (state.params, state.opt_state), step_keys)
+            chain = state.chain
         rho = spearman(judge_score_table(params, vocab, seq_len), q_star)
         trained = _PretrainState(
-            params, opt_state, state.steps + settings.check_every, rho, rho >= settings.target_spearman
+            params, opt_state, state.steps + settings.check_every, rho, rho >= settings.target_spearman, chain
         )
         finished = state.done | (state.steps >= settings.max_steps)
         return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
@@ -92,7 +122,9 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) ->
     def pretrain_shard(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
         # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
         init_keys, data_keys = init_keys[0], data_keys[0]
-        state = jax.lax.while_loop(unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys))
+        state = jax.lax.while_loop(
+            unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys, data_keys)
+        )
         return jax.tree.map(lambda leaf: leaf[None], state)
 
     sharded = P(SHARD_AXIS)
@@ -106,12 +138,19 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int) ->
 
 
 def pretrain_judges(
-    init_keys: jax.Array, data_keys: jax.Array, world: World, settings: PretrainSettings, max_shards: int = 1
+    init_keys: jax.Array,
+    data_keys: jax.Array,
+    world: World,
+    settings: PretrainSettings,
+    max_shards: int = 1,
+    streams: Streams = "harness",
 ) -> PretrainResult:
     """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P.
 
     The judges are split into up to `max_shards` shards that train side by side on as many
     devices (see `harness.sharding`); each judge's training depends only on its own keys.
+    streams="original" follows the original lab: pass its init and pretraining keys
+    (`harness.original_streams.seed_keys`) to get its judges.
     """
     chex.assert_equal_shape([init_keys, data_keys])
     count = init_keys.shape[0]
@@ -119,7 +158,7 @@ def pretrain_judges(
     per_shard = -(-count // n_shards)
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
-    state = pretrain_program(world, settings, n_shards)(*to_shards((init_keys, data_keys), index))
+    state = pretrain_program(world, settings, n_shards, streams)(*to_shards((init_keys, data_keys), index))
     state = from_shards(state, np.arange(count))
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
