@@ -7,7 +7,12 @@ import jax.numpy as jnp
 
 
 def average_ranks(values: jax.Array) -> jax.Array:
-    """1-based ranks of a 1-D array, ties sharing the mean of the ranks they span."""
+    """1-based ranks of a 1-D array, ties sharing the mean of the ranks they span.
+
+    What jax.scipy.stats.rankdata(method="average") computes; written out because that
+    function fails to trace inside shard_map on jax 0.10.2 ("pvary is a invariant->variant
+    collective"), and the grid program runs under shard_map.
+    """
     ordered = jnp.sort(values)
     below = jnp.searchsorted(ordered, values, side="left")
     through = jnp.searchsorted(ordered, values, side="right")

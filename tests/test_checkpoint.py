@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GRID = """
 [run]
 seeds = 1
-iterations = 8
-steps_per_iteration = 60
+iterations = 5
+steps_per_iteration = 40
 batch_size = 16
 
 [conditions.baseline]
@@ -73,7 +74,7 @@ def test_a_run_killed_mid_iteration_resumes_to_identical_metrics(tmp_path: Path)
     grid.write_text(GRID)
     out = tmp_path / "run"
     completed = _killed_mid_iteration(grid, out)
-    assert 1 <= completed < 8
+    assert 1 <= completed < 5
     assert not (out / "metrics.csv").exists()
     # Nothing half-written is left beside the checkpoint: writes go through a temporary file and a rename.
     assert not [p for p in out.iterdir() if p.name.startswith(f".{CHECKPOINT_FILE}")]
@@ -82,7 +83,7 @@ def test_a_run_killed_mid_iteration_resumes_to_identical_metrics(tmp_path: Path)
     assert resumed.returncode == 0, resumed.stderr
     metrics = pd.read_csv(out / "metrics.csv")
     expected = GridProgram(load_grid(grid)).run()
-    assert len(metrics) == len(expected) == 2 * 9
+    assert len(metrics) == len(expected) == 2 * 6
     for metric in METRICS:
         np.testing.assert_allclose(
             metrics[metric.name].astype(float),
@@ -93,12 +94,27 @@ def test_a_run_killed_mid_iteration_resumes_to_identical_metrics(tmp_path: Path)
         )
 
 
-def _with_checkpoint(tmp_path: Path, payload: bytes) -> Path:
-    """A run directory (grid.json from a real run) whose checkpoint file holds `payload`."""
-    grid = tmp_path / "grid.toml"
-    grid.write_text(GRID.replace("iterations = 8", "iterations = 1").replace("= 60", "= 2"))
-    out = tmp_path / "run"
-    assert _coevolab("run", str(grid), "--out", str(out), "--quiet").returncode == 0
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real, finished run directory of a tiny grid."""
+    root = tmp_path_factory.mktemp("finished")
+    grid = root / "grid.toml"
+    grid.write_text(GRID.replace("iterations = 5", "iterations = 1").replace("= 40", "= 2"))
+    out = root / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out), "--quiet", "--no-compile-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def _with_checkpoint(run: Path, tmp_path: Path, payload: bytes) -> Path:
+    """A copy of a finished run directory whose checkpoint file holds `payload`."""
+    out = Path(shutil.copytree(run, tmp_path / "run"))
     (out / CHECKPOINT_FILE).write_bytes(payload)
     return out
 
@@ -111,8 +127,10 @@ def _with_checkpoint(tmp_path: Path, payload: bytes) -> Path:
         (b"\x00not a checkpoint", "not a readable checkpoint"),
     ],
 )
-def test_a_checkpoint_of_another_layout_is_refused_in_one_line(tmp_path: Path, payload: bytes, message: str) -> None:
-    out = _with_checkpoint(tmp_path, payload)
+def test_a_checkpoint_of_another_layout_is_refused_in_one_line(
+    finished_run: Path, tmp_path: Path, payload: bytes, message: str
+) -> None:
+    out = _with_checkpoint(finished_run, tmp_path, payload)
     result = _coevolab("run", "--resume", str(out))
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

@@ -41,6 +41,9 @@ CONDITIONS = {
     "meta_every3": Knobs(meta_accuracy_threshold=1.0, meta_update_every=3, **META),
     "meta_every5": Knobs(meta_accuracy_threshold=1.0, meta_update_every=5, **META),
     "ensemble": Knobs(n_judges=3),
+    "ensemble_min": Knobs(n_judges=3, ensemble_aggregation="min"),
+    "ensemble_cautious": Knobs(n_judges=3, ensemble_aggregation="mean_minus_std", ensemble_std_weight=2.0),
+    "single_min": Knobs(ensemble_aggregation="min"),
 }
 
 
@@ -216,3 +219,15 @@ def test_ensemble_member_zero_is_the_single_judge(trace: Trace) -> None:
     alone = pretrain_judges(init_key[None], data_key[None], trace.program.world, trace.program.spec.pretrain)
     assert int(alone.steps[0]) == int(trace.program.pretrained.steps[0, 0])
     chex.assert_trees_all_close(jax.tree.map(lambda x: x[0], alone.params), trace.pretrained(), rtol=0, atol=1e-6)
+
+
+def test_ensemble_aggregation_changes_the_reward_and_nothing_else(trace: Trace) -> None:
+    """Same judges at the start, same noise: the aggregation rule alone separates the runs; one judge is its own
+    minimum, so a single-judge run is the same run under every rule."""
+    for name in ("ensemble_min", "ensemble_cautious"):
+        for member in range(3):
+            chex.assert_trees_all_equal(trace.judge(name, 0, member), trace.judge("ensemble", 0, member))
+        assert _differ(trace.policy(name, ITERATIONS), trace.policy("ensemble", ITERATIONS))
+        assert trace.metric("judge_updates", name) == [STEPS] * ITERATIONS
+    chex.assert_trees_all_close(trace.policy("single_min", ITERATIONS), trace.policy("base", ITERATIONS), atol=1e-6)
+    assert trace.metric("policy_quality", "single_min") == pytest.approx(trace.metric("policy_quality", "base"))
