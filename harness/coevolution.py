@@ -127,12 +127,11 @@ def meta_corrections(
 ) -> tuple[CoevolutionState, jax.Array]:
     """Meta-correction where its check is due: judges whose held-out accuracy is below their run's
     threshold take one held-out step. Returns the state and the corrections per run (R,)."""
-    vocab, seq_len, n_held = shape.vocab_size, shape.seq_len, shape.max_holdout_pairs
-    pairs, labels = consts.holdout_pairs[:n_held], consts.holdout_labels[:n_held]
+    vocab, seq_len = shape.vocab_size, shape.seq_len
     accuracy_of = jax.vmap(mechanisms.pair_bce, (0, None, None, 0, None, None))
-    correct = functools.partial(mechanisms.holdout_correction, pairs=pairs, labels=labels, vocab=vocab, seq_len=seq_len)
 
-    def group_corrections(judges: Network, group: WorkGroup) -> tuple[Network, jax.Array]:
+    def group_corrections(judges: Network, group: WorkGroup, n_held: int) -> tuple[Network, jax.Array]:
+        pairs, labels = consts.holdout_pairs[:n_held], consts.holdout_labels[:n_held]
         runs = group.slot_run
         count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
         mask = (jnp.arange(n_held)[None, :] < count[:, None]).astype(jnp.float32)
@@ -144,12 +143,15 @@ def meta_corrections(
             lambda: jnp.ones_like(check_due, jnp.float32),  # (shaped like a per-shard value, for shard_map)
         )
         needs = check_due & (accuracy < knobs.meta_accuracy_threshold[runs])
+        correct = functools.partial(
+            mechanisms.holdout_correction, pairs=pairs, labels=labels, vocab=vocab, seq_len=seq_len
+        )
         judges = apply_where_due(correct, judges, group.slot_ids, needs, lambda: (mask, knobs.lr_judge[runs]))
         return judges, jax.ops.segment_sum(needs.astype(jnp.int32), runs, num_segments=shape.n_runs)
 
     judges, corrections = state.slots.judge, jnp.zeros_like(state.runs.meta_corrections)
     for index in shape.groups_of("meta_correction"):
-        judges, corrected = group_corrections(judges, consts.groups[index])
+        judges, corrected = group_corrections(judges, consts.groups[index], shape.groups[index].holdout_pairs)
         corrections += corrected
     return state.replace(slots=state.slots.replace(judge=judges)), corrections
 

@@ -104,12 +104,18 @@ class GridSpec(BaseModel):
 
 @dataclasses.dataclass(frozen=True)
 class GroupShape:
-    """Static sizes of one work group: a scheduled mechanism's runs of one cadence and their judge slots."""
+    """Static sizes of one work group: a scheduled mechanism's runs of one cadence and their judge slots.
+
+    holdout_pairs: the largest held-out pair count of the group's runs (every run's are padded
+    to it), for meta-correction groups; 0 for others. Padding per group rather than per grid
+    keeps a run's masked held-out sums, and so its results, independent of other groups.
+    """
 
     mechanism: str
     cadence: Cadence
     runs: int
     slots: int
+    holdout_pairs: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +123,8 @@ class GridShape:
     """The static sizes of a grid: the only things that select a compiled program.
 
     groups: the non-empty work groups, mechanism by mechanism in `SCHEDULES` order, then by cadence.
-    max_anchor_pairs / max_holdout_pairs: the largest pair counts, to which every run's are padded.
+    max_anchor_pairs: the largest anchor pair count, to which every run's are padded (its draws
+    do not depend on the padding); max_holdout_pairs: the largest over the meta groups.
     """
 
     n_runs: int
@@ -201,6 +208,7 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
     slot_run = np.repeat(np.arange(len(run_knobs)), members)
     slot_member = np.concatenate([np.arange(m) for m in members])
     n_outputs = spec.world.n_outputs
+    holdout_pairs = np.asarray(holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), n_outputs))
 
     groups, group_shapes = [], []
     for mechanism, schedule in SCHEDULES.items():
@@ -213,17 +221,17 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
                 groups.append(
                     WorkGroupIds(run_ids, slot_ids, slot_run[slot_ids], np.searchsorted(run_ids, slot_run[slot_ids]))
                 )
-                group_shapes.append(GroupShape(mechanism, name, run_ids.size, slot_ids.size))
+                held_out = int(np.max(holdout_pairs[run_ids])) if mechanism == "meta_correction" else 0
+                group_shapes.append(GroupShape(mechanism, name, run_ids.size, slot_ids.size, held_out))
 
     anchor_pairs = anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
-    holdout_pairs = holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), n_outputs)
     shape = GridShape(
         n_runs=len(run_knobs),
         n_slots=len(slot_run),
         n_seeds=len(spec.run.seeds),
         max_members=int(members.max()),
         max_anchor_pairs=int(np.max(anchor_pairs)),
-        max_holdout_pairs=int(np.max(holdout_pairs)),
+        max_holdout_pairs=max((g.holdout_pairs for g in group_shapes), default=0),
         groups=tuple(group_shapes),
         batch_size=spec.run.batch_size,
         steps_per_iteration=spec.run.steps_per_iteration,

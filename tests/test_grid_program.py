@@ -275,8 +275,10 @@ def test_work_groups_of_the_published_grid() -> None:
     every_step_meta, slower_meta = groups["meta_correction", "every_step"], groups["meta_correction", "slower"]
     assert {knobs[r].meta_update_every for r in every_step_meta.run_ids} == {1}
     assert {knobs[r].meta_update_every for r in slower_meta.run_ids} == {10, 200}
+    # Each meta group is padded only to its own held-out count.
+    meta_shapes = [(g.slots, g.holdout_pairs) for g in layout.shape.groups if g.mechanism == "meta_correction"]
+    assert meta_shapes == [(10, 4096 // 20), (25, 4096 // 10)]
     assert (every_step_meta.slot_ids.size, slower_meta.slot_ids.size) == (10, 25)
-    assert layout.shape.max_holdout_pairs == 4096 // 10
 
     # Other knob values keep the shape (the same program); moving a run across a group boundary does not.
     def with_baseline(**values: object) -> GridSpec:
