@@ -26,6 +26,7 @@ from harness.knobs import Knobs
 from harness.models import EMBED_DIM, HIDDEN_DIM, init_judges
 from harness.pretrain import PretrainResult
 from harness.program import GridProgram, clear_program_caches, diagnostics_program
+from harness.wording import plural
 from harness.world import WorldConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,10 +298,6 @@ def measure(
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def us_per_run_step(seconds: float, run_steps: int) -> float:

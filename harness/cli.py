@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from harness.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
+from harness.wording import plural
 
 if TYPE_CHECKING:
     from harness.grid import GridSpec
@@ -84,10 +85,6 @@ def _version() -> str:
         return importlib.metadata.version("coevolab")
     except importlib.metadata.PackageNotFoundError:
         return "unknown (not installed)"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word if n == 1 else word + 's'}"
 
 
 class PlainProgress:

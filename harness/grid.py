@@ -132,12 +132,15 @@ class GridShape:
     n_seeds: int
     max_members: int
     max_anchor_pairs: int
-    max_holdout_pairs: int
     groups: tuple[GroupShape, ...]
     batch_size: int
     steps_per_iteration: int
     vocab_size: int
     seq_len: int
+
+    @property
+    def max_holdout_pairs(self) -> int:
+        return max((group.holdout_pairs for group in self.groups), default=0)
 
     def groups_of(self, mechanism: str) -> list[int]:
         """Positions in `groups` of a mechanism's work groups."""
@@ -231,7 +234,6 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         n_seeds=len(spec.run.seeds),
         max_members=int(members.max()),
         max_anchor_pairs=int(np.max(anchor_pairs)),
-        max_holdout_pairs=max((g.holdout_pairs for g in group_shapes), default=0),
         groups=tuple(group_shapes),
         batch_size=spec.run.batch_size,
         steps_per_iteration=spec.run.steps_per_iteration,

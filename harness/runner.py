@@ -30,6 +30,7 @@ from harness.checkpoint import (
 )
 from harness.grid import GridSpec
 from harness.program import GridProgram
+from harness.wording import plural
 
 
 class Progress(Protocol):
@@ -75,10 +76,6 @@ def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
 
 def load_spec(run_dir: Path) -> GridSpec:
     return GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word if n == 1 else word + 's'}"
 
 
 def execute(

@@ -148,7 +148,6 @@ def _common_shape(shapes: list[GridShape]) -> GridShape:
     """Pad shard shapes that differ only in pair counts to their maximum."""
     padding = {
         "max_anchor_pairs": max(s.max_anchor_pairs for s in shapes),
-        "max_holdout_pairs": max(s.max_holdout_pairs for s in shapes),
         "groups": tuple(
             dataclasses.replace(groups[0], holdout_pairs=max(g.holdout_pairs for g in groups))
             for groups in zip(*(s.groups for s in shapes), strict=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.artifacts import METRICS_FILE, atomic_write_bytes
-from harness.report.data import grid_facts, plural, prepare, reference
+from harness.report.data import grid_facts, prepare, reference
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.markdown import markdown_table
 from harness.report.readings import (
@@ -33,6 +33,7 @@ from harness.report.tables import (
     summary_document,
     summary_markdown,
 )
+from harness.wording import plural
 
 __all__ = [
     "FIGURE_KEYS",

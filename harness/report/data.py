@@ -19,6 +19,7 @@ from scipy import stats
 
 from harness import metrics as registry
 from harness.metrics import Metric, metric
+from harness.wording import plural
 
 REFERENCE_NAME = "baseline"
 ROLE_ORDER = {"reference": 0, "mechanism": 1, "boundary": 2}
@@ -148,11 +149,6 @@ def grid_facts(m: pd.DataFrame, name: str | None = None) -> GridFacts:
         n_runs=len(runs),
         diverged_runs=int(runs.sum()),
     )
-
-
-def plural(n: int, word: str, words: str | None = None) -> str:
-    """ "1 judge", "3 judges"."""
-    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
 def mean_std_ci(values: Iterable[float], confidence: float) -> tuple[int, float, float, float, float]:
