@@ -270,11 +270,11 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    import json
 
     import pandas as pd
 
     from harness.artifacts import GRID_FILE, METRICS_FILE
+    from harness.grid import GridSpec
     from harness.report import write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
@@ -284,11 +284,15 @@ def command_report(args: argparse.Namespace) -> int:
     try:
         metrics = pd.read_csv(metrics_path)
         grid = run_dir / GRID_FILE
-        # The run titles its report with the grid's name; recover it so the re-render is the same, byte for byte.
-        name = json.loads(grid.read_text(encoding="utf-8"))["name"] if grid.is_file() else run_dir.name
+        # The run titles its report with the grid's name and tests the grid's claims; recover both from grid.json
+        # so the re-render is the same, byte for byte.
+        spec = GridSpec.model_validate_json(grid.read_text(encoding="utf-8")) if grid.is_file() else None
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
         raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
-    write_run_report(run_dir, metrics, str(name))
+    if spec is None:
+        write_run_report(run_dir, metrics, run_dir.name)
+    else:
+        write_run_report(run_dir, metrics, spec.name, spec.claims)
     print(run_dir / "report.md")
     return EXIT_OK
 

@@ -32,7 +32,9 @@ class GridConstants:
     q_star (N,); run_keys (R, 2) training keys; slot_run int32 (J,) the run of each judge
     slot; run_first_slot int32 (R,) its first slot (a run's slots are consecutive);
     groups: one `WorkGroup` per shape.groups entry; holdout_pairs int32 (H, 2) output
-    indices and holdout_labels (H,) = 1[q*(a) > q*(b)]; pretrained_judges float32 (J, P) rows.
+    indices and holdout_labels (H,) = 1[q*(a) > q*(b)]; pretrained_judges float32 (J, P) rows;
+    initial_log_pi float32 (R, N): log π₀ of each run's initial policy over every output
+    (what the diagnostics measure drift from).
     """
 
     q_star: jax.Array
@@ -43,6 +45,7 @@ class GridConstants:
     holdout_pairs: jax.Array
     holdout_labels: jax.Array
     pretrained_judges: jax.Array
+    initial_log_pi: jax.Array
 
 
 def run_judge_slots(shape: GridShape, consts: GridConstants, knobs: object) -> tuple[jax.Array, jax.Array]:

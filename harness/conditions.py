@@ -1,10 +1,12 @@
 """Condition files: TOML in, a validated GridSpec out.
 
-A file has optional [run], [world] and [pretrain] tables and one [conditions.NAME]
-table per condition. A knob given as a list sweeps: one condition per value, named
-`NAME[knob=value]`; several lists expand to their product, except the knobs named in
-`zip`, whose lists advance together. Every mistake becomes a ConditionFileError
-naming the file, the condition and the key.
+A file has optional [run], [world] and [pretrain] tables, one [conditions.NAME]
+table per condition and optional [claims.NAME] tables (see `harness.claims`). A knob
+given as a list sweeps: one condition per value, named `NAME[knob=value]`; several lists
+expand to their product, except the knobs named in `zip`, whose lists advance together.
+`extends = "other.toml"` (relative to the file) starts from another file: its tables are
+merged key by key, and a condition or claim of the same name replaces the base's. Every
+mistake becomes a ConditionFileError naming the file, the condition and the key.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from harness.claims import Claim
 from harness.grid import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.knobs import Knobs
 from harness.world import WorldConfig
@@ -25,6 +28,8 @@ from harness.world import WorldConfig
 _SECTIONS: dict[str, type[BaseModel]] = {"run": RunSettings, "world": WorldConfig, "pretrain": PretrainSettings}
 _CONDITION_FIELDS = ("description", "boundary")
 _ZIP = "zip"
+_EXTENDS = "extends"
+_NAMED_TABLES = ("conditions", "claims")  # merged by name under `extends`
 
 
 class ConditionFileError(ValueError):
@@ -110,7 +115,7 @@ def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Con
 
 def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) -> GridSpec:
     """A parsed TOML document -> GridSpec."""
-    valid_sections = [*_SECTIONS, "conditions"]
+    valid_sections = [*_SECTIONS, *_NAMED_TABLES]
     for section in document:
         if section not in valid_sections:
             raise ConditionFileError(file, _unknown_key_message(section, valid_sections), key=section)
@@ -128,12 +133,35 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
     for repeated in names:
         if names.count(repeated) > 1:
             raise ConditionFileError(file, "two conditions have this name (after sweep expansion)", repeated)
-    return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), **settings)
+    claim_tables = document.get("claims", {})
+    if not isinstance(claim_tables, Mapping):
+        raise ConditionFileError(file, "[claims] must hold [claims.NAME] tables", key="claims")
+    claims = []
+    for claim_name, table in claim_tables.items():
+        if not isinstance(table, Mapping):
+            raise ConditionFileError(file, "a claim must be a table", key=f"claims.{claim_name}")
+        claim = _validate(Claim, {**table, "name": claim_name}, file, None, prefix=f"claims.{claim_name}.")
+        try:
+            claim.check_against(names, settings["run"].iterations)
+        except ValueError as error:
+            raise ConditionFileError(file, str(error), key=f"claims.{claim_name}") from None
+        claims.append(claim)
+    return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), claims=tuple(claims), **settings)
 
 
-def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
-    """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
-    path = Path(path)
+def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` over `base`: settings tables merged key by key, named tables (conditions, claims) by name."""
+    merged = dict(base)
+    for section, table in override.items():
+        if isinstance(table, Mapping) and isinstance(base.get(section), Mapping):
+            merged[section] = {**base[section], **table}
+        else:
+            merged[section] = table
+    return merged
+
+
+def _read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A condition file's TOML with its `extends` chain resolved."""
     file = str(path)
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -146,6 +174,22 @@ def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> Gri
         raise ConditionFileError(file, f"cannot read: {reason}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConditionFileError(file, f"not valid TOML: {error}") from None
+    if _EXTENDS not in document:
+        return document
+    base_name = document.pop(_EXTENDS)
+    if not isinstance(base_name, str):
+        raise ConditionFileError(file, "extends must name a condition file", key=_EXTENDS)
+    base_path = (path.parent / base_name).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise ConditionFileError(file, f"extends {base_name} forms a cycle", key=_EXTENDS)
+    return _merged(_read_document(base_path, (*seen, path.resolve())), document)
+
+
+def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
+    """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
+    path = Path(path)
+    file = str(path)
+    document = _read_document(path)
     if seeds is not None:
         run = dict(document.get("run", {})) if isinstance(document.get("run", {}), Mapping) else {}
         run["seeds"] = seeds if isinstance(seeds, int) else list(seeds)

@@ -53,6 +53,7 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: Coev
     runs = RunView(
         q_star=consts.q_star,
         log_pi=log_pi,
+        log_pi_initial=consts.initial_log_pi,
         reward=reward,
         holdout_accuracy=jnp.sum(jnp.where(members, slot_accuracy[slots], 0.0), axis=1) / knobs.n_judges,
         meta_on=holdout_count > 0,
@@ -60,5 +61,5 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: Coev
         meta_corrections=state.runs.meta_corrections,
         finite=_all_finite(policies) & judges_finite,
     )
-    per_run = RunView(None, *([0] * 7))  # q* is shared by every run
+    per_run = RunView(None, *([0] * 8))  # q* is shared by every run
     return jax.vmap(evaluate, in_axes=(per_run,))(runs)

@@ -12,8 +12,9 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.claims import Claim
 from harness.knobs import Knobs, anchor_pair_count, holdout_pair_count, stack_knobs
 from harness.schedules import CADENCES, SCHEDULES, Cadence
 from harness.world import WorldConfig
@@ -84,6 +85,7 @@ class GridSpec(BaseModel):
     run: RunSettings = RunSettings()
     pretrain: PretrainSettings = PretrainSettings()
     conditions: tuple[Condition, ...] = Field(min_length=1)
+    claims: tuple[Claim, ...] = Field((), description="statements about the grid's metrics to test (harness.claims)")
 
     @field_validator("conditions")
     @classmethod
@@ -94,12 +96,25 @@ class GridSpec(BaseModel):
             raise ValueError(f"condition names must be unique; repeated: {', '.join(repeated)}")
         return conditions
 
+    @model_validator(mode="after")
+    def _claims_fit_the_grid(self) -> GridSpec:
+        for claim in self.claims:
+            claim.check_against([c.name for c in self.conditions], self.run.iterations)
+        return self
+
     def condition(self, name: str) -> Condition:
         return next(c for c in self.conditions if c.name == name)
 
     def only(self, names: Sequence[str]) -> GridSpec:
-        """The same grid restricted to some conditions (in the given order)."""
-        return self.model_copy(update={"conditions": tuple(self.condition(n) for n in names)})
+        """The same grid restricted to some conditions (in the given order), keeping the claims that still apply."""
+        kept = []
+        for claim in self.claims:
+            try:
+                claim.check_against(names, self.run.iterations)
+            except ValueError:
+                continue
+            kept.append(claim)
+        return self.model_copy(update={"conditions": tuple(self.condition(n) for n in names), "claims": tuple(kept)})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,7 @@ class RunView:
 
     q_star: jax.Array
     log_pi: jax.Array
+    log_pi_initial: jax.Array
     reward: jax.Array
     holdout_accuracy: jax.Array
     meta_on: jax.Array
@@ -77,6 +78,11 @@ def _entropy(run: RunView) -> jax.Array:
     return jnp.sum(jax.scipy.special.entr(run.pi))
 
 
+def _kl_from_initial(run: RunView) -> jax.Array:
+    # rel_entr gives 0 where π(x) = 0, so outputs the policy has abandoned add nothing.
+    return jnp.sum(jax.scipy.special.rel_entr(run.pi, jnp.exp(run.log_pi_initial)))
+
+
 METRICS: tuple[Metric, ...] = (
     Metric(
         "policy_quality",
@@ -109,6 +115,13 @@ METRICS: tuple[Metric, ...] = (
         "expected reward of the policy's output as the judges see it, Σₓ π(x) J(x): what the loop believes",
         lambda run: run.pi @ run.reward,
         headline=True,
+    ),
+    Metric(
+        "kl_from_initial",
+        "KL from π₀",
+        "nats",
+        "how far the policy has moved from its initial self, KL(π_t ‖ π₀) = Σₓ π(x) log(π(x)/π₀(x)), exact",
+        _kl_from_initial,
     ),
     Metric(
         "meta_accuracy",

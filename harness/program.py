@@ -28,7 +28,7 @@ from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs, holdout_pair_count
 from harness.memory import check_fits
-from harness.models import Params, init_policies
+from harness.models import Params, init_policies, policy_log_prob_table
 from harness.pretrain import PretrainResult, pretrain_judges
 from harness.sharding import SHARD_AXIS, ShardPlan, from_shards, plan_shards, shard_mesh, to_shards
 from harness.state import CoevolutionState, initial_state
@@ -149,9 +149,12 @@ class PhaseTimes:
     train: float = 0.0
 
 
-def grid_constants(layout: GridLayout, world: World, seed_judges: Params, holdout_pairs: jax.Array) -> GridConstants:
+def grid_constants(
+    layout: GridLayout, world: World, seed_judges: Params, seed_log_pi: jax.Array, holdout_pairs: jax.Array
+) -> GridConstants:
     """The constants of a layout's runs: pretrained judges (seed, member, ...) placed in its
-    slots as rows, training keys by seed, work groups, and the first held-out pairs (as many
+    slots as rows, training keys by seed, the initial policies' log-probability tables
+    seed_log_pi (seed, N) placed by run, work groups, and the first held-out pairs (as many
     as its shape needs) with their q* labels."""
     seed_index = jnp.asarray(layout.run_seed_index)
     slot_run = jnp.asarray(layout.slot_run, jnp.int32)
@@ -168,6 +171,7 @@ def grid_constants(layout: GridLayout, world: World, seed_judges: Params, holdou
         holdout_pairs=holdout,
         holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
         pretrained_judges=ravel_rows(slot_judges),
+        initial_log_pi=seed_log_pi[seed_index],
     )
 
 
@@ -304,16 +308,17 @@ class GridProgram:
         seed_index = jnp.asarray(layout.run_seed_index)
         n_holdout = int(holdout_pair_count(jnp.float32(1.0), world.n_outputs))
         holdout = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY), n_holdout, world.n_outputs)
-        self.consts = grid_constants(layout, world, self.pretrained.params, holdout)
-        shard_consts = [grid_constants(shard, world, self.pretrained.params, holdout) for shard in self.plan.shards]
+        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
+        vocab, seq_len = world.config.vocab_size, world.config.seq_len
+        seed_policies = init_policies(jax.vmap(keys.policy_init_key)(seeds), vocab, seq_len)
+        seed_log_pi = jax.vmap(lambda policy: policy_log_prob_table(policy, vocab, seq_len))(seed_policies)
+        judges = self.pretrained.params
+        self.consts = grid_constants(layout, world, judges, seed_log_pi, holdout)
+        shard_consts = [grid_constants(shard, world, judges, seed_log_pi, holdout) for shard in self.plan.shards]
         self._shard_consts = to_shards(
             jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts), np.arange(self.plan.n_shards)
         )
         self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs)
-        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
-        seed_policies = init_policies(
-            jax.vmap(keys.policy_init_key)(seeds), world.config.vocab_size, world.config.seq_len
-        )
         state = initial_state(ravel_rows(seed_policies)[seed_index], self.consts.pretrained_judges)
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))

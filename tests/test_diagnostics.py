@@ -96,10 +96,10 @@ def _reference(program: GridProgram, state: CoevolutionState) -> dict[str, np.nd
 
 @pytest.fixture(scope="module")
 def ensemble() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
-    program, state = _started(Knobs(n_judges=3))
-    state = _with_policies(state)
+    program, initial = _started(Knobs(n_judges=3))
+    state = _with_policies(initial)
     diagnostics = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state)
-    return program, state, diagnostics, _reference(program, state)
+    return program, state, diagnostics, {**_reference(program, state), "pi_initial": _reference(program, initial)["pi"]}
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,15 @@ def test_entropy_quality_and_perceived_quality(ensemble) -> None:
     mode = np.argmax(pi, axis=1)
     np.testing.assert_array_equal(np.asarray(diagnostics["mode_index"][1:]), mode[1:])  # run 0 has no unique mode
     np.testing.assert_allclose(np.asarray(diagnostics["mode_quality"][1:]), q[mode[1:]], atol=1e-6)
+
+
+def test_kl_from_initial_policy_matches_scipy(ensemble, meta) -> None:
+    _, _, at_start, _ = meta
+    np.testing.assert_allclose(np.asarray(at_start["kl_from_initial"]), 0.0, atol=1e-6)  # KL(π ‖ π) = 0
+    _, _, diagnostics, reference = ensemble
+    expected = [scipy.stats.entropy(pi, pi0) for pi, pi0 in zip(reference["pi"], reference["pi_initial"], strict=True)]
+    assert min(expected) > 0.01  # both runs really moved away from their initial policy
+    np.testing.assert_allclose(np.asarray(diagnostics["kl_from_initial"]), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_judge_alignment_is_spearman_of_mean_judge(ensemble) -> None:

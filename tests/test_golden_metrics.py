@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-FLOAT_METRICS = ["policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality", "meta_accuracy"]
-EXACT_METRICS = ["mode_index", "mode_quality", "judge_updates", "meta_corrections"]
+from harness.metrics import METRICS
+
+# Every registered metric; counts and the mode compare exactly (mode_quality is q* of the mode, so exact too).
+EXACT_METRICS = [m.name for m in METRICS if m.kind == "int"] + ["mode_quality"]
+FLOAT_METRICS = [m.name for m in METRICS if m.kind == "float" and m.name not in EXACT_METRICS]
 
 # float32 training over 40 steps: kernels chosen for AVX2 and AVX-512 round differently
 # in the last bits; 1e-4 covers that and still catches any real change of dynamics.

@@ -64,7 +64,9 @@ def test_headings_name_grid_seeds_and_iteration(same_end: pd.DataFrame, tmp_path
     assert summary_md.startswith("# Summary of tiny\n")
     assert "grid `tiny`: 3 conditions × 3 seeds (0–2); final iteration 1." in summary_md
     report = (tmp_path / "report.md").read_text()
-    assert report.count("3 conditions × 3 seeds (0–2); final iteration 1.") == 2  # both tables
+    assert (
+        report.count("3 conditions × 3 seeds (0–2); final iteration 1.") == 3
+    )  # every table (summary, modes, escapes)
     assert "## How to read this" in report
     for x in registry.HEADLINE_METRICS:
         assert f"**{x.label}** ({x.unit}; column `{x.name}`): {x.definition}." in report
@@ -106,7 +108,7 @@ def test_same_table_same_bytes_and_normal_file_modes(same_end: pd.DataFrame, tmp
     write_report(same_end, tmp_path / "a", title="t")
     write_report(same_end, tmp_path / "b", title="t")
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
-    assert len(files) == 8
+    assert len(files) == 10  # summary.csv, summary.md, report.md, attractors.csv, 6 figures
     for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     umask = os.umask(0)

@@ -8,13 +8,16 @@ the first condition of the table. Nothing here writes the metrics table itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from harness.artifacts import METRICS_FILE, atomic_write_bytes
+from harness.claims import Claim
 from harness.report.data import grid_facts, prepare, reference
 from harness.report.figures import FIGURE_KEYS, make_figures
+from harness.report.findings import findings_sections
 from harness.report.markdown import markdown_table
 from harness.report.readings import (
     how_to_read,
@@ -69,12 +72,15 @@ def write_report(
     title: str = "Judge–policy co-evolution report",
     confidence: float = 0.95,
     grid_name: str | None = None,
+    claims: Sequence[Claim] = (),
 ) -> None:
     """Write summary.csv, summary.md, figures/*.png and report.md into out_dir, each atomically.
 
     report.md holds the title, a line on the grid, "How to read this", the summary table, the end-mode table and
     every figure (relative link) with one line of reading derived from the data. grid_name names the grid in
-    headings. The output depends only on the arguments (same inputs, same bytes). metrics.csv is never written.
+    headings. claims: statements to test (harness.claims); with them, a verdicts section and claims.csv. Attractors
+    (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow the end modes.
+    The output depends only on the arguments (same inputs, same bytes). metrics.csv is never written.
     """
     out_dir = Path(out_dir)
     m = prepare(metrics)
@@ -121,6 +127,7 @@ def write_report(
             "",
             modes_markdown(shares, summary["condition"].tolist()),
         ]
+    lines += findings_sections(m, shares, out_dir, facts, claims, lambda name, text: _write(out_dir, name, text))
     lines += ["## Figures", ""]
     for key, path in figures.items():
         relative = path.relative_to(out_dir).as_posix()
@@ -132,6 +139,6 @@ def report_title(grid_name: str) -> str:
     return f"coevolab report: {grid_name}"
 
 
-def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str) -> None:
+def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str, claims: Sequence[Claim] = ()) -> None:
     """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes)."""
-    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name)
+    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name, claims=claims)

@@ -1,0 +1,122 @@
+"""The overoptimization frontier, exactly: real and judge-perceived gains against how far the policy moved.
+
+Gao, Schulman & Hilton (2022) found that at LLM scale the gold reward of an RL-optimised policy follows
+R(d) = d (α − β ln d) in d = √KL(π ‖ π₀): it rises, peaks at d* = exp(α/β − 1) and falls as optimisation
+overshoots. Here KL and q* are exact over all outputs (metric kl_from_initial), so the same curve can be fit per
+condition with no sampling noise in either axis. R is each run's real-quality gain since iteration 0; the fit is
+least squares (scipy.optimize.curve_fit) over every run × iteration of the condition, with standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.optimize
+import scipy.special
+
+from harness.metrics import metric
+from harness.report.data import QUALITY, GridFacts, conditions, live, num
+from harness.report.figures import _new_figure, _panels, _save
+from harness.report.markdown import markdown_table
+
+KL = metric("kl_from_initial")
+PERCEIVED = metric("judge_perceived_quality")
+FIT_COLUMNS = ["condition", "points", "alpha", "alpha_se", "beta", "beta_se", "r2", "d_peak", "kl_peak", "peak_gain"]
+
+
+def gao_curve(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """R(d) = d (α − β ln d), with R(0) = 0 (xlogy)."""
+    return alpha * d - beta * scipy.special.xlogy(d, d)
+
+
+def frontier_points(m: pd.DataFrame) -> pd.DataFrame:
+    """Per run and iteration: d = √KL(π_t ‖ π₀) and the gains in real and judge-perceived quality since iteration 0."""
+    data = live(m).dropna(subset=[KL.name, QUALITY.name, PERCEIVED.name]).copy()
+    start = data[data["iteration"] == 0].set_index(["condition", "seed"])
+    key = pd.MultiIndex.from_frame(data[["condition", "seed"]])
+    data["d"] = np.sqrt(data[KL.name].clip(lower=0.0))
+    data["quality_gain"] = data[QUALITY.name].to_numpy() - start[QUALITY.name].reindex(key).to_numpy()
+    data["perceived_gain"] = data[PERCEIVED.name].to_numpy() - start[PERCEIVED.name].reindex(key).to_numpy()
+    return data[["condition", "seed", "iteration", "d", "quality_gain", "perceived_gain"]].dropna()
+
+
+def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
+    """α, β (± standard error), R², and the predicted peak (d*, KL* = d*², R(d*) = β d*) per condition.
+
+    The peak exists only for β > 0 (the curve bends down); otherwise its columns are NaN.
+    """
+    rows = []
+    for condition, own in points.groupby("condition", sort=False):
+        d, gain = own["d"].to_numpy(), own["quality_gain"].to_numpy()
+        row: dict[str, object] = {"condition": condition, "points": len(own)}
+        if len(own) < 3 or np.ptp(d) == 0:
+            rows.append(row)
+            continue
+        (alpha, beta), covariance = scipy.optimize.curve_fit(gao_curve, d, gain, p0=(1.0, 0.0))
+        residual = gain - gao_curve(d, alpha, beta)
+        total = np.sum((gain - gain.mean()) ** 2)
+        d_peak = math.exp(alpha / beta - 1.0) if beta > 0 else math.nan
+        row |= {
+            "alpha": alpha,
+            "alpha_se": math.sqrt(covariance[0, 0]),
+            "beta": beta,
+            "beta_se": math.sqrt(covariance[1, 1]),
+            "r2": 1.0 - np.sum(residual**2) / total if total > 0 else math.nan,
+            "d_peak": d_peak,
+            "kl_peak": d_peak**2,
+            "peak_gain": beta * d_peak,
+        }
+        rows.append(row)
+    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+def fits_markdown(fits: pd.DataFrame) -> str:
+    header = ["Condition", "α ± se", "β ± se", "R²", "peak at √KL", "peak at KL (nats)", "peak gain (q*)"]
+    rows = [
+        [
+            row.condition,
+            f"{num(row.alpha)} ± {num(row.alpha_se)}",
+            f"{num(row.beta)} ± {num(row.beta_se)}",
+            num(row.r2, 2),
+            num(row.d_peak, 2),
+            num(row.kl_peak, 2),
+            num(row.peak_gain),
+        ]
+        for row in fits.itertuples(index=False)
+    ]
+    return markdown_table(header, rows, right=[False, *[True] * 6])
+
+
+def frontier_figure(points: pd.DataFrame, fits: pd.DataFrame | None, path: Path, facts: GridFacts, gain: str) -> Path:
+    """One panel per condition: every run's path (faint), the condition's mean path, and the fitted curve if given.
+
+    gain: "quality_gain" (real, q*) or "perceived_gain" (judge score): one quantity per figure, shared axes.
+    """
+    order = conditions(points)
+    fig = _new_figure(13.0, 2.3 * math.ceil(len(order) / 6) + 0.8)
+    axes = _panels(fig, len(order), 6, sharex=True, sharey=True)
+    fitted = fits.set_index("condition") if fits is not None else None
+    grid_d = np.linspace(0.0, float(points["d"].max()) or 1.0, 200)
+    for ax, condition in zip(axes, order, strict=False):
+        own = points[points["condition"] == condition]
+        faint = max(0.03, min(0.4, 4.0 / own["seed"].nunique()))  # many seeds: fainter, so density shows
+        for _, run in own.groupby("seed"):
+            ax.plot(run["d"], run[gain], color="#1f77b4", alpha=faint, lw=0.6)
+        mean = own.groupby("iteration")[["d", gain]].mean()
+        ax.plot(mean["d"], mean[gain], color="black", marker="o", ms=2.5, lw=1.2, label="mean over seeds")
+        if fitted is not None and condition in fitted.index and np.isfinite(fitted.loc[condition, "alpha"]):
+            alpha, beta = fitted.loc[condition, ["alpha", "beta"]]
+            ax.plot(grid_d, gao_curve(grid_d, alpha, beta), color="#d62728", ls="--", lw=1.2, label="fit d(α − β ln d)")
+        ax.axhline(0.0, color="0.7", lw=0.6)
+        ax.set_title(condition, fontsize=7.5)
+        ax.tick_params(labelsize=7)
+    what = "real quality gain (q*)" if gain == "quality_gain" else "judge-perceived gain (judge score)"
+    fig.supxlabel("√KL(π_t ‖ π₀)  (√nats)", fontsize=9)
+    fig.supylabel(f"{what} since iteration 0", fontsize=9)
+    fig.suptitle(f"{what.capitalize()} against distance moved ({facts.seed_text}; every iteration)", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower right", fontsize=8, frameon=False)
+    return _save(fig, path)

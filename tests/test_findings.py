@@ -1,0 +1,95 @@
+"""The report's answers on synthetic tables with known truth: mode shares, escapes, the frontier fit, the sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from harness.claims import Claim
+from harness.report import write_report
+from harness.report.attractors import escape_table
+from harness.report.frontier import fit_frontier, frontier_points, gao_curve
+from harness.report.tables import mode_shares
+
+MODES = {"↑ ↑ ↑ ↑": 1.748, "↑ ↑ ↑ ↗": 1.999, "↓ ↑ ↑ ↑": 1.419}
+
+
+def _table(seeds: int = 40) -> pd.DataFrame:
+    """Two conditions over 3 iterations. 'base' ends at ↑↑↑↑ except 4 seeds at ↓↑↑↑; 'slow' escapes upward on
+    every third seed. KL grows with the iteration; quality gain follows d(1.0 - 0.5 ln d) exactly."""
+    rows = []
+    for condition, escape in (("base", lambda s: "↓ ↑ ↑ ↑" if s < 4 else "↑ ↑ ↑ ↑"), ("slow", None)):
+        for seed in range(seeds):
+            end = escape(seed) if escape else ("↑ ↑ ↑ ↗" if seed % 3 == 0 else "↑ ↑ ↑ ↑")
+            for iteration in range(3):
+                d = 0.4 * iteration * (1 + 0.01 * seed)
+                quality = 0.2 + float(gao_curve(np.array(d), 1.0, 0.5))
+                rows.append(
+                    {
+                        "condition": condition,
+                        "seed": seed,
+                        "iteration": iteration,
+                        "policy_quality": quality,
+                        "judge_alignment": 0.7 - 0.1 * iteration,
+                        "policy_entropy": 8.0 - 3 * iteration,
+                        "judge_perceived_quality": quality + 0.3 * iteration,
+                        "kl_from_initial": d**2,
+                        "mode_sequence": end if iteration == 2 else "↑ ↑ ↑ ↑",
+                        "mode_quality": MODES[end] if iteration == 2 else MODES["↑ ↑ ↑ ↑"],
+                        "boundary": False,
+                        "diverged": False,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_mode_shares_sum_to_one_per_condition() -> None:
+    shares = mode_shares(_table())
+    np.testing.assert_allclose(shares.groupby("condition")["share"].sum(), 1.0)
+    assert shares.set_index(["condition", "mode_sequence"]).loc[("base", "↓ ↑ ↑ ↑"), "runs"] == 4
+
+
+def test_escape_share_and_its_exact_interval() -> None:
+    escapes = escape_table(mode_shares(_table()), "base").set_index("condition")
+    slow = escapes.loc["slow"]
+    assert (slow["escaped"], slow["escaped_higher"], slow["escaped_lower"]) == (14, 14, 0)  # seeds 0, 3, ..., 39
+    interval = scipy.stats.binomtest(14, 40).proportion_ci(0.95, method="exact")
+    assert (slow["escape_ci_low"], slow["escape_ci_high"]) == pytest.approx((interval.low, interval.high))
+    base = escapes.loc["base"]
+    assert (base["escaped"], base["escaped_lower"]) == (4, 4)
+
+
+def test_frontier_fit_recovers_the_generating_curve() -> None:
+    fits = fit_frontier(frontier_points(_table())).set_index("condition")
+    for condition in ("base", "slow"):
+        assert fits.loc[condition, "alpha"] == pytest.approx(1.0, abs=1e-6)
+        assert fits.loc[condition, "beta"] == pytest.approx(0.5, abs=1e-6)
+        assert fits.loc[condition, "r2"] == pytest.approx(1.0)
+        assert fits.loc[condition, "d_peak"] == pytest.approx(np.exp(1.0 / 0.5 - 1.0))
+        assert fits.loc[condition, "peak_gain"] == pytest.approx(0.5 * np.exp(1.0))
+
+
+def test_report_sections_and_files(tmp_path: Path) -> None:
+    claim = Claim(
+        name="slow-above",
+        statement="slow ends above base",
+        metric="policy_quality",
+        condition="slow",
+        direction="above",
+        than_condition="base",
+        resolution=0.001,
+    )
+    write_report(_table(), tmp_path, claims=[claim])
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    for heading in ("## Which claims hold", "## Attractors", "## The overoptimization frontier"):
+        assert heading in text
+    for name in ("claims.csv", "attractors.csv", "frontier.csv", "figures/attractors.png"):
+        assert (tmp_path / name).is_file(), name
+    claims = pd.read_csv(tmp_path / "claims.csv")
+    # Both conditions follow the same quality curve: a zero effect is "no difference", not a finding.
+    assert (claims.loc[0, "verdict"], claims.loc[0, "why"]) == ("not supported", "no difference (CI within ±0.001)")
+    assert "| slow ends above base |" in text.replace("  ", "")
