@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench reference lint format clean
+.PHONY: run test bench reference reference-100 lint format clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ bench: $(STAMP)
 reference: $(STAMP)
 	$(BIN)/coevolab run conditions/paper.toml --out artifacts/reference/paper --force --no-compile-cache
 	$(BIN)/python -m harness.readme_tables artifacts/reference/paper README.md
+
+# The published grid at 100 seeds and the verdicts on its claims (about an hour on two cores).
+reference-100: $(STAMP)
+	$(BIN)/coevolab run conditions/paper-100.toml --out artifacts/reference/paper-100 --force --no-compile-cache
+	$(BIN)/python -m harness.readme_tables --claims artifacts/reference/paper-100 README.md
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -20,6 +20,7 @@ METRICS_FILE = "metrics.csv"
 GRID_FILE = "grid.json"
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_FILE = "checkpoint.msgpack"
+CLAIMS_FILE = "claims.csv"  # the verdicts on a grid's claims, written by the report
 
 
 def _file_mode() -> int:

@@ -1,7 +1,9 @@
-"""The README's reproduced end-state table, rendered from a real run's metrics.
+"""The README's generated blocks, rendered from real runs' files.
 
-`python -m harness.readme_tables RUN_DIR README.md` rewrites the block between the
-markers below, so the README's numbers always come from a run, not from typing.
+`python -m harness.readme_tables RUN_DIR README.md` rewrites the reproduced end-state
+table (between START and END); `python -m harness.readme_tables --claims RUN_DIR README.md`
+rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
+the run's claims.csv. The README's numbers always come from a run, not from typing.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from harness import report
-from harness.artifacts import MANIFEST_FILE, METRICS_FILE, atomic_write_text
+from harness.artifacts import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text
 from harness.report.markdown import markdown_table
+from harness.verdicts import VERDICTS
+from harness.wording import plural
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
+CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
 
 # End-state means over seeds 0–4 reported by the original lab (quality, alignment), and
 # the condition (or family, of which the best is reported) each row corresponds to here.
@@ -83,23 +88,63 @@ def wall_time_line(manifest: dict) -> str:
     )
 
 
+def _replace_block(readme: Path, start: str, end: str, block: str) -> None:
+    text = readme.read_text(encoding="utf-8")
+    if start not in text or end not in text:
+        raise SystemExit(f"{readme}: markers {start} / {end} not found")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    atomic_write_text(readme, head + start + "\n" + block + "\n" + end + tail)
+
+
 def rewrite_readme(run_dir: Path, readme: Path) -> None:
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     seeds = sorted(int(seed) for seed in metrics["seed"].unique())
     block = (
-        f"{START}\n"
         f"End state (iteration {metrics['iteration'].max()}), mean ± std [95% CI] over seeds {seeds}, "
         f"from `{run_dir.as_posix()}` (regenerate: `make reference`).\n\n{markdown(comparison_table(metrics))}\n\n"
-        f"{wall_time_line(manifest)}\n{END}"
+        f"{wall_time_line(manifest)}"
     )
-    text = readme.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        raise SystemExit(f"{readme}: markers {START} / {END} not found")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    atomic_write_text(readme, head + block + tail)
+    _replace_block(readme, START, END, block)
+
+
+def claims_block(run_dir: Path) -> str:
+    """The verdicts of a run's claims.csv as a compact table, with where they come from."""
+    verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    counts = verdicts["verdict"].value_counts()
+    tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
+    rows = [
+        [
+            f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}",
+            row.other_side,
+            f"{row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]",
+            "n/a" if pd.isna(row.p_improvement) else f"{row.p_improvement:.2f}",
+            f"**{row.verdict}**",
+            row.why,
+        ]
+        for row in verdicts.itertuples(index=False)
+    ]
+    table = markdown_table(
+        ["Claim", "Compared with", "Δ [95% CI]", "P(better)", "Verdict", "Why"],
+        rows,
+        right=[False, False, True, True, False, False],
+    )
+    seeds = int(verdicts["seeds"].max())
+    return (
+        f"{plural(len(verdicts), 'claim')} over {plural(seeds, 'seed')} per condition: {tally}. "
+        f"From `{run_dir.as_posix()}/report.md`, "
+        f"which states the rule (regenerate: `make reference-100`).\n\n{table.rstrip()}\n\n{wall_time_line(manifest)}"
+    )
+
+
+def rewrite_claims(run_dir: Path, readme: Path) -> None:
+    _replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
 
 
 if __name__ == "__main__":
-    rewrite_readme(Path(sys.argv[1]), Path(sys.argv[2]))
+    if sys.argv[1] == "--claims":
+        rewrite_claims(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        rewrite_readme(Path(sys.argv[1]), Path(sys.argv[2]))

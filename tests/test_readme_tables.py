@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from harness.readme_tables import END, START, rewrite_readme, wall_time_line
+from harness.artifacts import CLAIMS_FILE
+from harness.claims import Claim
+from harness.readme_tables import CLAIMS_END, CLAIMS_START, END, START, rewrite_claims, rewrite_readme, wall_time_line
+from harness.verdicts import verdict_table
 
 MANIFEST = {
     "wall_seconds": {"pretrain": 8.04, "compile": 18.46, "train": 95.0, "report": 3.5},
@@ -46,3 +50,28 @@ def test_rewrite_replaces_only_the_marked_block(tmp_path: Path, smoke_metrics: p
     assert cells[3].startswith(f"{quality.mean():.3f} ± {quality.std(ddof=1):.3f} [")
     assert cells[2] == "1.594" and cells[4] == "0.449"  # the published numbers beside ours
     assert wall_time_line(MANIFEST) in block
+
+
+def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(1.7, 0.2, size=30)
+    metrics = pd.concat(
+        [
+            pd.DataFrame({"condition": name, "seed": range(30), "iteration": 1, "policy_quality": values})
+            for name, values in (("a", base + 0.3), ("b", base))
+        ]
+    )
+    claim = Claim(
+        name="c", statement="a beats b", metric="policy_quality", condition="a", direction="above", than_condition="b"
+    )
+    verdict_table(metrics, [claim]).to_csv(tmp_path / CLAIMS_FILE, index=False)
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{CLAIMS_START}\nstale\n{CLAIMS_END}\nrest\n", encoding="utf-8")
+
+    rewrite_claims(tmp_path, readme)
+
+    block = readme.read_text(encoding="utf-8").split(CLAIMS_START)[1].split(CLAIMS_END)[0]
+    assert "stale" not in block
+    assert block.lstrip().startswith("1 claim over 30 seeds per condition: 1 holds, 0 not supported, 0 contradicted.")
+    assert "| a beats b | b @ 1 | +0.300 [" in block.replace("  ", "").replace("| ", "| ").replace(" |", " |")

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.artifacts import CLAIMS_FILE
 from harness.claims import Claim
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
 from harness.report.data import GridFacts, conditions, num, reference
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points
 from harness.report.markdown import markdown_table
 from harness.verdicts import MIN_SEEDS, verdict_table
+from harness.wording import plural
 
 Writer = Callable[[str, str | bytes], None]
 CSV_FLOATS = "%.9g"
@@ -69,13 +71,13 @@ def findings_sections(
     ref = reference(m)
     if claims:
         verdicts = verdict_table(m, claims, confidence)
-        write("claims.csv", verdicts.to_csv(index=False, float_format=CSV_FLOATS))
+        write(CLAIMS_FILE, verdicts.to_csv(index=False, float_format=CSV_FLOATS))
         counts = verdicts["verdict"].value_counts()
         tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in ("holds", "not supported", "contradicted"))
         lines += [
             "## Which claims hold",
             "",
-            f"{facts.heading()} {len(verdicts)} claims stated in the condition file: {tally}. {VERDICT_RULE}",
+            f"{facts.heading()} {plural(len(verdicts), 'claim')} stated in the condition file: {tally}. {VERDICT_RULE}",
             "",
             verdicts_markdown(verdicts),
         ]
