@@ -57,7 +57,9 @@ class Metric:
 
     label: short name for tables and axes; unit: what its values are measured in;
     definition: one line a reader needs to interpret it; kind: the column's type;
-    headline: one of the core curves every report shows per iteration.
+    headline: one of the core curves every report shows per iteration; judge_scale: its values are on the run's own
+    judges' score scale, which differs from judge to judge, so one condition's value is no reference line for
+    another's.
     """
 
     name: str
@@ -67,6 +69,7 @@ class Metric:
     compute: Callable[[RunView], jax.Array]
     kind: Literal["float", "int", "bool"] = "float"
     headline: bool = False
+    judge_scale: bool = False
 
     @property
     def axis_label(self) -> str:
@@ -109,6 +112,7 @@ METRICS: tuple[Metric, ...] = (
         "expected reward of the policy's output as the judges see it, Σₓ π(x) J(x): what the loop believes",
         lambda run: run.pi @ run.reward,
         headline=True,
+        judge_scale=True,
     ),
     Metric(
         "meta_accuracy",
