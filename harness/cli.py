@@ -270,12 +270,11 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
-    import json
 
     import pandas as pd
 
-    from harness.artifacts import GRID_FILE, METRICS_FILE
-    from harness.report import write_run_report
+    from harness.artifacts import METRICS_FILE
+    from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
     metrics_path = run_dir / METRICS_FILE
@@ -283,12 +282,11 @@ def command_report(args: argparse.Namespace) -> int:
         raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")
     try:
         metrics = pd.read_csv(metrics_path)
-        grid = run_dir / GRID_FILE
-        # The run titles its report with the grid's name; recover it so the re-render is the same, byte for byte.
-        name = json.loads(grid.read_text(encoding="utf-8"))["name"] if grid.is_file() else run_dir.name
+        # The run titles and describes its report from its grid; recover it so the re-render is the same bytes.
+        grid = read_run_grid(run_dir)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
         raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
-    write_run_report(run_dir, metrics, str(name))
+    write_run_report(run_dir, metrics, grid.name if grid else run_dir.name, grid)
     print(run_dir / "report.md")
     return EXIT_OK
 
