@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.metrics import METRICS
+from harness.metrics import METRICS, QUALITY_RESOLUTION
 
 Iteration = int | Literal["last"]
 # Metrics a claim may compare: the continuous ones (counts and the mode index are not effects).
@@ -56,7 +56,7 @@ class Claim(BaseModel):
     than_iteration: Iteration | None = None
     than_value: float | None = None
     statistic: Literal["mean", "std"] = "mean"
-    resolution: float = Field(0.01, gt=0)
+    resolution: float = Field(QUALITY_RESOLUTION, gt=0)
 
     @model_validator(mode="after")
     def _one_other_side(self) -> Claim:

@@ -273,9 +273,8 @@ def command_report(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from harness.artifacts import GRID_FILE, METRICS_FILE
-    from harness.grid import GridSpec
-    from harness.report import write_run_report
+    from harness.artifacts import METRICS_FILE
+    from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
     metrics_path = run_dir / METRICS_FILE
@@ -283,16 +282,11 @@ def command_report(args: argparse.Namespace) -> int:
         raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")
     try:
         metrics = pd.read_csv(metrics_path)
-        grid = run_dir / GRID_FILE
-        # The run titles its report with the grid's name and tests the grid's claims; recover both from grid.json
-        # so the re-render is the same, byte for byte.
-        spec = GridSpec.model_validate_json(grid.read_text(encoding="utf-8")) if grid.is_file() else None
+        # The run titles and describes its report from its grid; recover it so the re-render is the same bytes.
+        grid = read_run_grid(run_dir)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
         raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
-    if spec is None:
-        write_run_report(run_dir, metrics, run_dir.name)
-    else:
-        write_run_report(run_dir, metrics, spec.name, spec.claims)
+    write_run_report(run_dir, metrics, grid.name if grid else run_dir.name, grid)
     print(run_dir / "report.md")
     return EXIT_OK
 

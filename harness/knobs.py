@@ -23,6 +23,11 @@ MAX_JUDGES = 16
 
 EnsembleAggregation = Literal["mean", "min", "mean_minus_std"]
 
+# What a knob that counts something counts: its field's json_schema_extra[UNIT] (see knob_unit).
+UNIT = "unit"
+INNER_STEPS = "inner policy steps"
+OUTER_ITERATIONS = "outer iterations"
+
 
 class Knobs(BaseModel):
     """One condition's mechanisms. Every field has a default; they compose freely."""
@@ -32,7 +37,12 @@ class Knobs(BaseModel):
     freeze_judge: StrictBool = Field(
         False, description="skip the judge's self-labelled updates (and the anchor step riding on them)"
     )
-    judge_update_every: int = Field(1, ge=1, description="judge update on inner steps where (step+1) % k == 0")
+    judge_update_every: int = Field(
+        1,
+        ge=1,
+        description="the judge updates every k inner policy steps, on steps where (step+1) % k == 0",
+        json_schema_extra={UNIT: INNER_STEPS},
+    )
     n_judges: int = Field(1, ge=1, le=MAX_JUDGES, description="ensemble size: judges per run")
     ensemble_aggregation: EnsembleAggregation = Field(
         "mean",
@@ -40,20 +50,36 @@ class Knobs(BaseModel):
         "mean_minus_std (mean − λ·std over members, λ = ensemble_std_weight)",
     )
     ensemble_std_weight: float = Field(1.0, ge=0.0, description="λ of mean_minus_std aggregation")
-    reset_every: int = Field(0, ge=0, description="reset judges to pretrained every k outer iterations (0: never)")
+    reset_every: int = Field(
+        0,
+        ge=0,
+        description="judges return to their pretrained weights every k outer iterations (0: never)",
+        json_schema_extra={UNIT: OUTER_ITERATIONS},
+    )
     anchor_fraction: float = Field(
         0.0, ge=0.0, le=1.0, description="extra q*-labelled step on max(1, floor(batch*f)) random pairs (0: off)"
     )
     meta_holdout_fraction: float = Field(
         0.0, ge=0.0, le=1.0, description="held-out q*-labelled pairs, floor(outputs*f) of them (0: meta off)"
     )
-    meta_update_every: int = Field(1, ge=1, description="meta-correction check on steps where (step+1) % k == 0")
+    meta_update_every: int = Field(
+        1,
+        ge=1,
+        description="meta-correction checks the judges every k inner policy steps, on steps where (step+1) % k == 0",
+        json_schema_extra={UNIT: INNER_STEPS},
+    )
     meta_accuracy_threshold: float = Field(
         0.75, ge=0.0, le=1.0, description="meta-correction steps when held-out accuracy is below this"
     )
     entropy_bonus: float = Field(0.01, ge=0.0, description="weight of mean log π in the policy loss")
     lr_policy: float = Field(3e-4, gt=0.0, description="Adam learning rate of the policy")
     lr_judge: float = Field(3e-4, gt=0.0, description="Adam learning rate of every judge")
+
+
+def knob_unit(name: str) -> str | None:
+    """What a counting knob counts (INNER_STEPS or OUTER_ITERATIONS); None for a knob that counts nothing."""
+    extra = Knobs.model_fields[name].json_schema_extra
+    return extra.get(UNIT) if isinstance(extra, dict) else None  # type: ignore[return-value]
 
 
 def choices(name: str) -> tuple[str, ...]:

@@ -58,7 +58,9 @@ class Metric:
 
     label: short name for tables and axes; unit: what its values are measured in;
     definition: one line a reader needs to interpret it; kind: the column's type;
-    headline: one of the core curves every report shows per iteration.
+    headline: one of the core curves every report shows per iteration; judge_scale: its values are on the run's own
+    judges' score scale, which differs from judge to judge, so one condition's value is no reference line for
+    another's.
     """
 
     name: str
@@ -68,6 +70,7 @@ class Metric:
     compute: Callable[[RunView], jax.Array]
     kind: Literal["float", "int", "bool"] = "float"
     headline: bool = False
+    judge_scale: bool = False
 
     @property
     def axis_label(self) -> str:
@@ -115,6 +118,7 @@ METRICS: tuple[Metric, ...] = (
         "expected reward of the policy's output as the judges see it, Σₓ π(x) J(x): what the loop believes",
         lambda run: run.pi @ run.reward,
         headline=True,
+        judge_scale=True,
     ),
     Metric(
         "kl_from_initial",
@@ -170,6 +174,13 @@ METRICS: tuple[Metric, ...] = (
         kind="bool",
     ),
 )
+
+# The smallest paired difference in real quality (q* units) the report calls a difference; the one resolution of
+# every table, reading, figure and claim. Runs that end at the same output have the same q* up to float32 noise (about
+# 1e-5), so a mean difference of that size, even with a confidence interval that excludes zero, is the same end
+# state. 0.01 is three orders of magnitude above that noise and well below any effect worth a sentence (the report
+# states q*'s range across outputs beside it).
+QUALITY_RESOLUTION = 0.01
 
 METRIC_NAMES: tuple[str, ...] = tuple(metric.name for metric in METRICS)
 HEADLINE_METRICS: tuple[Metric, ...] = tuple(metric for metric in METRICS if metric.headline)

@@ -141,7 +141,7 @@ def execute(
     progress.phase("report", str(run_dir))
     report_start = time.perf_counter()
     # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
-    report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec.claims)
+    report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
     report_seconds = time.perf_counter() - report_start
     progress.phase_done("report", report_seconds)
     times = {

@@ -5,12 +5,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib.colors as mcolors
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from scipy import stats
 
+from harness import metrics as registry
 from harness.report import make_figures, run_summary, summarize, summary_markdown, write_report
+from harness.report.figures import ends, gap, trends
+from harness.report.figures.ends import bulk_range
 
 METRIC_COLUMNS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")
 
@@ -106,11 +112,41 @@ def test_summarize_means_stds_and_t_intervals(grid: pd.DataFrame) -> None:
     assert wide.loc["low", "policy_quality_ci_high"] == pytest.approx(high)
 
 
-def test_peak_and_degradation_means(grid: pd.DataFrame) -> None:
+def test_fell_from_peak_counts_only_drops_beyond_the_resolution(grid: pd.DataFrame) -> None:
     summary = summarize(grid).set_index("condition")
-    # baseline: peaks at iterations 1, 1, 2; degradations 20%, 100*(0.1/1.2)%, 0%.
-    assert summary.loc["baseline", "peak_iteration_mean"] == pytest.approx((1 + 1 + 2) / 3)
-    assert summary.loc["baseline", "degradation_pct_mean"] == pytest.approx((20.0 + 100 * 0.1 / 1.2 + 0.0) / 3)
+    # baseline: seeds 0 and 1 end 0.2 and 0.1 below peaks at iteration 1; seed 2 peaks at the end.
+    assert summary.loc["baseline", "runs_below_peak"] == 2
+    assert summary.loc["baseline", "drop_from_peak_mean"] == pytest.approx((0.2 + 0.1) / 2)
+    assert summary.loc["baseline", "peak_iteration_below_mean"] == 1.0
+    # high: every run peaks at the end, so there is no peak iteration to report.
+    assert summary.loc["high", "runs_below_peak"] == 0
+    assert math.isnan(summary.loc["high", "drop_from_peak_mean"])
+    assert math.isnan(summary.loc["high", "peak_iteration_below_mean"])
+
+
+def test_a_flat_curve_has_no_peak_to_report(tmp_path: Path) -> None:
+    """Float noise above the final value (argmax of a flat line) is no peak; a real drop is, with its iteration."""
+    flat = 1.7475814
+    metrics = make_metrics(
+        {
+            ("baseline", 0): [0.0, flat, flat + 1e-5, flat],
+            ("baseline", 1): [0.0, flat + 2e-6, flat, flat],
+            ("falls", 0): [0.0, 2.0, 1.9, 1.8],
+            ("falls", 1): [0.0, flat, flat, flat],
+        }
+    )
+    runs = run_summary(metrics).set_index(["condition", "seed"])
+    assert not runs.loc[("baseline", 0), "below_peak"] and runs.loc[("baseline", 0), "peak_iteration"] == 2
+    assert runs.loc[("falls", 0), "below_peak"]
+    text = summary_markdown(summarize(metrics))
+    assert "Peak iter" not in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines()[2:]}
+    assert rows["baseline"].rstrip(" |").endswith("·")
+    assert "1/2: −0.200 from iter 1" in rows["falls"]
+    write_report(metrics, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    # The reference's headline reading names no peak for a curve that is flat to float noise.
+    assert "peak" not in next(line for line in report.splitlines() if line.startswith("Reference ('baseline')"))
 
 
 def test_paired_difference_uses_shared_seeds_only(grid: pd.DataFrame) -> None:
@@ -199,8 +235,8 @@ def test_summary_markdown_layout(grid: pd.DataFrame) -> None:
         "policy entropy (nats)",
         "judge-perceived quality (judge score)",
         "Δ quality vs reference [CI]",
-        "Peak iter (mean)",
-        "Drop from peak % (mean)",
+        "Verdict",
+        "Fell from peak (q*)",
     ]
     assert len(lines) == 2 + 5
     rows = {line.split("|")[1].strip(): line for line in lines[2:]}
@@ -255,3 +291,77 @@ def test_make_figures_survives_non_finite_values(tmp_path: Path) -> None:
     assert all(p.exists() and p.parent == tmp_path / "figs" for p in paths.values())
     write_report(metrics, tmp_path / "report")
     assert (tmp_path / "report" / "report.md").exists()
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
+    """Every figure make_figures draws, by key, kept instead of (as well as) written."""
+    figures: dict[str, Figure] = {}
+
+    def keep(fig: Figure, path: Path) -> Path:
+        figures[path.stem] = fig
+        return path
+
+    for module in (ends, trends, gap):
+        monkeypatch.setattr(module, "save", keep)
+    return figures
+
+
+def judge_scaled() -> set[str]:
+    return {x.label.capitalize() for x in registry.HEADLINE_METRICS if x.judge_scale}
+
+
+def dotted(ax: Axes) -> int:
+    return sum(line.get_linestyle() == ":" for line in ax.get_lines())
+
+
+def test_no_shared_reference_line_on_a_judge_scale(
+    drawn: dict[str, Figure], grid: pd.DataFrame, tmp_path: Path
+) -> None:
+    """Judges score on their own scales: no figure draws one condition's judge score as another's reference."""
+    assert judge_scaled() == {"Judge-perceived quality"}
+    make_figures(grid, tmp_path)
+    panels = [ax for ax in drawn["all_conditions"].axes if ax.get_visible()]
+    for ax in panels:
+        assert dotted(ax) == (0 if ax.get_title() in judge_scaled() else 1), ax.get_title()
+    # boundaries_and_best: one row per metric, the reference column first; other columns repeat the reference's mean.
+    facets = np.array(drawn["boundaries_and_best"].axes).reshape(len(registry.HEADLINE_METRICS), -1)
+    for x, row in zip(registry.HEADLINE_METRICS, facets, strict=True):
+        assert [len(ax.get_lines()) for ax in row[1:]] == [1 if x.judge_scale else 2] * (len(row) - 1), x.name
+    # inside_vs_outside: the zero line and the condition's own gap, nothing of another condition.
+    assert {len(ax.get_lines()) for ax in drawn["inside_vs_outside"].axes if ax.get_visible()} == {2}
+
+
+def test_run_dots_match_their_legend_swatch(drawn: dict[str, Figure], grid: pd.DataFrame, tmp_path: Path) -> None:
+    make_figures(grid, tmp_path)
+    fig = drawn["all_conditions"]
+    swatch = next(h for h in fig.legends[0].legend_handles if h.get_label() == "one run")
+    dots = fig.axes[0].collections[0]
+    assert mcolors.to_rgb(dots.get_facecolor()[0]) == mcolors.to_rgb(swatch.get_markerfacecolor())
+    assert dots.get_alpha() == swatch.get_alpha()
+    assert dots.get_sizes()[0] == pytest.approx(swatch.get_markersize() ** 2)
+    assert swatch.get_marker() == "o"
+
+
+def test_an_isolated_run_does_not_set_the_axis(drawn: dict[str, Figure], grid: pd.DataFrame, tmp_path: Path) -> None:
+    bulk = np.r_[np.linspace(0.0, 0.4, 30), 3.0]
+    assert bulk_range(bulk) == (0.0, 0.4)
+    assert bulk_range(np.array([1.0, 1.4, 1.7, 1.8, 2.6])) == (1.0, 2.6)  # spread out: nothing is peeled
+    assert bulk_range(np.array([-3.0, 1.0, 2.0, 3.0, 8.0])) == (-3.0, 8.0)  # each gap is within the rest's span
+    last = grid["iteration"] == grid["iteration"].max()
+    one = last & (grid["condition"] == "bound") & (grid["seed"] == 0)
+    outlier = grid.assign(policy_entropy=grid["policy_entropy"].where(~one, 5.0))
+    make_figures(outlier, tmp_path)
+    entropy = next(ax for ax in drawn["all_conditions"].axes if ax.get_title() == "Policy entropy")
+    # The axis keeps the bulk and the condition's mean (pulled up by the run), not the run itself.
+    assert entropy.get_xlim()[1] < 5.0
+    assert "5.00" in [t.get_text() for t in entropy.texts]  # marked at the edge with its value
+
+
+def test_every_end_state_cluster_is_counted(drawn: dict[str, Figure], tmp_path: Path) -> None:
+    qualities = [1.7, 1.7, 1.7, 2.0, 2.33, 2.33, 2.58, 2.62, 2.62, 1.0]
+    runs = {(f"c{i % 3}", i // 3): [0.0, q] for i, q in enumerate(qualities)}
+    metrics = make_metrics(runs).assign(mode_sequence=lambda m: m["policy_quality"].round(2).astype(str))
+    make_figures(metrics, tmp_path)
+    counts = [t.get_text() for t in drawn["end_state"].axes[0].texts]
+    assert sorted(counts) == sorted(["3 runs", "1 run", "2 runs", "1 run", "2 runs", "1 run"])

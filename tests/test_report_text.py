@@ -1,20 +1,30 @@
-"""The report as a reader meets it: headings, resolution, end modes, registry-driven panels, reproducible bytes."""
+"""The report as a reader meets it: headings, the difference rule, end modes, identical conditions, grid facts,
+registry-driven panels, reproducible bytes."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_report import make_metrics
 
 from harness import metrics as registry
+from harness.grid import Condition, GridSpec
+from harness.knobs import Knobs
+from harness.metrics import QUALITY_RESOLUTION
 from harness.report import mode_shares, summarize, write_report
+from harness.report.data import belief_gap, prepare
 from harness.report.figures import boundaries_title
-from harness.report.tables import difference_verdict
+from harness.report.identical import explain, identical_groups
+from harness.report.readings import reading_modes
+from harness.report.tables import difference_rule, difference_verdict
+from harness.world import World
 
 
 def with_modes(metrics: pd.DataFrame, modes: dict[tuple[str, int], tuple[str, float]]) -> pd.DataFrame:
@@ -44,8 +54,7 @@ def test_differences_below_resolution_read_no_difference(same_end: pd.DataFrame,
     write_report(same_end, tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert "no difference" in next(line for line in report.splitlines() if line.startswith("| noise"))
-    assert "1 end above and 0 below the reference" in report
-    assert "1 show no difference" in report
+    assert "of 2 mechanisms, 1 end above the reference, 0 below and 1 show no difference" in report
 
 
 def test_end_modes_are_counted_per_condition(same_end: pd.DataFrame, tmp_path: Path) -> None:
@@ -115,3 +124,161 @@ def test_same_table_same_bytes_and_normal_file_modes(same_end: pd.DataFrame, tmp
     os.umask(umask)
     for name in files:
         assert stat.S_IMODE((tmp_path / "a" / name).stat().st_mode) == 0o666 & ~umask
+
+
+def summary_row(mean: float, low: float, high: float) -> pd.Series:
+    return pd.Series(
+        {"role": "mechanism", "policy_quality_diff_mean": mean, "policy_quality_diff_ci_low": low}
+        | {"policy_quality_diff_ci_high": high}
+    )
+
+
+@pytest.mark.parametrize(
+    ("mean", "low", "high", "verdict"),
+    [
+        (-1e-5, -2e-5, -5e-6, "none"),  # CI excludes zero, but the size is float noise
+        (0.005, 0.002, 0.008, "none"),  # CI excludes zero, below the resolution
+        (0.05, -0.01, 0.11, "none"),  # large enough, but the CI spans zero
+        (0.5, math.nan, math.nan, "none"),  # one pair: no CI, so nothing is shown to differ
+        (0.05, 0.02, 0.08, "above"),
+        (-0.05, -0.08, -0.02, "below"),
+        (math.nan, math.nan, math.nan, "n/a"),
+    ],
+)
+def test_one_difference_rule(mean: float, low: float, high: float, verdict: str) -> None:
+    assert difference_verdict(summary_row(mean, low, high)) == verdict
+
+
+def test_the_rule_is_stated_once_and_used_everywhere(tmp_path: Path) -> None:
+    """A −1e-5 difference whose CI excludes zero reads "no difference" in every table, reading and count."""
+    runs = {("baseline", s): [0.0, 1.7475814] for s in range(3)}
+    runs |= {("tiny", s): [0.0, 1.7475814 - 1e-5 - 1e-7 * s] for s in range(3)}
+    runs |= {("spans", s): [0.0, 1.7475814 + (-0.3, 0.05, 0.4)[s]] for s in range(3)}
+    runs |= {("better", s): [0.0, 2.0 + 0.01 * s] for s in range(3)}
+    metrics = make_metrics(runs)
+    summary = summarize(metrics).set_index("condition")
+    assert summary.loc["tiny", "policy_quality_diff_ci_high"] < 0  # "significant", yet not a difference
+    write_report(metrics, tmp_path)
+    report, summary_md = (tmp_path / "report.md").read_text(), (tmp_path / "summary.md").read_text()
+    rule = difference_rule(0.95)
+    assert report.count(rule) == 1 and summary_md.count(rule) == 1
+    assert f"at least {QUALITY_RESOLUTION:g} q*" in rule
+    for text in (report, summary_md):
+        assert "|Δ| <" not in text and "within ±" not in text  # no second definition
+        rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+        assert "no difference" in rows["tiny"] and "no difference" in rows["spans"] and "above" in rows["better"]
+        assert "0.000 [0.000, 0.000]" in rows["tiny"] and "-0.000" not in rows["tiny"]
+    assert "of 3 mechanisms, 1 end above the reference, 0 below and 2 show no difference" in report
+
+
+def test_no_cross_run_correlation_is_quoted(same_end: pd.DataFrame, tmp_path: Path) -> None:
+    write_report(same_end, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    readings = report.split("## Figures", 1)[1]
+    assert "ρ =" not in readings and "Spearman" not in readings.replace("(Spearman ρ)", "")
+    assert "correlat" not in readings
+
+
+def test_belief_gap_is_gains_since_iteration_zero(tmp_path: Path) -> None:
+    runs = {("baseline", s): [0.5, 1.0, 1.5, 1.2] for s in range(2)}
+    perceived = {("baseline", 0): [0.3, 1.0, 2.0, 2.5], ("baseline", 1): [0.7, 1.0, 1.0, 0.9]}
+    metrics = make_metrics(runs, overrides={k: {"judge_perceived_quality": v} for k, v in perceived.items()})
+    gaps = belief_gap(prepare(metrics)).set_index("iteration")["gap"]
+    for t in range(4):
+        expected = np.mean([(perceived[k][t] - perceived[k][0]) - (runs[k][t] - runs[k][0]) for k in perceived])
+        assert gaps[t] == pytest.approx(expected)
+    assert gaps[0] == 0.0
+    # Well defined: a value depends on no later iteration (a z-score over the run would).
+    shorter = belief_gap(prepare(metrics[metrics["iteration"] <= 1])).set_index("iteration")["gap"]
+    assert shorter[1] == pytest.approx(gaps[1])
+    write_report(metrics, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "**Belief gap**" in report and "gained since iteration 0" in report
+    assert "faster" not in report and "z-scor" not in report and "standardised" not in report.lower()
+
+
+def many_modes() -> pd.DataFrame:
+    """Six end modes over 12 runs: four become columns of the end-mode table, two are "other"."""
+    modes = [("↑ ↑ ↑ ↑", 1.7)] * 5 + [("↑ ↑ ↑ ↗", 2.0)] * 2 + [("↓ ↓ ↑ ↑", 2.6)] * 2
+    modes += [("→ → ↑ ↑", 2.3), ("↗ ↗ ↑ ↑", 1.2), ("↓ ↑ ↑ ↑", 1.4)]
+    runs = {(f"c{i // 3}", i % 3): [0.0, q] for i, (_, q) in enumerate(modes)}
+    return with_modes(make_metrics(runs), {key: modes[i] for i, key in enumerate(runs)})
+
+
+def test_mode_counts_agree_between_sentence_and_table(tmp_path: Path) -> None:
+    metrics = many_modes()
+    sentence = reading_modes(mode_shares(metrics))
+    assert sentence.endswith("and 2 runs at 2 other modes.")
+    write_report(metrics, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    table = report.split("## Where runs end", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[-1] == "runs at 2 other modes"
+    others = [c.strip() for c in (line.strip("|").split("|")[-1] for line in lines[2:])]
+    assert sum(int(c) for c in others if c != "·") == 2  # the column counts runs, as the sentence does
+    assert sentence in report
+
+
+def grid_for(names_and_knobs: dict[str, Knobs]) -> GridSpec:
+    conditions = tuple(Condition(name=n, knobs=k, description=f"what {n} does") for n, k in names_and_knobs.items())
+    return GridSpec(name="tiny", conditions=conditions)
+
+
+@pytest.fixture
+def twins() -> tuple[pd.DataFrame, GridSpec]:
+    """slow-meta repeats slow (meta never fires), alias repeats baseline's knobs, near differs by 1e-3."""
+    base = [0.0, 1.2, 1.7475814]
+    runs = {(c, s): [q + 0.01 * s for q in base] for c in ("baseline", "slow", "slow-meta", "alias") for s in range(2)}
+    runs |= {("near", s): [q + 0.01 * s + 1e-3 for q in base] for s in range(2)}
+    m = make_metrics(runs)
+    m.loc[m["condition"] == "slow-meta", "policy_quality"] += 1e-7  # float32 rounding elsewhere in the batch
+    m["meta_corrections"] = 0
+    m.loc[m["condition"] == "slow-meta", "meta_accuracy"] = 0.8 + 0.01 * m["iteration"]
+    m.loc[m["condition"] == "baseline", "policy_entropy"] += 0.5  # baseline differs from the slow pair...
+    m.loc[m["condition"] == "alias", "policy_entropy"] += 0.5  # ...and alias repeats it exactly
+    grid = grid_for(
+        {
+            "baseline": Knobs(),
+            "slow": Knobs(judge_update_every=10),
+            "slow-meta": Knobs(judge_update_every=10, meta_update_every=10, meta_holdout_fraction=0.05),
+            "alias": Knobs(),
+            "near": Knobs(n_judges=3),
+        }
+    )
+    return m, grid
+
+
+def test_identical_conditions_are_found_and_explained(twins: tuple[pd.DataFrame, GridSpec], tmp_path: Path) -> None:
+    m, grid = twins
+    assert identical_groups(prepare(m)) == [("baseline", "alias"), ("slow", "slow-meta")]
+    write_report(m, tmp_path, grid=grid)
+    report = (tmp_path / "report.md").read_text()
+    section = report.split("### Conditions with identical results", 1)[1].split("\n#", 1)[0].strip()
+    assert "`baseline` = `alias`: same knobs" in section
+    line = next(x for x in section.splitlines() if x.startswith("- `slow` = `slow-meta`"))
+    assert "they differ only in `meta_holdout_fraction` (0 vs 0.05) and `meta_update_every` (1 vs 10)" in line
+    assert "meta-correction never fired in `slow-meta` (`meta_corrections` is 0" in line
+    assert "never below 0.800, threshold 0.75" in line
+    assert "`near`" not in section
+    assert section in (tmp_path / "summary.md").read_text()
+    # Once a correction fires, the data no longer explain the match.
+    fired = m.assign(meta_corrections=np.where(m["condition"] == "slow-meta", 1, 0))
+    assert "never fired" not in explain(prepare(fired), ("slow", "slow-meta"), grid)
+
+
+def test_grid_facts_units_mechanisms_and_q_star_scale(twins: tuple[pd.DataFrame, GridSpec], tmp_path: Path) -> None:
+    m, grid = twins
+    grid = grid.model_copy(update={"conditions": (*grid.conditions, Condition(name="r", knobs=Knobs(reset_every=3)))})
+    m = pd.concat([m, m[m["condition"] == "near"].assign(condition="r")], ignore_index=True)
+    write_report(m, tmp_path, grid=grid)
+    report = (tmp_path / "report.md").read_text()
+    q = np.asarray(World(grid.world).q_star, dtype=float)
+    assert f"runs from {q.min():.3f} to {q.max():.3f}, mean {q.mean():.3f}" in report
+    assert f"over the {q.size:,} outputs" in report
+    assert "`judge_update_every` and `meta_update_every` count inner policy steps" in report
+    assert "`reset_every` counts outer iterations" in report
+    assert "an outer iteration is 200 inner policy steps" in report
+    assert "  - `slow-meta` (mechanism): what slow-meta does" in report
+    with pytest.raises(ValueError, match="does not describe"):
+        write_report(m, tmp_path, grid=grid.only(["baseline"]))

@@ -1,23 +1,25 @@
 """Turn a tidy metrics table (one row per condition × seed × iteration) into summary tables, figures and a report.
 
-data: validation, roles, resolution; tables: per-run and per-condition summaries, end-mode shares, markdown;
-figures: the PNGs; readings: the text; this module writes them all into a run directory. Everything is driven by the
-metric registry (`harness.metrics`). The reference condition for paired differences is "baseline" if present, else
-the first condition of the table. Nothing here writes the metrics table itself.
+data: validation, roles, the resolution, the belief gap; tables: per-run and per-condition summaries, the difference
+rule, end-mode shares, markdown; identical: conditions whose results coincide; grid_info: q*'s scale, mechanisms and
+knobs from the run's grid.json; figures: the PNGs; readings: the text; this module writes them all into a run
+directory. Everything is driven by the metric registry (`harness.metrics`). The reference condition for paired
+differences is "baseline" if present, else the first condition of the table. Nothing here writes the metrics table
+itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from harness.artifacts import METRICS_FILE, atomic_write_bytes
-from harness.claims import Claim
-from harness.report.data import grid_facts, prepare, reference
+from harness.artifacts import GRID_FILE, METRICS_FILE, atomic_write_bytes
+from harness.grid import GridSpec
+from harness.report.data import grid_facts, prepare, reference, roles
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
+from harness.report.identical import identical_section
 from harness.report.markdown import markdown_table
 from harness.report.readings import (
     how_to_read,
@@ -43,6 +45,7 @@ __all__ = [
     "make_figures",
     "markdown_table",
     "mode_shares",
+    "read_run_grid",
     "run_summary",
     "summarize",
     "summary_markdown",
@@ -72,15 +75,18 @@ def write_report(
     title: str = "Judge–policy co-evolution report",
     confidence: float = 0.95,
     grid_name: str | None = None,
-    claims: Sequence[Claim] = (),
+    grid: GridSpec | None = None,
 ) -> None:
     """Write summary.csv, summary.md, figures/*.png and report.md into out_dir, each atomically.
 
-    report.md holds the title, a line on the grid, "How to read this", the summary table, the end-mode table and
-    every figure (relative link) with one line of reading derived from the data. grid_name names the grid in
-    headings. claims: statements to test (harness.claims); with them, a verdicts section and claims.csv. Attractors
-    (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow the end modes.
-    The output depends only on the arguments (same inputs, same bytes). metrics.csv is never written.
+    report.md holds the title, a line on the grid, "How to read this", the summary table, the conditions with
+    identical results, the end-mode table and every figure (relative link) with one line of reading derived from the
+    data. grid_name names the grid in headings. grid (the run's grid.json), when given, adds q*'s scale, each
+    mechanism's description, the knobs the grid sets and the knob differences of identical conditions, and the
+    grid's claims (harness.claims) a verdicts section and claims.csv; it must describe the table's conditions.
+    Attractors (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow
+    the end modes. The output depends only on the arguments (same inputs, same bytes). metrics.csv
+    is never written.
     """
     out_dir = Path(out_dir)
     m = prepare(metrics)
@@ -88,13 +94,18 @@ def write_report(
     summary = summarize(m, confidence)
     shares = mode_shares(m)
     ref = reference(m)
+    if grid is not None:
+        missing = sorted(set(m["condition"]) - {c.name for c in grid.conditions})
+        if missing:
+            raise ValueError(f"the grid does not describe conditions {missing} of the metrics table")
+    identical = identical_section(m, grid)
     _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format="%.9g"))
-    _write(out_dir, "summary.md", summary_document(summary, facts, confidence))
+    _write(out_dir, "summary.md", summary_document(summary, facts, confidence, "\n".join(identical)))
     figures = make_figures(m, out_dir / "figures", grid_name)
     readings = {
         "headline": reading_headline(m, ref),
         "boundaries_and_best": reading_boundaries(summary),
-        "all_conditions": reading_all_conditions(summary, confidence),
+        "all_conditions": reading_all_conditions(summary),
         "end_state": reading_end_state(m, shares),
         "inside_vs_outside": reading_inside_vs_outside(m, ref),
     }
@@ -110,23 +121,27 @@ def write_report(
         f"{facts.grid_text}, {plural(facts.n_runs, 'run')}, outer iterations {int(m['iteration'].min())}.."
         f"{facts.final_iteration} (0 = before training). Reference for paired differences: `{ref}`. {diverged}",
         "",
-        *how_to_read(m, facts, ref, confidence),
+        *how_to_read(m, facts, ref, confidence, grid, roles(m)),
         "## Summary at the final iteration",
         "",
         f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs; Δ is paired on shared "
-        "seeds. Mechanisms and boundaries are each sorted by final mean quality.",
+        "seeds; Verdict follows the difference rule above. Mechanisms and boundaries are each sorted by final mean "
+        "quality." + (" Conditions with identical results are listed below the table." if identical else ""),
         "",
         summary_markdown(summary),
     ]
+    if identical:
+        lines += ["### Conditions with identical results", "", *identical]
     if not shares.empty:
         lines += [
             "## Where runs end",
             "",
-            f"{facts.heading()} Runs per end mode (the policy's most probable output, with its q*); "
-            f"the grid's most common modes as columns. {reading_modes(shares)}",
+            f"{facts.heading()} Runs per end mode (the policy's most probable output, with its q*): the grid's "
+            f"most common modes as columns, the runs at every other mode in the last. {reading_modes(shares)}",
             "",
             modes_markdown(shares, summary["condition"].tolist()),
         ]
+    claims = grid.claims if grid is not None else ()
     lines += findings_sections(m, shares, out_dir, facts, claims, lambda name, text: _write(out_dir, name, text))
     lines += ["## Figures", ""]
     for key, path in figures.items():
@@ -139,6 +154,16 @@ def report_title(grid_name: str) -> str:
     return f"coevolab report: {grid_name}"
 
 
-def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str, claims: Sequence[Claim] = ()) -> None:
-    """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes)."""
-    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name, claims=claims)
+def read_run_grid(run_dir: Path) -> GridSpec | None:
+    """The grid a run directory records in its grid.json (None without one); ValueError if it does not validate."""
+    path = Path(run_dir) / GRID_FILE
+    return GridSpec.model_validate_json(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str, grid: GridSpec | None = None) -> None:
+    """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes).
+
+    grid: the run's grid (the run passes the grid it wrote to grid.json, `coevolab report` what read_run_grid reads
+    back), for q*'s scale, mechanism descriptions and knobs.
+    """
+    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name, grid=grid)

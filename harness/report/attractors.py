@@ -15,8 +15,9 @@ import pandas as pd
 import scipy.stats
 import seaborn as sns
 
-from harness.report.data import QUALITY, GridFacts, conditions, num, resolution
-from harness.report.figures import _new_figure, _save
+from harness.metrics import QUALITY_RESOLUTION
+from harness.report.data import GridFacts, conditions, num
+from harness.report.figures.common import new_figure, save
 from harness.report.markdown import markdown_table
 from harness.report.tables import grid_modes, mode_label
 
@@ -48,7 +49,7 @@ def escape_table(shares: pd.DataFrame, ref: str, confidence: float = 0.95) -> pd
     if shares.empty:
         return pd.DataFrame(columns=ESCAPE_COLUMNS)
     sequence, quality = dominant_mode(shares, ref)
-    r = resolution(QUALITY.name)
+    r = QUALITY_RESOLUTION
     rows = []
     for condition, own in shares.groupby("condition", sort=False):
         runs = int(own["runs"].sum())
@@ -100,7 +101,7 @@ def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path
     kept = wide.reindex(columns=modes["mode_sequence"], fill_value=0.0)
     other = (1.0 - kept.sum(axis=1)).clip(lower=0.0)
     colours = sns.color_palette("colorblind", len(labels))
-    fig = _new_figure(10.5, 0.32 * len(order) + 2.0)
+    fig = new_figure(10.5, 0.32 * len(order) + 2.0)
     ax = fig.add_subplot()
     y = np.arange(len(order))
     left = np.zeros(len(order))
@@ -115,7 +116,7 @@ def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path
     ax.set_xlabel("share of the condition's runs ending at the mode")
     ax.set_title(f"End modes per condition ({facts.seed_text}; final iteration {facts.final_iteration})")
     ax.legend(title="end mode (glyphs, q*)", loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str) -> str:

@@ -1,4 +1,5 @@
-"""The metrics table as the report reads it: validation, grid facts, roles, resolution and number formatting.
+"""The metrics table as the report reads it: validation, grid facts, roles, the resolution, the belief gap and
+number formatting.
 
 A metrics table has one row per condition × seed × iteration (0 = before training) with a column per registered
 metric (`harness.metrics.METRICS`) and optionally boundary (the condition is a reference bound, not a practical
@@ -28,18 +29,8 @@ ITERATION_LABEL = "outer iteration (0 = before training)"
 # The quantity conditions are ranked, compared and paired on; and the one the end-state figure sets it against.
 QUALITY: Metric = metric("policy_quality")
 ALIGNMENT: Metric = metric("judge_alignment")
-
-# Smallest difference the report calls a difference, per metric, in the metric's unit. Runs that end at the same
-# output have the same q* up to float32 noise (about 1e-5), so a mean quality difference of that size, even with a
-# confidence interval that excludes zero, is the same end state and is reported as "no difference". 0.01 is three
-# orders of magnitude above that noise and below any effect worth a sentence (q* spans about 4 across outputs).
-DEFAULT_RESOLUTION = 0.01
-RESOLUTION: dict[str, float] = {"policy_quality": 0.01, "mode_quality": 0.01}
-
-
-def resolution(name: str) -> float:
-    """The resolution of a metric (DEFAULT_RESOLUTION for any metric without its own)."""
-    return RESOLUTION.get(name, DEFAULT_RESOLUTION)
+# What the loop believes, set against QUALITY in the belief gap.
+PERCEIVED: Metric = metric("judge_perceived_quality")
 
 
 def float_metrics(m: pd.DataFrame) -> tuple[Metric, ...]:
@@ -171,12 +162,47 @@ def mean_std_ci(values: Iterable[float], confidence: float) -> tuple[int, float,
     return n, mean, std, float(low), float(high)
 
 
+def power_of_ten(value: float) -> str:
+    """A tolerance as people write it: 1e-05 -> "1e-5", 0.0002 -> "2e-4"."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def num(value: object, digits: int = 3, signed: bool = False) -> str:
-    """A number with fixed decimals, or "n/a" when missing or non-finite."""
+    """A number with fixed decimals ("+" for positives when signed), "0.000" for anything that rounds to zero, or
+    "n/a" when missing or non-finite."""
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return "n/a"
     if not math.isfinite(x):
         return "n/a"
+    if round(x, digits) == 0.0:
+        # -1e-5 is not "-0.000": a value that rounds to zero has no sign worth printing.
+        return f"{0.0:.{digits}f}"
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def belief_gap(m: pd.DataFrame) -> pd.DataFrame:
+    """The belief gap per condition × iteration: mean over seeds of (perceived(t) − perceived(0)) − (real(t) − real(0)).
+
+    Per run, perceived is judge-perceived and real is real quality, and 0 is the run's first iteration with both
+    finite (iteration 0 unless it is missing), so the gap is 0 there by construction and depends on no later
+    iteration. Judges are pretrained by regression on q*, so both changes start in q* units; self-labelled updates
+    can stretch a judge's scale, which the gap counts as belief. Diverged rows are left out. Columns: condition,
+    iteration, gap, gap_std (over seeds, NaN with one seed); empty without judge-perceived quality.
+    """
+    columns = ["condition", "iteration", "gap", "gap_std"]
+    if PERCEIVED.name not in m.columns:
+        return pd.DataFrame(columns=columns)
+    ok = live(m).dropna(subset=[QUALITY.name, PERCEIVED.name]).sort_values(["condition", "seed", "iteration"])
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    runs = ok.groupby(["condition", "seed"], sort=False)
+    start_perceived, start_real = runs[PERCEIVED.name].transform("first"), runs[QUALITY.name].transform("first")
+    ok = ok.assign(gap=(ok[PERCEIVED.name] - start_perceived) - (ok[QUALITY.name] - start_real))
+    out = ok.groupby(["condition", "iteration"])["gap"].agg(gap="mean", gap_std=lambda g: g.std(ddof=1))
+    out = out.reset_index()
+    order = {c: i for i, c in enumerate(conditions(m))}
+    out = out.sort_values(["condition", "iteration"], key=lambda s: s.map(order) if s.name == "condition" else s)
+    return out.reset_index(drop=True)[columns]

@@ -19,7 +19,7 @@ import scipy.special
 
 from harness.metrics import metric
 from harness.report.data import QUALITY, GridFacts, conditions, live, num
-from harness.report.figures import _new_figure, _panels, _save
+from harness.report.figures.common import new_figure, panels, save
 from harness.report.markdown import markdown_table
 
 KL = metric("kl_from_initial")
@@ -96,8 +96,8 @@ def frontier_figure(points: pd.DataFrame, fits: pd.DataFrame | None, path: Path,
     gain: "quality_gain" (real, q*) or "perceived_gain" (judge score): one quantity per figure, shared axes.
     """
     order = conditions(points)
-    fig = _new_figure(13.0, 2.3 * math.ceil(len(order) / 6) + 0.8)
-    axes = _panels(fig, len(order), 6, sharex=True, sharey=True)
+    fig = new_figure(13.0, 2.3 * math.ceil(len(order) / 6) + 0.8)
+    axes = panels(fig, len(order), 6, sharex=True, sharey=True)
     fitted = fits.set_index("condition") if fits is not None else None
     grid_d = np.linspace(0.0, float(points["d"].max()) or 1.0, 200)
     for ax, condition in zip(axes, order, strict=False):
@@ -119,4 +119,4 @@ def frontier_figure(points: pd.DataFrame, fits: pd.DataFrame | None, path: Path,
     fig.suptitle(f"{what.capitalize()} against distance moved ({facts.seed_text}; every iteration)", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower right", fontsize=8, frameon=False)
-    return _save(fig, path)
+    return save(fig, path)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from harness import metrics as registry
+from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import (
     QUALITY,
     ROLE_ORDER,
@@ -20,10 +21,10 @@ from harness.report.data import (
     num,
     prepare,
     reference,
-    resolution,
     roles,
 )
 from harness.report.markdown import markdown_table
+from harness.wording import plural
 
 # Columns of the end-mode table: the most common end modes of the grid, the rest summed as "other".
 MODE_COLUMNS = 4
@@ -35,8 +36,11 @@ def run_summary(metrics: pd.DataFrame) -> pd.DataFrame:
 
     peak_iteration / peak_quality: the iteration (earliest on ties) and value of max policy_quality over the run's
     non-diverged rows. final_iteration: the condition's last iteration; final_quality: policy_quality there (NaN if
-    the run diverged or lacks that row). degradation_pct = 100·(peak − final)/|peak|, 0 when peak == final, NaN when
-    final is missing or peak is 0 with final below it. Also carries the run's boundary and diverged flags.
+    the run diverged or lacks that row). drop_from_peak = peak − final (q*); below_peak: drop_from_peak ≥
+    QUALITY_RESOLUTION, i.e. the run ended measurably below its own peak (on a curve flat to float noise the peak
+    iteration is an arbitrary argmax, so only runs below their peak have a peak worth reporting).
+    degradation_pct = 100·(peak − final)/|peak|, 0 when peak == final, NaN when final is missing or peak is 0 with
+    final below it. Also carries the run's boundary and diverged flags.
     """
     m = prepare(metrics)
     q = QUALITY.name
@@ -71,6 +75,8 @@ def run_summary(metrics: pd.DataFrame) -> pd.DataFrame:
                 "peak_quality": peak,
                 "final_iteration": int(last),
                 "final_quality": final,
+                "drop_from_peak": peak - final,
+                "below_peak": bool(peak - final >= QUALITY_RESOLUTION),  # False when either is NaN
                 "degradation_pct": degradation,
             }
         )
@@ -85,10 +91,11 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     Columns: condition, role ("reference" | "mechanism" | "boundary"), n_seeds (seeds in the table), n_final (runs
     with a finite final quality, i.e. what the statistics are over), diverged_runs (runs with any diverged row),
     final_iteration; for every registered float metric M in the table: M_mean, M_std (ddof=1), M_ci_low, M_ci_high
-    (Student-t over seeds, NaN with fewer than 2); peak_iteration_mean and degradation_pct_mean over non-diverged
-    runs; policy_quality_diff_mean / _ci_low / _ci_high: paired final-quality difference from the reference over
-    the seeds both share (NaN on the reference row), with n_paired. Mechanisms and boundaries are each sorted by
-    policy_quality_mean descending (NaN last, ties in grid order).
+    (Student-t over seeds, NaN with fewer than 2); runs_below_peak (runs that ended at least QUALITY_RESOLUTION below
+    their own peak, see run_summary), with drop_from_peak_mean and peak_iteration_below_mean over those runs only
+    (NaN when there are none); policy_quality_diff_mean / _ci_low / _ci_high: paired final-quality difference from
+    the reference over the seeds both share (NaN on the reference row), with n_paired. Mechanisms and boundaries are
+    each sorted by policy_quality_mean descending (NaN last, ties in grid order).
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
@@ -116,9 +123,10 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
         for x in summarised:
             _, mean, std, low, high = mean_std_ci(final[x.name], confidence)
             row |= {f"{x.name}_mean": mean, f"{x.name}_std": std, f"{x.name}_ci_low": low, f"{x.name}_ci_high": high}
-        healthy = cond_runs[~cond_runs["diverged"]]
-        row["peak_iteration_mean"] = float(healthy["peak_iteration"].astype(float).mean())
-        row["degradation_pct_mean"] = float(healthy["degradation_pct"].mean())
+        fell = cond_runs[~cond_runs["diverged"] & cond_runs["below_peak"]]
+        row["runs_below_peak"] = len(fell)
+        row["drop_from_peak_mean"] = float(fell["drop_from_peak"].mean()) if len(fell) else math.nan
+        row["peak_iteration_below_mean"] = float(fell["peak_iteration"].astype(float).mean()) if len(fell) else math.nan
         if condition == ref:
             row |= {f"{DIFF}_mean": math.nan, f"{DIFF}_ci_low": math.nan, f"{DIFF}_ci_high": math.nan}
             row["n_paired"] = pd.NA
@@ -141,25 +149,52 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 
 
 def difference_verdict(row: pd.Series) -> str:
-    """How a condition's paired quality difference from the reference reads.
+    """How a summary row's paired quality difference from the reference reads: the report's one difference rule.
 
-    "reference"; "above" / "below": the CI excludes zero and |Δ| is at least the resolution; "none": the interval
-    (or, with one pair, the difference) lies within ± resolution, i.e. the same end state up to float noise;
-    "unresolved": anything else (the interval spans zero, or no pairs).
+    "reference" on the reference row; "above" / "below" when |mean Δ| ≥ QUALITY_RESOLUTION and the paired CI excludes
+    zero (with a single pair there is no CI, so it cannot); "n/a" without pairs; "none" otherwise.
     """
     if row["role"] == "reference":
         return "reference"
     mean, low, high = (float(row[f"{DIFF}_{k}"]) for k in ("mean", "ci_low", "ci_high"))
-    res = resolution(QUALITY.name)
     if math.isnan(mean):
-        return "unresolved"
-    if math.isnan(low):
-        return "none" if abs(mean) < res else "unresolved"
-    if -res < low and high < res:
-        return "none"
-    if abs(mean) >= res and (low > 0 or high < 0):
-        return "above" if low > 0 else "below"
-    return "unresolved"
+        return "n/a"
+    if abs(mean) >= QUALITY_RESOLUTION and (low > 0 or high < 0):  # NaN bounds compare False: no CI, no difference
+        return "above" if mean > 0 else "below"
+    return "none"
+
+
+VERDICT_WORDS = {"reference": "—", "above": "above", "below": "below", "none": "no difference", "n/a": "n/a"}
+
+
+def difference_rule(confidence: float) -> str:
+    """The difference rule in words, as report.md and summary.md state it (once each)."""
+    return (
+        f"a condition differs from the reference only if its mean paired Δ quality is at least "
+        f"{QUALITY_RESOLUTION:g} q* in size and the {100 * confidence:g}% paired CI excludes zero; otherwise it reads "
+        '"no difference" (not shown to differ: runs that end at the same output differ only by float noise, and an '
+        "interval that spans zero resolves nothing)"
+    )
+
+
+FELL_FROM_PEAK = "Fell from peak (q*)"
+FELL_FROM_PEAK_MEANING = (
+    f"runs whose final real quality is at least {QUALITY_RESOLUTION:g} q* below their own peak over the iterations, "
+    "out of the runs with a final value, with the (mean) drop in q* and the (mean) iteration of their peak; "
+    '"·" when no run did (a curve flat to float noise has no peak iteration worth reporting)'
+)
+
+
+def fell_from_peak(row: pd.Series) -> str:
+    """The "Fell from peak" cell: "·" when no run ended QUALITY_RESOLUTION below its own peak, else how many did,
+    their (mean) drop in q* and (mean) peak iteration."""
+    k = int(row["runs_below_peak"])
+    if k == 0:
+        return "·"
+    n = int(row["n_final"])
+    if k == 1:
+        return f"{k}/{n}: −{num(row['drop_from_peak_mean'])} from iter {int(row['peak_iteration_below_mean'])}"
+    return f"{k}/{n}: −{num(row['drop_from_peak_mean'])} from iter {num(row['peak_iteration_below_mean'], 1)} (means)"
 
 
 def _mean_std(row: pd.Series, name: str) -> str:
@@ -175,36 +210,34 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     """The output of summarize() as a markdown table, 3 decimals, "n/a" for undefined values.
 
     One column per headline metric (mean ± std over seeds; quality also with its CI), the paired quality difference
-    ("no difference" below the resolution), the mean peak iteration and mean drop from peak, and a Diverged column
-    when any run diverged. Boundary rows read "boundary" in the Role column.
+    with its CI and its verdict (difference_verdict), the runs that fell from their peak (fell_from_peak), and a
+    Diverged column when any run diverged. Boundary rows read "boundary" in the Role column.
     """
     headline = [x for x in registry.HEADLINE_METRICS if f"{x.name}_mean" in summary.columns]
     any_diverged = int(summary["diverged_runs"].sum()) > 0
     header = ["Condition", "Role"]
     for x in headline:
         header.append(x.axis_label + (" [CI]" if x is QUALITY else ""))
-    header += ["Δ quality vs reference [CI]", "Peak iter (mean)", "Drop from peak % (mean)"]
+    header += ["Δ quality vs reference [CI]", "Verdict", FELL_FROM_PEAK]
     if any_diverged:
         header.append("Diverged runs")
     rows = []
     for _, r in summary.iterrows():
         verdict = difference_verdict(r)
-        if verdict == "reference":
-            delta = "—"
-        elif verdict == "none":
-            delta = "no difference"
-        else:
-            delta = _with_ci(num(r[f"{DIFF}_mean"], signed=True), r[f"{DIFF}_ci_low"], r[f"{DIFF}_ci_high"])
+        delta = "—" if verdict == "reference" else _with_ci(num(r[f"{DIFF}_mean"], signed=True), *_diff_ci(r))
         cells = [str(r["condition"]), str(r["role"])]
         for x in headline:
             text = _mean_std(r, x.name)
             cells.append(_with_ci(text, r[f"{x.name}_ci_low"], r[f"{x.name}_ci_high"]) if x is QUALITY else text)
-        # A mean iteration index: more decimals is noise.
-        cells += [delta, num(r["peak_iteration_mean"], digits=1), num(r["degradation_pct_mean"], digits=1)]
+        cells += [delta, VERDICT_WORDS[verdict], fell_from_peak(r)]
         if any_diverged:
             cells.append(f"{int(r['diverged_runs'])}/{int(r['n_seeds'])}")
         rows.append(cells)
     return markdown_table(header, rows, right=[False, False, *[True] * (len(header) - 2)])
+
+
+def _diff_ci(row: pd.Series) -> tuple[object, object]:
+    return row[f"{DIFF}_ci_low"], row[f"{DIFF}_ci_high"]
 
 
 def mode_shares(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -247,14 +280,28 @@ def mode_label(sequence: str, quality: float) -> str:
     return f"{sequence} (q* {num(quality)})"
 
 
+def split_modes(shares: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the grid's MODE_COLUMNS most common end modes, every other end mode), each as grid_modes() rows.
+
+    The end-mode table's columns and the sentence above it both come from this split, so their counts agree.
+    """
+    modes = grid_modes(shares)
+    return modes.head(MODE_COLUMNS), modes.iloc[MODE_COLUMNS:]
+
+
+def other_modes_header(other: pd.DataFrame) -> str:
+    """The header of the end-mode table's last column: its cells count runs, spread over this many modes."""
+    return f"runs at {plural(len(other), 'other mode')}"
+
+
 def modes_markdown(shares: pd.DataFrame, order: list[str]) -> str:
-    """Runs per end mode and condition: the grid's most common modes as columns, the rest as "other"."""
-    top = grid_modes(shares).head(MODE_COLUMNS)
+    """Runs per end mode and condition: the grid's most common modes as columns, the runs at every other mode summed
+    in a last column whose header says how many modes those are."""
+    top, rest = split_modes(shares)
     shown = top["mode_sequence"].tolist()
     header = ["Condition", "Runs", *(mode_label(s, q) for s, q in zip(shown, top["mode_quality"], strict=True))]
-    other = len(grid_modes(shares)) > len(shown)
-    if other:
-        header.append("other modes")
+    if len(rest):
+        header.append(other_modes_header(rest))
     rows = []
     for condition in order:
         own = shares[shares["condition"] == condition].set_index("mode_sequence")["runs"]
@@ -262,18 +309,20 @@ def modes_markdown(shares: pd.DataFrame, order: list[str]) -> str:
             continue
         cells = [condition, str(int(own.sum()))]
         cells += [str(int(own[s])) if s in own.index else "·" for s in shown]
-        if other:
-            rest = int(own[~own.index.isin(shown)].sum())
-            cells.append(str(rest) if rest else "·")
+        if len(rest):
+            elsewhere = int(own[~own.index.isin(shown)].sum())
+            cells.append(str(elsewhere) if elsewhere else "·")
         rows.append(cells)
     return markdown_table(header, rows, right=[False, *[True] * (len(header) - 1)])
 
 
-def summary_document(summary: pd.DataFrame, facts: GridFacts, confidence: float) -> str:
-    """summary.md: a heading naming grid, seeds and iteration, a line on how to read it, and the table."""
+def summary_document(summary: pd.DataFrame, facts: GridFacts, confidence: float, notes: str = "") -> str:
+    """summary.md: a heading naming grid, seeds and iteration, how to read it (the difference rule included), the
+    table, and `notes` (markdown, e.g. the conditions with identical results) after it."""
     title = f"# Summary of {facts.name}" if facts.name else "# Summary"
-    return (
-        f"{title}\n\n{facts.heading()} Mean ± std over seeds, {100 * confidence:g}% Student-t CIs; "
-        f'Δ is paired on shared seeds; |Δ| < {resolution(QUALITY.name):g} reads "no difference"; '
-        "peak iteration and drop from peak are means over seeds.\n\n" + summary_markdown(summary)
+    text = (
+        f"{title}\n\n{facts.heading()} Mean ± std over seeds, {100 * confidence:g}% Student-t CIs; Δ is paired on "
+        f"shared seeds; {difference_rule(confidence)}. {FELL_FROM_PEAK}: {FELL_FROM_PEAK_MEANING}.\n\n"
+        + summary_markdown(summary)
     )
+    return text + (f"\n{notes}" if notes else "")

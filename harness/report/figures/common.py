@@ -1,0 +1,89 @@
+"""What every figure shares: role colours and markers, a pyplot-free figure, deterministic PNG bytes, panel grids."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from harness.artifacts import atomic_write_bytes
+
+DPI = 120
+# Fixed PNG metadata (no matplotlib version), so the same table renders to the same bytes.
+PNG_METADATA: dict[str, str | None] = {"Software": None}
+ROLE_COLOURS = {"reference": "#1a1a1a", "mechanism": "#1f77b4", "boundary": "#d62728"}
+ROLE_MARKERS = {"reference": "D", "mechanism": "o", "boundary": "X"}
+ROLE_NAMES = {"reference": "reference", "mechanism": "mechanisms", "boundary": "boundary conditions"}
+# Individual runs, where a figure draws them beside a condition's mean: one neutral colour for every role, so a
+# single legend swatch matches every dot.
+RUN_COLOUR, RUN_ALPHA, RUN_SIZE = "0.35", 0.5, 14.0
+
+
+def dashes(role: str) -> str:
+    """Boundaries are drawn dashed everywhere, so a bound is never mistaken for a method."""
+    return "--" if role == "boundary" else "-"
+
+
+def role_suffix(role: str) -> str:
+    return {"reference": " (reference)", "boundary": " (boundary)"}.get(role, "")
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A figure bound to the Agg canvas directly, so no pyplot state or display backend is involved."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: Path) -> Path:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def integer_x(ax: Axes) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def empty(ax: Axes, what: str) -> None:
+    ax.text(0.5, 0.5, f"no finite data for {what}", ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def panels(fig: Figure, n: int, ncols: int, **kwargs: object) -> list[Axes]:
+    """n axes in a grid of ncols columns; unused slots hidden."""
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, **kwargs)).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return list(axes[:n])
+
+
+def mean_band(
+    ax: Axes, data: pd.DataFrame, column: str, colour: object, style: str = "-", lw: float = 2.0, alpha: float = 0.12
+) -> None:
+    """Mean over seeds per iteration with a ±1 sd band."""
+    grouped = data.groupby("iteration")[column]
+    mean, sd = grouped.mean(), grouped.std(ddof=1).fillna(0.0)
+    ax.plot(mean.index, mean.to_numpy(), color=colour, ls=style, lw=lw, marker="o", markersize=3)
+    ax.fill_between(mean.index, (mean - sd).to_numpy(), (mean + sd).to_numpy(), color=colour, alpha=alpha, lw=0)
+
+
+def wrap(name: str, width: int) -> str:
+    """Wrap a condition name after '[' or ',' so long knob lists fit a small panel title."""
+    lines, line = [], ""
+    for piece in name.replace("[", "[\0").replace(",", ",\0").replace(" (", "\0 (").split("\0"):
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = piece.lstrip()
+        else:
+            line += piece
+    return "\n".join([*lines, line])

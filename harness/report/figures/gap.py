@@ -1,0 +1,48 @@
+"""The belief gap per condition (inside_vs_outside): how much more (or less) improvement the judges credit the policy
+with than it really made, since iteration 0."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from harness.report.data import belief_gap
+from harness.report.figures.common import ROLE_COLOURS, dashes, integer_x, new_figure, panels, role_suffix, save, wrap
+
+GAP_AXIS_LABEL = "belief gap (q*)"
+
+
+def fig_inside_vs_outside(m: pd.DataFrame, path: Path, summary: pd.DataFrame) -> Path:
+    """One small panel per condition with its own belief gap, mean ± 1 sd over seeds, on a shared axis.
+
+    No other condition's curve is repeated in a panel: each condition's judges score on their own scale.
+    """
+    order = summary["condition"].tolist()
+    role = summary.set_index("condition")["role"]
+    gaps = belief_gap(m)
+    ncols = min(6, len(order))
+    fig = new_figure(2.3 * ncols + 0.6, 2.0 * math.ceil(len(order) / ncols) + 1.1)
+    axes = panels(fig, len(order), ncols, sharex=True, sharey=True)
+    for i, (ax, condition) in enumerate(zip(axes, order, strict=True)):
+        data = gaps[gaps["condition"] == condition]
+        colour = ROLE_COLOURS[role[condition]]
+        ax.axhline(0.0, color="0.6", lw=0.8)
+        ax.plot(data["iteration"], data["gap"], color=colour, lw=1.8, ls=dashes(role[condition]))
+        sd = data["gap_std"].fillna(0.0)
+        ax.fill_between(data["iteration"], data["gap"] - sd, data["gap"] + sd, color=colour, alpha=0.15, lw=0)
+        ax.set_title(wrap(condition + role_suffix(role[condition]), 30), fontsize=7.5)
+        ax.tick_params(labelsize=7)
+        if i % ncols == 0:
+            ax.set_ylabel(GAP_AXIS_LABEL, fontsize=8)
+        if i + ncols >= len(order):
+            ax.set_xlabel("outer iteration", fontsize=8)
+        integer_x(ax)
+    fig.suptitle(
+        "Belief gap: judge-perceived quality gained since iteration 0 minus real quality gained (both start in q* "
+        "units), mean ± 1 sd over seeds\n> 0: the judges credit the policy with more improvement than it made; "
+        "< 0: with less",
+        fontsize=10,
+    )
+    return save(fig, path)

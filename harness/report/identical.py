@@ -1,0 +1,112 @@
+"""Conditions whose runs came out the same: detected from the metrics, explained from the metrics and the grid.
+
+Two conditions are identical when they have the same seeds and iterations, the same diverged flags and end modes,
+and every registered metric that both record agrees to IDENTICAL_TOLERANCE at every seed and iteration. A metric that
+one of them never records (held-out accuracy without meta-correction) is left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness import metrics as registry
+from harness.grid import GridSpec
+from harness.report.data import conditions, num, power_of_ten
+from harness.report.grid_info import knob_value
+from harness.wording import plural
+
+# Relative and absolute: the same computation at another position of a batched program may round differently in
+# float32 (about 1e-7 relative); anything a mechanism changes moves far more than this.
+IDENTICAL_TOLERANCE = 1e-5
+HOLDOUT, CORRECTIONS = "meta_accuracy", "meta_corrections"
+
+
+def _columns(m: pd.DataFrame) -> list[str]:
+    return [x.name for x in registry.METRICS if x.name in m.columns] + [
+        c for c in ("mode_sequence", "diverged") if c in m.columns
+    ]
+
+
+def _same(a: pd.Series, b: pd.Series) -> bool:
+    """Equal to IDENTICAL_TOLERANCE where both are recorded; a column one side never records does not count."""
+    if a.dtype.kind in "fi" and b.dtype.kind in "fi":
+        x, y = a.to_numpy(float), b.to_numpy(float)
+        if np.isnan(x).all() or np.isnan(y).all():
+            return True
+        return bool(np.all(np.isclose(x, y, rtol=IDENTICAL_TOLERANCE, atol=IDENTICAL_TOLERANCE, equal_nan=True)))
+    return bool((a.astype(str).to_numpy() == b.astype(str).to_numpy()).all())
+
+
+def identical_groups(m: pd.DataFrame) -> list[tuple[str, ...]]:
+    """Groups (of two or more) of identical conditions, each in grid order, groups ordered by their first member.
+
+    m: a prepared metrics table (`prepare`).
+    """
+    columns = _columns(m)
+    tables = {c: m[m["condition"] == c].set_index(["seed", "iteration"]).sort_index()[columns] for c in conditions(m)}
+    names = list(tables)
+    group_of = {c: c for c in names}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if group_of[b] != b or not tables[a].index.equals(tables[b].index):
+                continue
+            if all(_same(tables[a][col], tables[b][col]) for col in columns):
+                group_of[b] = group_of[a]
+    groups: dict[str, list[str]] = {}
+    for c in names:
+        groups.setdefault(group_of[c], []).append(c)
+    return [tuple(g) for g in groups.values() if len(g) > 1]
+
+
+def _meta_never_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
+    """Why a condition with meta-correction matches one without: the correction never fired, if the data say so."""
+    rows = m[m["condition"] == condition]
+    if HOLDOUT not in rows or CORRECTIONS not in rows or rows[HOLDOUT].isna().all():
+        return None
+    if (pd.to_numeric(rows[CORRECTIONS], errors="coerce").fillna(0) != 0).any():
+        return None
+    lowest = float(rows[HOLDOUT].min())
+    threshold = f", threshold {grid.condition(condition).knobs.meta_accuracy_threshold:g}" if grid else ""
+    return (
+        f"meta-correction never fired in `{condition}` (`{CORRECTIONS}` is 0 at every seed and iteration; its "
+        f"held-out accuracy at iteration ends is never below {num(lowest)}{threshold})"
+    )
+
+
+def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
+    first, second = grid.condition(a).knobs, grid.condition(b).knobs
+    changed = [k for k in type(first).model_fields if getattr(first, k) != getattr(second, k)]
+    if not changed:
+        return "same knobs: one configuration under two names"
+    listed = [f"`{k}` ({knob_value(getattr(first, k))} vs {knob_value(getattr(second, k))})" for k in changed]
+    return "they differ only in " + (", ".join(listed[:-1]) + " and " if len(listed) > 1 else "") + listed[-1]
+
+
+def explain(m: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | None) -> str:
+    """One line naming the group and, as far as the knobs (grid) and the metrics show it, why its results coincide."""
+    first, rest = group[0], group[1:]
+    reasons = []
+    for other in rest:
+        parts = [_knob_difference(grid, first, other)] if grid else []
+        if not grid or grid.condition(first).knobs != grid.condition(other).knobs:
+            fired = [r for c in (first, other) if (r := _meta_never_fired(m, c, grid))]
+            parts += fired or ["the metrics do not show why"]
+        reasons.append(f"`{other}`: " + "; ".join(parts) if len(rest) > 1 else "; ".join(parts))
+    names = " = ".join(f"`{c}`" for c in group)
+    return f"- {names}: " + " / ".join(reasons) + "."
+
+
+def identical_section(m: pd.DataFrame, grid: GridSpec | None) -> list[str]:
+    """The report's lines on identical conditions (none when there are none)."""
+    groups = identical_groups(m)
+    if not groups:
+        return []
+    return [
+        f"{plural(len(groups), 'group')} of conditions produced the same metrics at every seed and iteration "
+        f"(every metric both record agrees within {power_of_ten(IDENTICAL_TOLERANCE)}, relative or absolute); the "
+        "tables list each condition, but each group is one result:",
+        "",
+        *(explain(m, g, grid) for g in groups),
+        "",
+    ]
