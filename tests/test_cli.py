@@ -97,9 +97,10 @@ def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = coevolab("run", str(grid), "--out", str(out), "--quiet")
     assert first.returncode == 0, first.stderr
-    for name in ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]:
+    written = ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]
+    for name in [*written, "attractors.csv", "frontier.csv"]:
         assert (out / name).is_file(), name
-    assert len(list((out / "figures").glob("*.png"))) == 5
+    assert len(list((out / "figures").glob("*.png"))) == 8  # 5 of the run's course, attractors, 2 frontier
     assert not (out / CHECKPOINT_FILE).exists()
 
     metrics = out / "metrics.csv"

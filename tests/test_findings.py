@@ -10,6 +10,8 @@ import pytest
 import scipy.stats
 
 from harness.claims import Claim
+from harness.grid import Condition, GridSpec, RunSettings
+from harness.knobs import Knobs
 from harness.report import write_report
 from harness.report.attractors import escape_table
 from harness.report.frontier import fit_frontier, frontier_points, gao_curve
@@ -83,7 +85,12 @@ def test_report_sections_and_files(tmp_path: Path) -> None:
         than_condition="base",
         resolution=0.001,
     )
-    write_report(_table(), tmp_path, claims=[claim])
+    grid = GridSpec(
+        run=RunSettings(seeds=tuple(range(40)), iterations=2),
+        conditions=(Condition(name="base", knobs=Knobs()), Condition(name="slow", knobs=Knobs(judge_update_every=10))),
+        claims=(claim,),
+    )
+    write_report(_table(), tmp_path, grid=grid)
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
     for heading in ("## Which claims hold", "## Attractors", "## The overoptimization frontier"):
         assert heading in text
