@@ -157,7 +157,7 @@ def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95)
     if claim.than_value is not None:
         seeds = side.index
         side_values, other_values = side.to_numpy(), None
-        other_label, other_mean, other_iqm = f"{claim.than_value:g}", claim.than_value, claim.than_value
+        other_label, other_mean, other_iqm = f"the value {claim.than_value:g}", claim.than_value, claim.than_value
         differences = side_values - claim.than_value
         effect, low, high = paired_bootstrap_ci(differences, None, "mean", confidence)
     else:

@@ -73,6 +73,7 @@ def test_frontier_fit_recovers_the_generating_curve() -> None:
         assert fits.loc[condition, "r2"] == pytest.approx(1.0)
         assert fits.loc[condition, "d_peak"] == pytest.approx(np.exp(1.0 / 0.5 - 1.0))
         assert fits.loc[condition, "peak_gain"] == pytest.approx(0.5 * np.exp(1.0))
+        assert fits.loc[condition, "d_max"] < fits.loc[condition, "d_peak"]  # the synthetic runs stop short of it
 
 
 def test_report_sections_and_files(tmp_path: Path) -> None:

@@ -108,7 +108,10 @@ def findings_sections(
             "over all outputs, with the form Gao, Schulman & Hilton (2022) fit at LLM scale, R(d) = d(α − β ln d), "
             "fit per condition by least squares over every run and iteration. β > 0 means the gain bends down "
             "with distance; the peak (√KL = exp(α/β − 1)) is where that curve predicts more optimisation stops "
-            "paying. Judge-perceived gain is drawn on its own figure (judge scores are not in q* units).",
+            "paying. KL(π ‖ π₀) can be no larger than the largest −ln π₀(x) (for a near-uniform π₀, the log of the "
+            "number of outputs): a policy collapsed onto one output is as far as any policy gets, so a fitted peak "
+            "beyond the largest √KL reached is an extrapolation, not an observed overshoot. Judge-perceived gain is "
+            "drawn on its own figure (judge scores are not in q* units).",
             "",
             fits_markdown(fits),
             f"![Real quality against distance]({quality.relative_to(out_dir).as_posix()})",

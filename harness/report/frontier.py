@@ -19,12 +19,24 @@ import scipy.special
 
 from harness.metrics import metric
 from harness.report.data import QUALITY, GridFacts, conditions, live, num
-from harness.report.figures.common import new_figure, panels, save
+from harness.report.figures.common import new_figure, panels, save, wrap
 from harness.report.markdown import markdown_table
 
 KL = metric("kl_from_initial")
 PERCEIVED = metric("judge_perceived_quality")
-FIT_COLUMNS = ["condition", "points", "alpha", "alpha_se", "beta", "beta_se", "r2", "d_peak", "kl_peak", "peak_gain"]
+FIT_COLUMNS = [
+    "condition",
+    "points",
+    "alpha",
+    "alpha_se",
+    "beta",
+    "beta_se",
+    "r2",
+    "d_max",
+    "d_peak",
+    "kl_peak",
+    "peak_gain",
+]
 
 
 def gao_curve(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
@@ -44,9 +56,11 @@ def frontier_points(m: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
-    """α, β (± standard error), R², and the predicted peak (d*, KL* = d*², R(d*) = β d*) per condition.
+    """α, β (± standard error), R², the largest distance reached (d_max) and the predicted peak
+    (d*, KL* = d*², R(d*) = β d*) per condition.
 
-    The peak exists only for β > 0 (the curve bends down); otherwise its columns are NaN.
+    The peak exists only for β > 0 (the curve bends down); otherwise its columns are NaN. A peak beyond d_max is an
+    extrapolation: no run of the condition went that far.
     """
     rows = []
     for condition, own in points.groupby("condition", sort=False):
@@ -65,6 +79,7 @@ def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
             "beta": beta,
             "beta_se": math.sqrt(covariance[1, 1]),
             "r2": 1.0 - np.sum(residual**2) / total if total > 0 else math.nan,
+            "d_max": float(d.max()),
             "d_peak": d_peak,
             "kl_peak": d_peak**2,
             "peak_gain": beta * d_peak,
@@ -74,15 +89,23 @@ def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def fits_markdown(fits: pd.DataFrame) -> str:
-    header = ["Condition", "α ± se", "β ± se", "R²", "peak at √KL", "peak at KL (nats)", "peak gain (q*)"]
+    header = [
+        "Condition",
+        "α ± se",
+        "β ± se",
+        "R²",
+        "largest √KL reached",
+        "fitted peak at √KL",
+        "fitted peak gain (q*)",
+    ]
     rows = [
         [
             row.condition,
             f"{num(row.alpha)} ± {num(row.alpha_se)}",
             f"{num(row.beta)} ± {num(row.beta_se)}",
             num(row.r2, 2),
-            num(row.d_peak, 2),
-            num(row.kl_peak, 2),
+            num(row.d_max, 2),
+            num(row.d_peak, 2) + (" (beyond reach)" if row.d_peak > row.d_max else ""),
             num(row.peak_gain),
         ]
         for row in fits.itertuples(index=False)
@@ -111,12 +134,12 @@ def frontier_figure(points: pd.DataFrame, fits: pd.DataFrame | None, path: Path,
             alpha, beta = fitted.loc[condition, ["alpha", "beta"]]
             ax.plot(grid_d, gao_curve(grid_d, alpha, beta), color="#d62728", ls="--", lw=1.2, label="fit d(α − β ln d)")
         ax.axhline(0.0, color="0.7", lw=0.6)
-        ax.set_title(condition, fontsize=7.5)
+        ax.set_title(wrap(condition, 34), fontsize=7.5)
         ax.tick_params(labelsize=7)
     what = "real quality gain (q*)" if gain == "quality_gain" else "judge-perceived gain (judge score)"
     fig.supxlabel("√KL(π_t ‖ π₀)  (√nats)", fontsize=9)
     fig.supylabel(f"{what} since iteration 0", fontsize=9)
     fig.suptitle(f"{what.capitalize()} against distance moved ({facts.seed_text}; every iteration)", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower right", fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside upper right", ncols=2, fontsize=8, frameon=False)
     return save(fig, path)
