@@ -114,7 +114,7 @@ def claims_block(run_dir: Path) -> str:
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     counts = verdicts["verdict"].value_counts()
-    tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS)
+    tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v != "untested")
     rows = [
         [
             f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}",

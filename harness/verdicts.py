@@ -6,8 +6,8 @@ The rule, for a claim with resolution r, effect Δ (claimed side minus other sid
 - "equal" (r is the equivalence margin): holds if the whole CI lies within [-r, r]; contradicted if the CI
   excludes 0 and |Δ| ≥ r; otherwise not supported.
 A difference smaller than r is never a finding: identical end modes differ by float noise alone.
-With fewer than MIN_SEEDS paired seeds no verdict is given ("not supported", too few seeds): a percentile
-bootstrap over 5 seeds has 126 distinct resamples and intervals far narrower than the truth.
+With fewer than MIN_SEEDS paired seeds the claim is "untested": a percentile bootstrap over 5 seeds has 126
+distinct resamples and intervals far narrower than the truth, so no verdict is given (effect and CI still are).
 "Not supported" says why: no difference (the CI lies within ±r), an effect below the resolution (the CI
 excludes 0 but |Δ| < r), or too few seeds to tell (the CI includes 0 and reaches past ±r).
 
@@ -27,7 +27,7 @@ import scipy.stats
 
 from harness.claims import Claim
 
-VERDICTS = ("holds", "not supported", "contradicted")
+VERDICTS = ("holds", "not supported", "contradicted", "untested")
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 MIN_SEEDS = 20
@@ -153,7 +153,7 @@ def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95)
     last = int(metrics["iteration"].max())
     iteration = _resolve(claim.iteration, last)
     side = _values(metrics, claim.metric, claim.condition, iteration)
-    side_label = f"{claim.condition} @ {iteration}"
+    side_label = f"{claim.condition} @ {iteration}"  # what the Mean columns describe
     if claim.than_value is not None:
         seeds = side.index
         side_values, other_values = side.to_numpy(), None
@@ -174,7 +174,7 @@ def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95)
         effect, low, high = paired_bootstrap_ci(side_values, other_values, claim.statistic, confidence)
     outcome, why = decide(claim.direction, effect, low, high, claim.resolution)
     if len(seeds) < MIN_SEEDS:
-        outcome, why = "not supported", f"too few seeds ({len(seeds)} < {MIN_SEEDS}) for a verdict; would be: {outcome}"
+        outcome, why = "untested", f"too few seeds ({len(seeds)} < {MIN_SEEDS}) for a verdict"
     return {
         "claim": claim.name,
         "statement": claim.statement,

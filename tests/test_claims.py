@@ -66,7 +66,7 @@ def test_too_few_seeds_never_give_a_verdict() -> None:
     rng = np.random.default_rng(3)
     other = rng.normal(1.7, 0.2, size=MIN_SEEDS - 1)
     row = verdict_table(_metrics(other + 1.0, other), [_claim(direction="above")]).iloc[0]
-    assert row["verdict"] == "not supported"
+    assert row["verdict"] == "untested"
     assert "too few seeds" in row["why"]
 
 

@@ -100,4 +100,4 @@ def test_report_sections_and_files(tmp_path: Path) -> None:
     claims = pd.read_csv(tmp_path / "claims.csv")
     # Both conditions follow the same quality curve: a zero effect is "no difference", not a finding.
     assert (claims.loc[0, "verdict"], claims.loc[0, "why"]) == ("not supported", "no difference (CI within ±0.001)")
-    assert "| slow ends above base |" in text.replace("  ", "")
+    assert "| slow ends above base [slow @ 2] |" in text.replace("  ", "")

@@ -20,6 +20,7 @@ from harness.report.data import GridFacts, conditions, num
 from harness.report.figures.common import new_figure, save
 from harness.report.markdown import markdown_table
 from harness.report.tables import grid_modes, mode_label
+from harness.wording import plural
 
 # Modes drawn in their own colour in the attractor figure; the rest are pooled as "other modes".
 FIGURE_MODES = 7
@@ -134,9 +135,11 @@ def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str) -> 
     ]
     if not ranked.empty:
         most, least = ranked.iloc[0], ranked.iloc[-1]
+        tied = int((ranked["escape_share"] == least["escape_share"]).sum()) - 1
+        ties = f", tied with {plural(tied, 'other condition')}" if tied else ""
         lines.append(
             f"Most escapes: `{most['condition']}` ({most['escaped']} of {most['runs']}, "
             f"{most['escaped_higher']} to higher q*); fewest: `{least['condition']}` "
-            f"({least['escaped']} of {least['runs']})."
+            f"({least['escaped']} of {least['runs']}{ties})."
         )
     return " ".join(lines)

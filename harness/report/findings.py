@@ -15,9 +15,9 @@ from harness.artifacts import CLAIMS_FILE
 from harness.claims import Claim
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
 from harness.report.data import GridFacts, conditions, num, reference
-from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points
+from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
 from harness.report.markdown import markdown_table
-from harness.verdicts import MIN_SEEDS, verdict_table
+from harness.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.wording import plural
 
 Writer = Callable[[str, str | bytes], None]
@@ -30,20 +30,32 @@ VERDICT_RULE = (
     "excludes 0 on the claimed side and |Δ| is at least the claim's resolution; it is **contradicted** when the same "
     "is true on the opposite side (for *equal* claims: when a difference of at least the margin is established); "
     "otherwise it is **not supported**, and the last column says why (no difference: the CI lies within "
-    f"± the resolution; or too few seeds). With fewer than {MIN_SEEDS} seeds no verdict is given. P(better) is the "
+    f"± the resolution; or more seeds needed). With fewer than {MIN_SEEDS} seeds a claim is **untested**: no "
+    "verdict, effect and CI shown for orientation only. The summary table above gives Student-t CIs of the same "
+    "paired differences; where the two intervals disagree about excluding 0 the comparison is borderline. "
+    "P(better) is the "
     "share of seeds on the claimed side by more than the resolution, ties counted half (for *equal* claims: the "
     "share within the margin). IQM: interquartile mean over seeds, robust to the few runs in rare modes."
 )
 
 
 def verdicts_markdown(verdicts: pd.DataFrame) -> str:
-    header = ["Claim", "Compared with", "Mean (IQM)", "Other mean (IQM)", "Δ [95% CI]", "P(better)", "Verdict", "Why"]
+    header = [
+        "Claim",
+        "Compared with",
+        "Claimed side: mean (IQM)",
+        "Other side: mean (IQM)",
+        "Δ [95% CI]",
+        "P(better)",
+        "Verdict",
+        "Why",
+    ]
     rows = []
     for row in verdicts.itertuples(index=False):
         spread = " (spread)" if row.statistic == "std" else ""
         rows.append(
             [
-                f"{row.statement}{spread}",
+                f"{row.statement}{spread} [{row.side}]",
                 row.other_side,
                 f"{num(row.side_mean)} ({num(row.side_iqm)})",
                 f"{num(row.other_mean)} ({num(row.other_iqm)})",
@@ -73,7 +85,7 @@ def findings_sections(
         verdicts = verdict_table(m, claims, confidence)
         write(CLAIMS_FILE, verdicts.to_csv(index=False, float_format=CSV_FLOATS))
         counts = verdicts["verdict"].value_counts()
-        tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in ("holds", "not supported", "contradicted"))
+        tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v != "untested")
         lines += [
             "## Which claims hold",
             "",
@@ -108,9 +120,10 @@ def findings_sections(
             "over all outputs, with the form Gao, Schulman & Hilton (2022) fit at LLM scale, R(d) = d(α − β ln d), "
             "fit per condition by least squares over every run and iteration. β > 0 means the gain bends down "
             "with distance; the peak (√KL = exp(α/β − 1)) is where that curve predicts more optimisation stops "
-            "paying. KL(π ‖ π₀) can be no larger than the largest −ln π₀(x) (for a near-uniform π₀, the log of the "
-            "number of outputs): a policy collapsed onto one output is as far as any policy gets, so a fitted peak "
-            "beyond the largest √KL reached is an extrapolation, not an observed overshoot. Judge-perceived gain is "
+            "paying. KL(π ‖ π₀) can be no larger than the largest −ln π₀(x) (a little above the log of the number of "
+            "outputs, since π₀ is near but not exactly uniform): a policy collapsed onto one output is as far as any "
+            "policy gets. A fitted peak beyond the largest √KL reached is an extrapolation, so its gain is not "
+            f"shown. {frontier_reading(fits)} Judge-perceived gain is "
             "drawn on its own figure (judge scores are not in q* units).",
             "",
             fits_markdown(fits),

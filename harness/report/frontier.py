@@ -106,11 +106,27 @@ def fits_markdown(fits: pd.DataFrame) -> str:
             num(row.r2, 2),
             num(row.d_max, 2),
             num(row.d_peak, 2) + (" (beyond reach)" if row.d_peak > row.d_max else ""),
-            num(row.peak_gain),
+            "—" if row.d_peak > row.d_max else num(row.peak_gain),
         ]
         for row in fits.itertuples(index=False)
     ]
     return markdown_table(header, rows, right=[False, *[True] * 6])
+
+
+def frontier_reading(fits: pd.DataFrame) -> str:
+    """One sentence: do the fitted curves turn down within the distances the runs reached?"""
+    fitted = fits.dropna(subset=["alpha"])
+    if fitted.empty:
+        return ""
+    within = fitted[(fitted["beta"] > 0) & (fitted["d_peak"] <= fitted["d_max"])]
+    if within.empty:
+        return (
+            f"In none of the {len(fitted)} conditions does the fitted curve peak within the distance its runs "
+            "reached: real quality is still rising when the policy has run out of room to move, so the ceiling "
+            "here is the collapse of the policy's distribution, not overoptimization against the judge."
+        )
+    names = ", ".join(f"`{name}`" for name in within["condition"])
+    return f"The fitted curve peaks within reach (real quality turns down with more distance) for: {names}."
 
 
 def frontier_figure(points: pd.DataFrame, fits: pd.DataFrame | None, path: Path, facts: GridFacts, gain: str) -> Path:
