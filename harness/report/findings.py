@@ -124,7 +124,8 @@ def findings_sections(
             "outputs, since π₀ is near but not exactly uniform): a policy collapsed onto one output is as far as any "
             "policy gets. A fitted peak beyond the largest √KL reached is an extrapolation, so its gain is not "
             f"shown. {frontier_reading(fits)} Judge-perceived gain is "
-            "drawn on its own figure (judge scores are not in q* units).",
+            "drawn on its own figure: judge scores start in q* units (pretraining regresses them on q*), but "
+            "self-labelled updates rescale them freely, so its size is not comparable with the real gain.",
             "",
             fits_markdown(fits),
             f"![Real quality against distance]({quality.relative_to(out_dir).as_posix()})",
