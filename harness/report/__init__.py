@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.artifacts import GRID_FILE, METRICS_FILE, atomic_write_bytes
 from harness.grid import GridSpec
-from harness.report.data import grid_facts, prepare, reference, roles
+from harness.report.data import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_section
@@ -99,7 +99,7 @@ def write_report(
         if missing:
             raise ValueError(f"the grid does not describe conditions {missing} of the metrics table")
     identical = identical_section(m, grid)
-    _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format="%.9g"))
+    _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     _write(out_dir, "summary.md", summary_document(summary, facts, confidence, "\n".join(identical)))
     figures = make_figures(m, out_dir / "figures", grid_name)
     readings = {

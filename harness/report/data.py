@@ -27,6 +27,9 @@ ROLE_ORDER = {"reference": 0, "mechanism": 1, "boundary": 2}
 ITERATION_LABEL = "outer iteration (0 = before training)"
 
 # The quantity conditions are ranked, compared and paired on; and the one the end-state figure sets it against.
+# Every CSV the report writes: 9 significant digits, enough to round-trip float32 values.
+CSV_FLOAT_FORMAT = "%.9g"
+
 QUALITY: Metric = metric("policy_quality")
 ALIGNMENT: Metric = metric("judge_alignment")
 # What the loop believes, set against QUALITY in the belief gap.

@@ -14,14 +14,13 @@ import pandas as pd
 from harness.artifacts import CLAIMS_FILE
 from harness.claims import Claim
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
-from harness.report.data import GridFacts, conditions, num, reference
+from harness.report.data import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
 from harness.report.markdown import markdown_table
 from harness.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.wording import plural
 
 Writer = Callable[[str, str | bytes], None]
-CSV_FLOATS = "%.9g"
 
 VERDICT_RULE = (
     "Δ is the claimed side minus the other side: a mean of seed-paired differences (or of the difference from a "
@@ -83,7 +82,7 @@ def findings_sections(
     ref = reference(m)
     if claims:
         verdicts = verdict_table(m, claims, confidence)
-        write(CLAIMS_FILE, verdicts.to_csv(index=False, float_format=CSV_FLOATS))
+        write(CLAIMS_FILE, verdicts.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
         counts = verdicts["verdict"].value_counts()
         tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v != "untested")
         lines += [
@@ -95,7 +94,7 @@ def findings_sections(
         ]
     if not shares.empty:
         escapes = escape_table(shares, ref, confidence)
-        write("attractors.csv", escapes.to_csv(index=False, float_format=CSV_FLOATS))
+        write("attractors.csv", escapes.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
         figure = attractor_figure(shares, out_dir / "figures" / "attractors.png", facts)
         lines += [
             "## Attractors",
@@ -109,7 +108,7 @@ def findings_sections(
     if KL.name in m.columns:
         points = frontier_points(m)
         fits = fit_frontier(points)
-        write("frontier.csv", fits.to_csv(index=False, float_format=CSV_FLOATS))
+        write("frontier.csv", fits.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
         figures = out_dir / "figures"
         quality = frontier_figure(points, fits, figures / "frontier_quality.png", facts, "quality_gain")
         perceived = frontier_figure(points, None, figures / "frontier_perceived.png", facts, "perceived_gain")

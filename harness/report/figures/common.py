@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from harness.artifacts import atomic_write_bytes
+from harness.metrics import Metric
 
 DPI = 120
 # Fixed PNG metadata (no matplotlib version), so the same table renders to the same bytes.
@@ -24,6 +26,12 @@ ROLE_NAMES = {"reference": "reference", "mechanism": "mechanisms", "boundary": "
 # Individual runs, where a figure draws them beside a condition's mean: one neutral colour for every role, so a
 # single legend swatch matches every dot.
 RUN_COLOUR, RUN_ALPHA, RUN_SIZE = "0.35", 0.5, 14.0
+
+
+def no_shared_line_note(metrics: Sequence[Metric]) -> str:
+    """The title's note on metrics drawn without the reference's line: judges score on their own scales."""
+    own_scale = [x.label for x in metrics if x.judge_scale]
+    return f" (none for {', '.join(own_scale)}: each condition's judges score on their own scale)" if own_scale else ""
 
 
 def dashes(role: str) -> str:

@@ -32,6 +32,7 @@ from harness.report.figures.common import (
     RUN_SIZE,
     empty,
     new_figure,
+    no_shared_line_note,
     panels,
     role_suffix,
     save,
@@ -146,13 +147,9 @@ def fig_all_conditions(m: pd.DataFrame, path: Path, summary: pd.DataFrame, facts
     if beyond:
         handles.append(Line2D([], [], color=RUN_COLOUR, marker=">", ms=6, lw=0, label="a run beyond the axis (value)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=9, frameon=False)
-    own_scale = [x.label for x in metrics if x.judge_scale]
-    skipped = (
-        f" (none on {', '.join(own_scale)}: each condition's judges score on their own scale)" if own_scale else ""
-    )
     fig.suptitle(
         f"Where every condition ends (iteration {facts.final_iteration}, {facts.seed_text}): runs as grey dots, "
-        f"mean ± 1 sd as coloured marker and bar\ndotted line: reference mean{skipped}",
+        f"mean ± 1 sd as coloured marker and bar\ndotted line: reference mean{no_shared_line_note(metrics)}",
         fontsize=11,
     )
     return save(fig, path)

@@ -16,6 +16,7 @@ from harness.report.figures.common import (
     integer_x,
     mean_band,
     new_figure,
+    no_shared_line_note,
     panels,
     role_suffix,
     save,
@@ -105,13 +106,9 @@ def fig_boundaries_and_best(m: pd.DataFrame, path: Path, summary: pd.DataFrame, 
                 ax.set_xlabel("outer iteration", fontsize=8.5)
             ax.tick_params(labelsize=7.5)
             integer_x(ax)
-    own_scale = [x.label for x in metrics if x.judge_scale]
-    unshared = (
-        f" (none for {', '.join(own_scale)}: each condition's judges score on their own scale)" if own_scale else ""
-    )
     fig.suptitle(
         f"{boundaries_title(summary).capitalize()}: mean ± 1 sd over seeds, one column per condition;\n"
-        f"thin grey line: the reference's mean{unshared}",
+        f"thin grey line: the reference's mean{no_shared_line_note(metrics)}",
         fontsize=10.5,
     )
     return save(fig, path)
