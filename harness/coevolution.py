@@ -15,30 +15,27 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from harness import mechanisms
+from harness import mechanisms, streams
 from harness.batching import WorkGroup, apply_where_due
 from harness.grid import GridShape
 from harness.knobs import anchor_pair_count, holdout_pair_count
 from harness.state import CoevolutionState, Network, adam_step, select
-
-# Per-step keys of a run, by what they draw.
-POLICY_SAMPLE, JUDGE_PAIRS, ANCHOR_PAIRS, _SPARE = range(4)
 
 
 @flax.struct.dataclass
 class GridConstants:
     """Arrays fixed for the life of a grid.
 
-    q_star (N,); run_keys (R, 2) training keys; slot_run int32 (J,) the run of each judge
-    slot; run_first_slot int32 (R,) its first slot (a run's slots are consecutive);
-    groups: one `WorkGroup` per shape.groups entry; holdout_pairs int32 (H, 2) output
-    indices and holdout_labels (H,) = 1[q*(a) > q*(b)]; pretrained_judges float32 (J, P) rows;
+    q_star (N,); slot_run int32 (J,) the run of each judge slot; run_first_slot int32 (R,)
+    its first slot (a run's slots are consecutive); groups: one `WorkGroup` per
+    shape.groups entry; holdout_pairs int32 (R, H, 2): each run's held-out pairs (output
+    indices, padded to the grid's largest count H), holdout_labels (R, H) = 1[q*(a) > q*(b)];
+    pretrained_judges float32 (J, P) rows;
     initial_log_pi float32 (R, N): log π₀ of each run's initial policy over every output
     (what the diagnostics measure drift from).
     """
 
     q_star: jax.Array
-    run_keys: jax.Array
     slot_run: jax.Array
     run_first_slot: jax.Array
     groups: tuple[WorkGroup, ...]
@@ -67,13 +64,17 @@ def run_rewards(shape: GridShape, consts: GridConstants, knobs: object, slot_sco
 def policy_step(
     shape: GridShape, consts: GridConstants, knobs: object, state: CoevolutionState, keys: jax.Array
 ) -> CoevolutionState:
-    """`mechanisms.policy_step` for every run, batched so that each judge scores its run's batch once."""
+    """`mechanisms.policy_step` for every run, batched so that each judge scores its run's batch once.
+
+    keys (R, 2): each run's key for its policy batch (`streams.StepKeys.policy`).
+    """
     batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
+    noise = jax.vmap(
+        functools.partial(streams.sampling_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
+    )(keys)
 
     def log_prob(policies: jax.Array) -> tuple[jax.Array, jax.Array]:
-        tokens, log_pi = jax.vmap(functools.partial(mechanisms.sample, batch=batch, vocab=vocab, seq_len=seq_len))(
-            policies, keys
-        )
+        tokens, log_pi = jax.vmap(functools.partial(mechanisms.sample, vocab=vocab))(policies, noise)
         return log_pi, tokens
 
     # One forward pass gives both the samples and log π; its VJP is the score function.
@@ -89,31 +90,40 @@ def policy_step(
 
 
 def judge_updates(
-    shape: GridShape, consts: GridConstants, knobs: object, state: CoevolutionState, keys: jax.Array, due: jax.Array
+    shape: GridShape,
+    consts: GridConstants,
+    knobs: object,
+    state: CoevolutionState,
+    keys: streams.StepKeys,
+    due: jax.Array,
 ) -> CoevolutionState:
     """Self-labelled judge updates, then the anchor step, for every judge whose run is due (due bool (R,))."""
     batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
-    sample = functools.partial(mechanisms.sample, batch=2 * batch, vocab=vocab, seq_len=seq_len)
-    update = functools.partial(mechanisms.self_labelled_update, vocab=vocab)
-    anchor = functools.partial(
-        mechanisms.anchor_update,
-        q_star=consts.q_star,
+    pair_noise = functools.partial(streams.judge_pair_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
+    draw_anchors = functools.partial(
+        streams.anchor_pairs,
+        shape.streams,
         batch=batch,
         max_pairs=shape.max_anchor_pairs,
-        vocab=vocab,
-        seq_len=seq_len,
+        n_outputs=consts.q_star.shape[0],
     )
+    sample = functools.partial(mechanisms.sample, vocab=vocab)
+    update = functools.partial(mechanisms.self_labelled_update, vocab=vocab)
+    anchor = functools.partial(mechanisms.anchor_update, q_star=consts.q_star, vocab=vocab, seq_len=seq_len)
 
     def sampled_pairs(group: WorkGroup) -> tuple[jax.Array, ...]:
         # One batch of 2B sequences per run, shared by the run's judges.
         runs = group.run_ids
-        tokens, _ = jax.vmap(sample)(state.runs.policy.params[runs], keys[runs, JUDGE_PAIRS])
+        noise = jax.vmap(pair_noise)(keys.judge_pairs[runs])
+        tokens, _ = jax.vmap(sample)(state.runs.policy.params[runs], noise)
         tokens = tokens[group.slot_position]
         return tokens[:, :batch], tokens[:, batch:], knobs.lr_judge[group.slot_run]
 
     def anchor_arguments(group: WorkGroup) -> tuple[jax.Array, ...]:
-        runs = group.slot_run  # a run's judges share its anchor pairs
-        return keys[runs, ANCHOR_PAIRS], anchor_pair_count(knobs.anchor_fraction[runs], batch), knobs.lr_judge[runs]
+        runs = group.slot_run
+        members = group.slot_ids - consts.run_first_slot[runs]
+        pairs = jax.vmap(draw_anchors)(keys.anchors[runs, members])
+        return pairs, anchor_pair_count(knobs.anchor_fraction[runs], batch), knobs.lr_judge[runs]
 
     judges = state.slots.judge
     for mechanism, unit, arguments in (("judge_update", update, sampled_pairs), ("anchor", anchor, anchor_arguments)):
@@ -131,11 +141,11 @@ def meta_corrections(
     """Meta-correction where its check is due: judges whose held-out accuracy is below their run's
     threshold take one held-out step. Returns the state and the corrections per run (R,)."""
     vocab, seq_len = shape.vocab_size, shape.seq_len
-    accuracy_of = jax.vmap(mechanisms.pair_bce, (0, None, None, 0, None, None))
+    accuracy_of = jax.vmap(mechanisms.pair_bce, (0, 0, 0, 0, None, None))
 
     def group_corrections(judges: Network, group: WorkGroup, n_held: int) -> tuple[Network, jax.Array]:
-        pairs, labels = consts.holdout_pairs[:n_held], consts.holdout_labels[:n_held]
         runs = group.slot_run
+        pairs, labels = consts.holdout_pairs[runs, :n_held], consts.holdout_labels[runs, :n_held]
         count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
         mask = (jnp.arange(n_held)[None, :] < count[:, None]).astype(jnp.float32)
         check_due = counter % knobs.meta_update_every[runs] == 0
@@ -146,10 +156,10 @@ def meta_corrections(
             lambda: jnp.ones_like(check_due, jnp.float32),  # (shaped like a per-shard value, for shard_map)
         )
         needs = check_due & (accuracy < knobs.meta_accuracy_threshold[runs])
-        correct = functools.partial(
-            mechanisms.holdout_correction, pairs=pairs, labels=labels, vocab=vocab, seq_len=seq_len
+        correct = functools.partial(mechanisms.holdout_correction, vocab=vocab, seq_len=seq_len)
+        judges = apply_where_due(
+            correct, judges, group.slot_ids, needs, lambda: (pairs, labels, mask, knobs.lr_judge[runs])
         )
-        judges = apply_where_due(correct, judges, group.slot_ids, needs, lambda: (mask, knobs.lr_judge[runs]))
         return judges, jax.ops.segment_sum(needs.astype(jnp.int32), runs, num_segments=shape.n_runs)
 
     judges, corrections = state.slots.judge, jnp.zeros_like(state.runs.meta_corrections)
@@ -163,19 +173,22 @@ def inner_step(
     shape: GridShape, consts: GridConstants, knobs: object, state: CoevolutionState, step_in_iteration: jax.Array
 ) -> CoevolutionState:
     """Policy step, then the judge update (with the anchor) and meta-correction where due, for every run."""
-    step_keys = jax.vmap(jax.random.fold_in, (0, None))(consts.run_keys, state.step)
-    step_keys = jax.vmap(lambda k: jax.random.split(k, 4))(step_keys)  # (R, 4, 2)
-    state = policy_step(shape, consts, knobs, state, step_keys[:, POLICY_SAMPLE])
-
     counter = step_in_iteration + 1
     update_due = (~knobs.freeze_judge) & (counter % knobs.judge_update_every == 0)
-    state = judge_updates(shape, consts, knobs, state, step_keys, update_due)
+    step_keys = functools.partial(streams.step_keys, shape.streams, max_members=shape.max_members)
+    keys = jax.vmap(step_keys, (0, None, 0, 0, 0))(
+        state.runs.stream_key, state.step, update_due, knobs.anchor_fraction > 0, knobs.n_judges
+    )
+    state = policy_step(shape, consts, knobs, state, keys.policy)
+    state = judge_updates(shape, consts, knobs, state, keys, update_due)
     state, corrected = meta_corrections(shape, consts, knobs, state, counter)
     runs = state.runs
     return state.replace(
         step=state.step + 1,
         runs=runs.replace(
-            judge_updates=runs.judge_updates + update_due, meta_corrections=runs.meta_corrections + corrected
+            stream_key=keys.next,
+            judge_updates=runs.judge_updates + update_due,
+            meta_corrections=runs.meta_corrections + corrected,
         ),
     )
 

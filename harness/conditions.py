@@ -26,7 +26,7 @@ from harness.knobs import Knobs
 from harness.world import WorldConfig
 
 _SECTIONS: dict[str, type[BaseModel]] = {"run": RunSettings, "world": WorldConfig, "pretrain": PretrainSettings}
-_CONDITION_FIELDS = ("description", "boundary")
+_CONDITION_FIELDS = ("description", "boundary", "original_script")
 _ZIP = "zip"
 _EXTENDS = "extends"
 _NAMED_TABLES = ("conditions", "claims")  # merged by name under `extends`

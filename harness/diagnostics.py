@@ -40,11 +40,13 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: Coev
     reward = run_rewards(shape, consts, knobs, slot_tables)
 
     # Held-out accuracy of every slot, from its score table; masked to the run's held-out size.
-    first, second = consts.holdout_pairs[:, 0], consts.holdout_pairs[:, 1]
-    correct = (slot_tables[:, first] > slot_tables[:, second]) == (consts.holdout_labels[None, :] > 0.5)
+    pairs, labels = consts.holdout_pairs[consts.slot_run], consts.holdout_labels[consts.slot_run]  # (J, H, ...)
+    first = jnp.take_along_axis(slot_tables, pairs[..., 0], axis=1)
+    second = jnp.take_along_axis(slot_tables, pairs[..., 1], axis=1)
+    correct = (first > second) == (labels > 0.5)
     holdout_count = holdout_pair_count(knobs.meta_holdout_fraction, consts.q_star.shape[0])
     count = holdout_count[consts.slot_run]
-    mask = jnp.arange(consts.holdout_pairs.shape[0])[None, :] < count[:, None]
+    mask = jnp.arange(pairs.shape[1])[None, :] < count[:, None]
     slot_accuracy = jnp.sum(correct & mask, axis=1) / jnp.maximum(count, 1)
 
     slots, members = run_judge_slots(shape, consts, knobs)

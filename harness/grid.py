@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from harness.claims import Claim
 from harness.knobs import Knobs, anchor_pair_count, holdout_pair_count, stack_knobs
+from harness.original_streams import Script as OriginalScript
 from harness.schedules import CADENCES, SCHEDULES, Cadence
+from harness.streams import Streams
 from harness.world import WorldConfig
 
 
@@ -29,6 +31,11 @@ class RunSettings(BaseModel):
     iterations: int = Field(10, ge=1, description="outer iterations")
     steps_per_iteration: int = Field(200, ge=1, description="inner steps per outer iteration")
     batch_size: int = Field(64, ge=2, le=4096, description="sequences per policy step and per judge batch")
+    streams: Streams = Field(
+        "harness",
+        description="whose random streams every draw follows: the harness's (paired across conditions) or "
+        "the original lab's, run for run (harness.streams)",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -73,6 +80,17 @@ class Condition(BaseModel):
     knobs: Knobs = Knobs()
     description: str = ""
     boundary: bool = False
+    original_script: OriginalScript = Field(
+        "variants",
+        description="under the original lab's streams, which of its entry scripts seeds this condition: "
+        "'baseline' (its published baseline row; one judge) or 'variants' (every other row)",
+    )
+
+    @model_validator(mode="after")
+    def _baseline_script_has_one_judge(self) -> Condition:
+        if self.original_script == "baseline" and self.knobs.n_judges != 1:
+            raise ValueError(f"the original's baseline script pretrains one judge, not n_judges={self.knobs.n_judges}")
+        return self
 
 
 class GridSpec(BaseModel):
@@ -152,6 +170,7 @@ class GridShape:
     steps_per_iteration: int
     vocab_size: int
     seq_len: int
+    streams: Streams = "harness"
 
     @property
     def max_holdout_pairs(self) -> int:
@@ -254,6 +273,7 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         steps_per_iteration=spec.run.steps_per_iteration,
         vocab_size=spec.world.vocab_size,
         seq_len=spec.world.seq_len,
+        streams=spec.run.streams,
     )
     return GridLayout(
         spec=spec,

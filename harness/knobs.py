@@ -62,6 +62,12 @@ class Knobs(BaseModel):
     meta_holdout_fraction: float = Field(
         0.0, ge=0.0, le=1.0, description="held-out q*-labelled pairs, floor(outputs*f) of them (0: meta off)"
     )
+    meta_holdout_seed: int = Field(
+        0,
+        ge=0,
+        description="which fixed draw of held-out pairs meta-correction uses (0: the streams' own; "
+        "see harness.run_origins.holdout_tables)",
+    )
     meta_update_every: int = Field(
         1,
         ge=1,

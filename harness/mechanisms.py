@@ -16,9 +16,8 @@ import jax.numpy as jnp
 import optax
 
 from harness.flat_params import judge_layout, policy_layout
-from harness.keys import distinct_pairs
 from harness.knobs import choices
-from harness.models import judge_scores, judge_scores_of_outputs, sample_with_log_prob
+from harness.models import judge_scores, judge_scores_of_outputs, sample_from_noise
 from harness.state import Network, adam_step, fresh_network
 
 _AGGREGATIONS = choices("ensemble_aggregation")
@@ -28,9 +27,10 @@ _AGGREGATIONS = choices("ensemble_aggregation")
 # The policy
 
 
-def sample(policy: jax.Array, key: jax.Array, batch: int, vocab: int, seq_len: int) -> tuple[jax.Array, jax.Array]:
-    """`batch` sequences from one policy row: tokens int32 (B, L) and log π (B,), differentiable in the row."""
-    return sample_with_log_prob(policy_layout(vocab).unravel(policy), key, batch, vocab, seq_len)
+def sample(policy: jax.Array, noise: jax.Array, vocab: int) -> tuple[jax.Array, jax.Array]:
+    """B sequences from one policy row with Gumbel noise (L, B, K) (`harness.streams`): tokens int32 (B, L)
+    and log π (B,), differentiable in the row."""
+    return sample_from_noise(policy_layout(vocab).unravel(policy), noise)
 
 
 def reinforce_cotangent(rewards: jax.Array, entropy_bonus: jax.Array) -> jax.Array:
@@ -67,17 +67,16 @@ def policy_step(
     policy: Network,
     judges: jax.Array,
     members: jax.Array,
-    key: jax.Array,
+    noise: jax.Array,
     knobs: object,
-    batch: int,
     vocab: int,
-    seq_len: int,
 ) -> Network:
-    """One REINFORCE step of one run: sample a batch, reward it with the run's judges (rows (M, P), members
-    marking the real ones), step Adam. The grid batches the same pieces (see `coevolution.policy_step`)."""
+    """One REINFORCE step of one run: sample a batch with `noise` (L, B, K), reward it with the run's judges
+    (rows (M, P), members marking the real ones), step Adam. The grid batches the same pieces (see
+    `coevolution.policy_step`)."""
 
     def log_prob(row: jax.Array) -> tuple[jax.Array, jax.Array]:
-        tokens, log_pi = sample(row, key, batch, vocab, seq_len)
+        tokens, log_pi = sample(row, noise, vocab)
         return log_pi, tokens
 
     _, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
@@ -122,31 +121,18 @@ def self_labelled_update(judge: Network, first: jax.Array, second: jax.Array, lr
 
 
 def anchor_update(
-    judge: Network,
-    key: jax.Array,
-    count: jax.Array,
-    lr: jax.Array,
-    *,
-    q_star: jax.Array,
-    batch: int,
-    max_pairs: int,
-    vocab: int,
-    seq_len: int,
+    judge: Network, pairs: jax.Array, count: jax.Array, lr: jax.Array, *, q_star: jax.Array, vocab: int, seq_len: int
 ) -> Network:
-    """One q*-labelled step of one judge on `count` pairs of distinct outputs drawn uniformly.
-
-    The largest possible count (one per batch element) is drawn and a prefix kept, so the
-    pairs do not depend on how far the grid pads them (`max_pairs`).
-    """
-    pairs = distinct_pairs(key, batch, q_star.shape[0])[:max_pairs]
+    """One q*-labelled step of one judge on the first `count` of `pairs` (int32 (P, 2) output indices,
+    drawn uniformly by `harness.streams.anchor_pairs`; the rest is padding)."""
     labels = (q_star[pairs[:, 0]] > q_star[pairs[:, 1]]).astype(jnp.float32)
-    mask = (jnp.arange(max_pairs) < count).astype(jnp.float32)
+    mask = (jnp.arange(pairs.shape[0]) < count).astype(jnp.float32)
     grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len)
     return adam_step(judge, grads, lr)
 
 
 def holdout_correction(
-    judge: Network, mask: jax.Array, lr: jax.Array, *, pairs: jax.Array, labels: jax.Array, vocab: int, seq_len: int
+    judge: Network, pairs: jax.Array, labels: jax.Array, mask: jax.Array, lr: jax.Array, *, vocab: int, seq_len: int
 ) -> Network:
     """Meta-correction of one judge: one Bradley–Terry step on the held-out q*-labelled pairs (`pair_bce`'s
     arguments; its accuracy on them, a forward pass, decides whether the step is due)."""

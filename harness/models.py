@@ -175,21 +175,24 @@ def policy_log_prob(params: Params, tokens: jax.Array, vocab_size: int) -> jax.A
     return log_prob
 
 
-def sample_with_log_prob(
-    params: Params, key: jax.Array, batch_size: int, vocab_size: int, seq_len: int
-) -> tuple[jax.Array, jax.Array]:
-    """Draw sequences autoregressively, feeding each sampled token back.
+def position_gumbel_noise(position_keys: jax.Array, batch_size: int, vocab_size: int) -> jax.Array:
+    """Gumbel noise (L, B, K) for sampling B sequences, position p's from position_keys[p] ((L, 2) keys).
+
+    jax.random.categorical(k, logits) is argmax(logits + gumbel(k)); drawing every
+    position's noise up front is the same numbers from one random-bits kernel instead of L.
+    """
+    return jax.vmap(lambda k: jax.random.gumbel(k, (batch_size, vocab_size), jnp.float32))(position_keys)
+
+
+def sample_from_noise(params: Params, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Draw sequences autoregressively with the given Gumbel noise (L, B, K), feeding each token back.
 
     Returns tokens int32 (B, L) and their log π (B,). The tokens are discrete, so
     differentiating the log-probability through this function gives the REINFORCE
     score function with a single forward pass.
     """
     tables = _gru_tables(params)
-    # Position p draws jax.random.categorical(split(key, L)[p], logits), which is
-    # argmax(logits + gumbel(that key)). The Gumbel noise of all positions is drawn up
-    # front in one batched call: the same numbers, from one random-bits kernel instead of L.
-    dtype = tables.token_inputs.dtype  # the logits' dtype, in which categorical draws its noise
-    noise = jax.vmap(lambda k: jax.random.gumbel(k, (batch_size, vocab_size), dtype))(jax.random.split(key, seq_len))
+    seq_len, batch_size, vocab_size = noise.shape
     hidden, previous = None, jnp.full((batch_size,), vocab_size, dtype=jnp.int32)
     tokens, log_prob = [], jnp.zeros((batch_size,))
     for position in range(seq_len):
@@ -200,6 +203,13 @@ def sample_with_log_prob(
         log_prob = log_prob + jnp.take_along_axis(log_probs, previous[:, None], axis=-1)[:, 0]
         tokens.append(previous)
     return jnp.stack(tokens, axis=1), log_prob
+
+
+def sample_with_log_prob(
+    params: Params, key: jax.Array, batch_size: int, vocab_size: int, seq_len: int
+) -> tuple[jax.Array, jax.Array]:
+    """`sample_from_noise` where position p draws jax.random.categorical(split(key, L)[p], logits)."""
+    return sample_from_noise(params, position_gumbel_noise(jax.random.split(key, seq_len), batch_size, vocab_size))
 
 
 def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:

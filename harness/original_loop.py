@@ -71,7 +71,9 @@ class OriginalLoop:
         self.n_anchor = max(1, int(batch * knobs.anchor_fraction)) if knobs.anchor_fraction > 0 else 0
         self.holdout: tuple[jax.Array, jax.Array, jax.Array] | None = None
         if knobs.meta_holdout_fraction > 0:
-            pairs = original_streams.holdout_pairs(knobs.meta_holdout_fraction, self.world.n_outputs)
+            n_outputs = self.world.n_outputs
+            count = original_streams.holdout_pair_count(knobs.meta_holdout_fraction, n_outputs)
+            pairs = original_streams.holdout_pairs(count, n_outputs, knobs.meta_holdout_seed)
             q_star, outputs = self.world.q_star, self.world.outputs
             labels = (q_star[pairs[:, 0]] > q_star[pairs[:, 1]]).astype(jnp.float32)
             self.holdout = (outputs[pairs[:, 0]], outputs[pairs[:, 1]], labels)

@@ -30,7 +30,7 @@ from harness.models import EMBED_DIM, HIDDEN_DIM, Params
 Script = Literal["baseline", "variants"]
 SCRIPTS: tuple[Script, ...] = ("baseline", "variants")
 
-# The original's held-out meta pairs come from this fixed key, for every seed and condition.
+# The original's held-out meta pairs come from PRNGKey(this), for every seed and condition.
 ORIGINAL_HOLDOUT_SEED = 0
 
 # Its submodule names -> ours.
@@ -79,15 +79,16 @@ def holdout_pair_count(fraction: float, n_outputs: int) -> int:
     return max(1, int(n_outputs * fraction))
 
 
-def holdout_pairs(fraction: float, n_outputs: int) -> jax.Array:
-    """The original's fixed held-out pairs for a meta fraction: int32 (n, 2) output indices.
+def holdout_pairs(n: int, n_outputs: int, seed: int = ORIGINAL_HOLDOUT_SEED) -> jax.Array:
+    """The original's held-out pairs, n of them drawn from PRNGKey(seed): int32 (n, 2) output indices.
 
     Both columns are drawn with replacement (a pair may repeat an output) from the two
-    halves of split(PRNGKey(0)); n depends on the fraction, so the 5% set is not a prefix
-    of the 10% set. Label a pair 1.0 where q*(first) > q*(second).
+    halves of split(PRNGKey(seed)); the original uses seed 0 and n = `holdout_pair_count`.
+    With threefry's partitionable bits (jax's default) the draw of n pairs is a prefix of
+    the draw of more, so the 5% set is the first half of the 10% set. Label a pair 1.0
+    where q*(first) > q*(second).
     """
-    n = holdout_pair_count(fraction, n_outputs)
-    key_first, key_second = jax.random.split(jax.random.PRNGKey(ORIGINAL_HOLDOUT_SEED))
+    key_first, key_second = jax.random.split(jax.random.PRNGKey(seed))
     first = jax.random.randint(key_first, (n,), 0, n_outputs)
     second = jax.random.randint(key_second, (n,), 0, n_outputs)
     return jnp.stack([first, second], axis=1).astype(jnp.int32)

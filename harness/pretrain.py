@@ -13,7 +13,7 @@ every step splits three ways, (next key, batch-index key, label-noise key).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import chex
 import jax
@@ -27,9 +27,8 @@ from harness.models import Params, init_judges, judge_score_table, judge_scores
 from harness.original_streams import init_original_judges, pretrain_step_keys
 from harness.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
 from harness.stats import spearman
+from harness.streams import Streams
 from harness.world import World
-
-Streams = Literal["harness", "original"]
 
 
 class PretrainResult(NamedTuple):

@@ -20,16 +20,17 @@ import numpy as np
 import pandas as pd
 from jax.sharding import PartitionSpec as P
 
-from harness import compile_cache, keys
+from harness import compile_cache
 from harness.batching import WorkGroup
 from harness.coevolution import GridConstants, train_iteration
 from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
 from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
-from harness.knobs import RunKnobs, holdout_pair_count
+from harness.knobs import RunKnobs
 from harness.memory import check_fits
-from harness.models import Params, init_policies, policy_log_prob_table
+from harness.models import Params, policy_log_prob_table
 from harness.pretrain import PretrainResult, pretrain_judges
+from harness.run_origins import GridOrigins, grid_origins, holdout_tables
 from harness.sharding import SHARD_AXIS, ShardPlan, from_shards, plan_shards, shard_mesh, to_shards
 from harness.state import CoevolutionState, initial_state
 from harness.world import World
@@ -150,28 +151,25 @@ class PhaseTimes:
 
 
 def grid_constants(
-    layout: GridLayout, world: World, seed_judges: Params, seed_log_pi: jax.Array, holdout_pairs: jax.Array
+    layout: GridLayout, world: World, origins: GridOrigins, judges: Params, log_pi: jax.Array
 ) -> GridConstants:
-    """The constants of a layout's runs: pretrained judges (seed, member, ...) placed in its
-    slots as rows, training keys by seed, the initial policies' log-probability tables
-    seed_log_pi (seed, N) placed by run, work groups, and the first held-out pairs (as many
-    as its shape needs) with their q* labels."""
-    seed_index = jnp.asarray(layout.run_seed_index)
+    """The constants of a layout's runs: the pretrained judges (one per judge source of `origins`)
+    placed in its slots as rows, the initial policies' log-probability tables log_pi (one per
+    policy source, (V, N)) placed by run, work groups, and each run's held-out pairs."""
     slot_run = jnp.asarray(layout.slot_run, jnp.int32)
-    holdout = holdout_pairs[: max(layout.shape.max_holdout_pairs, 1)]
-    slot_judges = jax.tree.map(lambda x: x[seed_index[slot_run], jnp.asarray(layout.slot_member)], seed_judges)
+    slot_judges = jax.tree.map(lambda x: x[origins.slot_judge(layout)], judges)
+    holdout_pairs, holdout_labels = holdout_tables(layout, world)
     return GridConstants(
         q_star=world.q_star,
-        run_keys=jax.vmap(keys.training_key)(jnp.asarray(layout.seeds, jnp.int32))[seed_index],
         slot_run=slot_run,
         run_first_slot=jnp.asarray(np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs)), jnp.int32),
         groups=tuple(
             WorkGroup(*(jnp.asarray(ids, jnp.int32) for ids in dataclasses.astuple(group))) for group in layout.groups
         ),
-        holdout_pairs=holdout,
-        holdout_labels=(world.q_star[holdout[:, 0]] > world.q_star[holdout[:, 1]]).astype(jnp.float32),
+        holdout_pairs=holdout_pairs,
+        holdout_labels=holdout_labels,
         pretrained_judges=ravel_rows(slot_judges),
-        initial_log_pi=seed_log_pi[seed_index],
+        initial_log_pi=log_pi[origins.run_policy(layout)],
     )
 
 
@@ -196,6 +194,7 @@ class GridProgram:
         self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices))
         self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
         self.world = World(self.spec.world)
+        self.origins: GridOrigins = grid_origins(self.spec, self.shape.max_members)
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
         self._executable: IterationExecutable | None = None
@@ -251,27 +250,22 @@ class GridProgram:
         return unravel_rows(judge_layout(self.shape.vocab_size), rows)
 
     def pretrain(self) -> PretrainResult:
-        """Pretrain judge (seed, member) for every seed and every member any condition uses."""
+        """Pretrain every judge source of the grid (`origins.judge_sources`), each once."""
         start = time.perf_counter()
-        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
-        members = jnp.arange(self.shape.max_members)
-        init_keys, data_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m))(members))(seeds)
-        flat = pretrain_judges(
-            init_keys.reshape(-1, 2),
-            data_keys.reshape(-1, 2),
+        origins = self.origins
+        result = pretrain_judges(
+            origins.judge_init_keys,
+            origins.judge_data_keys,
             self.world,
             self.spec.pretrain,
             max_shards=self.max_shards or len(jax.local_devices()),
+            streams=self.spec.run.streams,
         )
-        result = jax.tree.map(lambda x: x.reshape((len(seeds), self.shape.max_members, *x.shape[1:])), flat)
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start
-        failed = np.argwhere(~np.asarray(result.reached))
+        failed = np.flatnonzero(~np.asarray(result.reached))
         if len(failed):
-            names = ", ".join(
-                f"seed {self.spec.run.seeds[s]} member {m} (Spearman {float(result.spearman[s, m]):.3f})"
-                for s, m in failed
-            )
+            names = ", ".join(f"{self._judge_name(u)} (Spearman {float(result.spearman[u]):.3f})" for u in failed)
             raise PretrainingFailed(
                 f"judges did not reach Spearman {self.spec.pretrain.target_spearman} within "
                 f"{self.spec.pretrain.max_steps} steps: {names}"
@@ -279,18 +273,22 @@ class GridProgram:
         self.pretrained = result
         return result
 
+    def _judge_name(self, source: int) -> str:
+        script, seed, member = self.origins.judge_sources[source]
+        return f"{script + ' script ' if script else ''}seed {seed} member {member}"
+
     def pretrain_table(self) -> pd.DataFrame:
-        """Steps and final Spearman of each pretrained (seed, member) judge."""
+        """Steps and final Spearman of each pretrained judge by (seed, member); by script too under original streams."""
         assert self.pretrained is not None, "call pretrain() first"
         rows = [
             {
+                **({"script": script} if script else {}),
                 "seed": seed,
                 "member": member,
-                "steps": int(self.pretrained.steps[s, member]),
-                "spearman": float(self.pretrained.spearman[s, member]),
+                "steps": int(self.pretrained.steps[u]),
+                "spearman": float(self.pretrained.spearman[u]),
             }
-            for s, seed in enumerate(self.spec.run.seeds)
-            for member in range(self.shape.max_members)
+            for u, (script, seed, member) in enumerate(self.origins.judge_sources)
         ]
         return pd.DataFrame(rows)
 
@@ -304,22 +302,22 @@ class GridProgram:
         if self.pretrained is None:
             self.pretrain()
         assert self.pretrained is not None
-        layout, world = self.layout, self.world
-        seed_index = jnp.asarray(layout.run_seed_index)
-        n_holdout = int(holdout_pair_count(jnp.float32(1.0), world.n_outputs))
-        holdout = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY), n_holdout, world.n_outputs)
-        seeds = jnp.asarray(self.spec.run.seeds, jnp.int32)
+        layout, world, origins = self.layout, self.world, self.origins
         vocab, seq_len = world.config.vocab_size, world.config.seq_len
-        seed_policies = init_policies(jax.vmap(keys.policy_init_key)(seeds), vocab, seq_len)
-        seed_log_pi = jax.vmap(lambda policy: policy_log_prob_table(policy, vocab, seq_len))(seed_policies)
+        log_pi = jax.vmap(lambda policy: policy_log_prob_table(policy, vocab, seq_len))(origins.policy_params)
         judges = self.pretrained.params
-        self.consts = grid_constants(layout, world, judges, seed_log_pi, holdout)
-        shard_consts = [grid_constants(shard, world, judges, seed_log_pi, holdout) for shard in self.plan.shards]
+        self.consts = grid_constants(layout, world, origins, judges, log_pi)
+        shard_consts = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
         self._shard_consts = to_shards(
             jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts), np.arange(self.plan.n_shards)
         )
         self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs)
-        state = initial_state(ravel_rows(seed_policies)[seed_index], self.consts.pretrained_judges)
+        run_policy = origins.run_policy(layout)
+        state = initial_state(
+            ravel_rows(origins.policy_params)[run_policy],
+            self.consts.pretrained_judges,
+            origins.stream_keys[run_policy],
+        )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
         initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)

@@ -15,7 +15,7 @@ import optax
 
 # Bumped whenever the fields or row layouts below change: a checkpoint written under
 # another layout is refused instead of being misread.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 
 
 @flax.struct.dataclass
@@ -28,9 +28,10 @@ class Network:
 
 @flax.struct.dataclass
 class RunState:
-    """Per run (leading axis R): its policy, and this outer iteration's counters."""
+    """Per run (leading axis R): its policy, its random stream, and this outer iteration's counters."""
 
     policy: Network
+    stream_key: jax.Array  # uint32 (R, 2): the key its draws come from (`harness.streams`)
     judge_updates: jax.Array  # int32 (R,): steps with a judge update
     meta_corrections: jax.Array  # int32 (R,): meta-correction steps, summed over the run's judges
 
@@ -70,12 +71,13 @@ def fresh_networks(rows: jax.Array) -> Network:
     return jax.vmap(fresh_network)(rows)
 
 
-def initial_state(policies: jax.Array, judges: jax.Array) -> CoevolutionState:
-    """Policy rows (R, Pp) and judge rows (J, Pj), each with fresh Adam, at step 0."""
+def initial_state(policies: jax.Array, judges: jax.Array, stream_keys: jax.Array) -> CoevolutionState:
+    """Policy rows (R, Pp) and judge rows (J, Pj), each with fresh Adam, and stream keys (R, 2), at step 0."""
     n_runs = policies.shape[0]
     return CoevolutionState(
         runs=RunState(
             policy=fresh_networks(policies),
+            stream_key=stream_keys,
             judge_updates=jnp.zeros(n_runs, jnp.int32),
             meta_corrections=jnp.zeros(n_runs, jnp.int32),
         ),

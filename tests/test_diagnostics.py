@@ -39,8 +39,11 @@ def _random_judges(key: jax.Array) -> chex.ArrayTree:
 
 
 def _fake_pretrained(max_members: int) -> PretrainResult:
-    params = jax.tree.map(lambda x: x[:, :max_members], _random_judges(jax.random.PRNGKey(11)))
-    shape = (2, max_members)
+    # One judge source per (seed, member), seed-major, as `harness.run_origins` orders them.
+    params = jax.tree.map(
+        lambda x: x[:, :max_members].reshape(-1, *x.shape[2:]), _random_judges(jax.random.PRNGKey(11))
+    )
+    shape = (2 * max_members,)
     return PretrainResult(params, jnp.zeros(shape, jnp.int32), jnp.zeros(shape), jnp.ones(shape, bool))
 
 
@@ -158,7 +161,7 @@ def test_counters_and_meta_off(ensemble) -> None:
 def test_meta_accuracy_is_held_out_pairwise_accuracy(meta) -> None:
     program, _, diagnostics, reference = meta
     n_pairs = int(np.floor(4096 * 0.05))
-    pairs = np.asarray(program.consts.holdout_pairs)
+    pairs = np.asarray(program.consts.holdout_pairs)[0]  # every run draws the default set
     assert pairs.shape[0] >= n_pairs
     pairs = pairs[:n_pairs]
     assert np.all(pairs[:, 0] != pairs[:, 1])

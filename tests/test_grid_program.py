@@ -114,7 +114,11 @@ def alone(pretrained: PretrainResult) -> dict:
     for condition in (SMOKE.condition(name) for name in ALONE):
         grid = GridProgram(SMOKE.only([condition.name]))
         members = condition.knobs.n_judges
-        grid.pretrained = jax.tree.map(lambda x, m=members: x[:, :m], pretrained)
+        # Sources are (seed, member), seed-major: keep each seed's first `members`.
+        grid.pretrained = jax.tree.map(
+            lambda x, m=members: x.reshape(len(RUN.seeds), -1, *x.shape[1:])[:, :m].reshape(-1, *x.shape[1:]),
+            pretrained,
+        )
         tables[condition.name] = grid.run()  # a retrace of any shape's program would raise here
     return {"tables": tables}
 

@@ -81,7 +81,8 @@ class Trace:
 
     def pretrained(self, member: int = 0) -> chex.ArrayTree:
         """Pretraining's own output for (seed 0, member), independent of the grid's slot layout."""
-        return jax.tree.map(lambda x: np.asarray(x[0, member]), self.program.pretrained.params)
+        source = self.program.origins.judge_sources.index((None, 0, member))
+        return jax.tree.map(lambda x: np.asarray(x[source]), self.program.pretrained.params)
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_ensemble_member_zero_is_the_single_judge(trace: Trace) -> None:
     # Pretraining member 0 of seed 0 on its own gives the same judge as inside the 3-member batch.
     init_key, data_key = keys.judge_keys(jnp.int32(0), jnp.int32(0))
     alone = pretrain_judges(init_key[None], data_key[None], trace.program.world, trace.program.spec.pretrain)
-    assert int(alone.steps[0]) == int(trace.program.pretrained.steps[0, 0])
+    assert int(alone.steps[0]) == int(trace.program.pretrained.steps[0])
     chex.assert_trees_all_close(jax.tree.map(lambda x: x[0], alone.params), trace.pretrained(), rtol=0, atol=1e-6)
 
 

@@ -22,6 +22,7 @@ from harness.keys import distinct_pairs
 from harness.knobs import Knobs, choices, stack_knobs
 from harness.models import Judge, Policy, init_judge, init_policy
 from harness.state import Network, fresh_network, fresh_networks
+from harness.streams import sampling_noise
 from harness.world import enumerate_outputs
 
 K, L, B = 8, 4, 16
@@ -82,10 +83,11 @@ def _assert_row(network: Network, tree: chex.ArrayTree) -> None:
 def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) -> None:
     key = jax.random.PRNGKey(5)
     knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR, entropy_bonus=0.05)]))
-    step = jax.jit(functools.partial(mechanisms.policy_step, batch=B, vocab=K, seq_len=L))
-    after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), key, knobs)
+    noise = sampling_noise("harness", key, B, K, L)
+    step = jax.jit(functools.partial(mechanisms.policy_step, vocab=K))
+    after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs)
 
-    tokens, _ = mechanisms.sample(_row(policy_tree), key, B, K, L)
+    tokens, _ = mechanisms.sample(_row(policy_tree), noise, K)
     rewards = Judge(K).apply(judge_tree, tokens)
 
     def loss(tree: chex.ArrayTree) -> jax.Array:
@@ -113,13 +115,11 @@ def test_self_labelled_update_trains_on_the_judges_own_preference(judge_tree) ->
 
 @pytest.mark.parametrize("count", [1, 5, 16])
 def test_anchor_update_uses_the_first_count_ground_truth_pairs(judge_tree, count: int) -> None:
-    key, max_pairs = jax.random.PRNGKey(7), 16
-    anchor = jax.jit(
-        functools.partial(mechanisms.anchor_update, q_star=Q_STAR, batch=B, max_pairs=max_pairs, vocab=K, seq_len=L)
-    )
-    after = anchor(fresh_network(_row(judge_tree)), key, jnp.int32(count), jnp.float32(LR))
+    all_pairs = distinct_pairs(jax.random.PRNGKey(7), 16, K**L)  # 16 drawn; the run's count are used
+    anchor = jax.jit(functools.partial(mechanisms.anchor_update, q_star=Q_STAR, vocab=K, seq_len=L))
+    after = anchor(fresh_network(_row(judge_tree)), all_pairs, jnp.int32(count), jnp.float32(LR))
 
-    pairs = np.asarray(distinct_pairs(key, B, K**L))[:count]
+    pairs = np.asarray(all_pairs)[:count]
     q = np.asarray(Q_STAR)
     labels = jnp.asarray(q[pairs[:, 0]] > q[pairs[:, 1]], jnp.float32)
 
@@ -135,10 +135,8 @@ def test_holdout_correction_and_its_accuracy(judge_tree) -> None:
     q = np.asarray(Q_STAR)
     labels = jnp.asarray(q[pairs[:, 0]] > q[pairs[:, 1]], jnp.float32)
     mask = (np.arange(40) < 30).astype(np.float32)  # the last 10 are padding
-    correct = jax.jit(
-        functools.partial(mechanisms.holdout_correction, pairs=jnp.asarray(pairs), labels=labels, vocab=K, seq_len=L)
-    )
-    after = correct(fresh_network(_row(judge_tree)), jnp.asarray(mask), jnp.float32(LR))
+    correct = jax.jit(functools.partial(mechanisms.holdout_correction, vocab=K, seq_len=L))
+    after = correct(fresh_network(_row(judge_tree)), jnp.asarray(pairs), labels, jnp.asarray(mask), jnp.float32(LR))
 
     def margin(tree: chex.ArrayTree) -> jax.Array:
         return _unbiased_scores(tree, OUTPUTS[pairs[:30, 0]]) - _unbiased_scores(tree, OUTPUTS[pairs[:30, 1]])

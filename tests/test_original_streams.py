@@ -67,7 +67,8 @@ def test_world_is_the_originals(tables: dict[str, np.ndarray]) -> None:
 
 @pytest.mark.parametrize("fraction, tag", [(0.05, "5pct"), (0.1, "10pct")])
 def test_holdout_pairs_are_the_originals(fraction: float, tag: str, tables: dict[str, np.ndarray]) -> None:
-    pairs = np.asarray(original_streams.holdout_pairs(fraction, VOCAB**SEQ_LEN))
+    count = original_streams.holdout_pair_count(fraction, VOCAB**SEQ_LEN)
+    pairs = np.asarray(original_streams.holdout_pairs(count, VOCAB**SEQ_LEN))
     np.testing.assert_array_equal(pairs, tables[f"meta_holdout_{tag}_pairs"])
     q_star = tables["q_star"]
     np.testing.assert_array_equal(

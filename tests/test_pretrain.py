@@ -48,7 +48,8 @@ def _member(tree: chex.ArrayTree, member: int) -> chex.ArrayTree:
 @pytest.fixture(scope="module")
 def first_run() -> tuple[GridProgram, PretrainResult]:
     grid = _grid(SETTINGS)
-    return grid, grid.pretrain()
+    # One judge source per (seed, member), seed-major: viewed here as (seed, member).
+    return grid, jax.tree.map(lambda x: x.reshape((1, 2, *x.shape[1:])), grid.pretrain())
 
 
 def test_reported_steps_meet_target(first_run: tuple[GridProgram, PretrainResult]) -> None:

@@ -1,0 +1,136 @@
+"""Where every run starts: its pretrained judges, initial policy, stream key and held-out pairs.
+
+Under the harness's streams (`harness.keys`) a run's origin depends only on its seed: every
+condition of a seed starts from the same policy and judges (paired comparisons). Under
+the original lab's (`harness.original_streams`) it depends on the entry script that ran
+the condition, and the policy and stream key also on the ensemble size, as in the original.
+
+The distinct judges and policies a grid needs are its *sources*; runs and judge slots
+point into them, so each is initialised (and each judge pretrained) once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from harness import keys, original_streams
+from harness.grid import GridLayout, GridSpec
+from harness.knobs import holdout_pair_count
+from harness.models import init_policies
+from harness.world import World
+
+# A judge source: (script, seed, member); a policy source: (script, seed, n_judges). The
+# harness's streams use neither the script nor the ensemble size: both are None there.
+JudgeSource = tuple[str | None, int, int]
+PolicySource = tuple[str | None, int, int | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class GridOrigins:
+    """The sources of a grid: judges (pretrained once each) and policies, in a fixed order.
+
+    judge_sources[u] names judge u; judge_init_keys, judge_data_keys (U, 2) are its
+    pretraining keys. policy_sources[v] names policy v; policy_params (V, ...) and
+    stream_keys (V, 2) are its initial parameters and its runs' first stream key.
+    """
+
+    spec: GridSpec
+    judge_sources: tuple[JudgeSource, ...]
+    judge_init_keys: jax.Array
+    judge_data_keys: jax.Array
+    policy_sources: tuple[PolicySource, ...]
+    policy_params: object
+    stream_keys: jax.Array
+
+    def _run_script(self, layout: GridLayout) -> list[str | None]:
+        if self.spec.run.streams == "harness":
+            return [None] * layout.shape.n_runs
+        return [self.spec.conditions[c].original_script for c in layout.run_condition]
+
+    def run_policy(self, layout: GridLayout) -> np.ndarray:
+        """Each run's policy source, int (R,)."""
+        index = {source: v for v, source in enumerate(self.policy_sources)}
+        seeds = np.asarray(layout.seeds)[layout.run_seed_index]
+        n_judges = np.asarray(layout.knobs.n_judges)
+        original = self.spec.run.streams == "original"
+        return np.array(
+            [
+                index[(script, int(seed), int(members) if original else None)]
+                for script, seed, members in zip(self._run_script(layout), seeds, n_judges, strict=True)
+            ]
+        )
+
+    def slot_judge(self, layout: GridLayout) -> np.ndarray:
+        """Each judge slot's judge source, int (J,)."""
+        index = {source: u for u, source in enumerate(self.judge_sources)}
+        scripts, seeds = self._run_script(layout), np.asarray(layout.seeds)[layout.run_seed_index]
+        return np.array(
+            [
+                index[(scripts[run], int(seeds[run]), int(member))]
+                for run, member in zip(layout.slot_run, layout.slot_member, strict=True)
+            ]
+        )
+
+
+def grid_origins(spec: GridSpec, max_members: int) -> GridOrigins:
+    """Every judge and policy source the grid `spec` needs, with their keys and initial policies."""
+    vocab, seq_len = spec.world.vocab_size, spec.world.seq_len
+    seeds = spec.run.seeds
+    if spec.run.streams == "harness":
+        judges = tuple((None, seed, member) for seed in seeds for member in range(max_members))
+        seed_ids, members = (jnp.asarray([s for _, s, _ in judges], jnp.int32), jnp.asarray([m for *_, m in judges]))
+        init_keys, data_keys = jax.vmap(keys.judge_keys)(seed_ids, members)
+        policies = tuple((None, seed, None) for seed in seeds)
+        seed_array = jnp.asarray(seeds, jnp.int32)
+        policy_params = init_policies(jax.vmap(keys.policy_init_key)(seed_array), vocab, seq_len)
+        stream_keys = jax.vmap(keys.training_key)(seed_array)
+        return GridOrigins(spec, judges, init_keys, data_keys, policies, policy_params, stream_keys)
+
+    runs = sorted(
+        {(c.original_script, seed, c.knobs.n_judges) for c in spec.conditions for seed in seeds},
+        key=lambda source: (original_streams.SCRIPTS.index(source[0]), source[1], source[2]),
+    )
+    judge_keys: dict[JudgeSource, tuple[jax.Array, jax.Array]] = {}
+    policy_keys, stream_keys = [], []
+    for script, seed, n_judges in runs:
+        seed_keys = original_streams.seed_keys(script, seed, n_judges)
+        for member in range(n_judges):
+            judge_keys[(script, seed, member)] = (seed_keys.judge_init[member], seed_keys.judge_pretrain[member])
+        policy_keys.append(seed_keys.policy_init)
+        stream_keys.append(seed_keys.loop)
+    judges = tuple(sorted(judge_keys, key=lambda s: (original_streams.SCRIPTS.index(s[0]), s[1], s[2])))
+    return GridOrigins(
+        spec,
+        judges,
+        jnp.stack([judge_keys[s][0] for s in judges]),
+        jnp.stack([judge_keys[s][1] for s in judges]),
+        tuple(runs),
+        original_streams.init_original_policies(jnp.stack(policy_keys), vocab, seq_len),
+        jnp.stack(stream_keys),
+    )
+
+
+def holdout_tables(layout: GridLayout, world: World) -> tuple[jax.Array, jax.Array]:
+    """Each run's held-out meta pairs int32 (R, H, 2) and labels 1[q*(a) > q*(b)] (R, H), H = the grid's largest count.
+
+    Which draw a run uses is its `meta_holdout_seed`; the pairs a run uses are the first
+    floor(outputs * meta_holdout_fraction) of that draw. Harness streams: distinct pairs
+    from PRNGKey(keys.HOLDOUT_KEY + seed). Original streams: the original's draw with
+    replacement from PRNGKey(seed) (its own is seed 0).
+    """
+    count = max(layout.shape.max_holdout_pairs, 1)
+    n_outputs = world.n_outputs
+    draws = {}
+    for seed in sorted({int(s) for s in np.asarray(layout.knobs.meta_holdout_seed)}):
+        if layout.spec.run.streams == "harness":
+            every = int(holdout_pair_count(jnp.float32(1.0), n_outputs))
+            draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), every, n_outputs)[:count]
+        else:
+            draws[seed] = original_streams.holdout_pairs(count, n_outputs, seed)
+    pairs = jnp.stack([draws[int(s)] for s in np.asarray(layout.knobs.meta_holdout_seed)])
+    labels = (world.q_star[pairs[..., 0]] > world.q_star[pairs[..., 1]]).astype(jnp.float32)
+    return pairs, labels
