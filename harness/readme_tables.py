@@ -1,15 +1,17 @@
 """The README's generated blocks, rendered from real runs' files.
 
-`python -m harness.readme_tables RUN_DIR README.md` rewrites the reproduced end-state
-table (between START and END); `python -m harness.readme_tables --claims RUN_DIR README.md`
+`python -m harness.readme_tables RUN_DIR README.md [--original ORIGINAL_DIR]` rewrites the
+reproduced end-state table (between START and END), with the grid's run under the original
+lab's streams beside ours and its baseline seed by seed when ORIGINAL_DIR is given;
+`python -m harness.readme_tables --claims RUN_DIR README.md`
 rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
 the run's claims.csv. The README's numbers always come from a run, not from typing.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +24,8 @@ from harness.wording import plural
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
+# The original lab's own per-iteration records of its published baseline (see its README there).
+ORIGINAL_BASELINE = Path(__file__).resolve().parents[1] / "tests" / "data" / "original_lab" / "baseline"
 
 # End-state means over seeds 0–4 reported by the original lab (quality, alignment), and
 # the condition (or family, of which the best is reported) each row corresponds to here.
@@ -36,33 +40,60 @@ PUBLISHED: list[tuple[str, str, float, float]] = [
 ]
 
 
-def _mean_std_ci(row: pd.Series, metric: str) -> str:
-    return (
-        f"{row[f'{metric}_mean']:.3f} ± {row[f'{metric}_std']:.3f} "
-        f"[{row[f'{metric}_ci_low']:.3f}, {row[f'{metric}_ci_high']:.3f}]"
+def _mean_std(row: pd.Series, metric: str) -> str:
+    return f"{row[f'{metric}_mean']:.3f} ± {row[f'{metric}_std']:.3f}"
+
+
+def _published_row(summary: pd.DataFrame, match: str) -> pd.Series | None:
+    """The condition a published row corresponds to (the best by final quality for a family); None if absent."""
+    candidates = (
+        summary[summary.index == match] if not match.endswith("[") else summary[summary.index.str.startswith(match)]
     )
+    if candidates.empty:
+        return None
+    return candidates.loc[candidates["policy_quality_mean"].idxmax()]
 
 
-def comparison_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Published end-state numbers beside ours (mean, std, 95% CI over seeds at the last iteration)."""
-    summary = report.summarize(metrics).set_index("condition")
+def comparison_table(metrics: pd.DataFrame, original: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Published end-state numbers beside ours (mean ± std over seeds at the last iteration): under our own
+    streams (`metrics`) and, when given, under the original lab's (`original`, the same grid run with
+    streams = "original"). A family's row is its best condition by final quality, chosen in each run."""
+    runs = {"ours": report.summarize(metrics).set_index("condition")}
+    if original is not None:
+        runs = {"original streams": report.summarize(original).set_index("condition"), **runs}
     rows = []
     for label, match, quality, alignment in PUBLISHED:
-        candidates = (
-            summary[summary.index == match] if not match.endswith("[") else summary[summary.index.str.startswith(match)]
-        )
-        if candidates.empty:
+        chosen = {name: _published_row(summary, match) for name, summary in runs.items()}
+        if any(row is None for row in chosen.values()):
             continue
-        best = candidates["policy_quality_mean"].idxmax()
-        row = candidates.loc[best]
+        names = {str(row.name) for row in chosen.values()}
+        row = {"published row": label, "condition": " / ".join(sorted(names)), "published quality": quality}
+        row |= {f"quality, {name}": _mean_std(found, "policy_quality") for name, found in chosen.items()}
+        row["published alignment"] = alignment
+        row |= {f"alignment, {name}": _mean_std(found, "judge_alignment") for name, found in chosen.items()}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def baseline_by_seed(original: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """The original's own baseline runs beside ours under its streams, seed by seed, at the last iteration.
+
+    original: our metrics table of a grid run with the original's streams; theirs: the original's records
+    (columns seed, iteration, policy_quality, judge_alignment; its iteration t is our t + 1).
+    """
+    last = int(original["iteration"].max())
+    ours = original[(original["condition"] == "baseline") & (original["iteration"] == last)].set_index("seed")
+    theirs = theirs[theirs["iteration"] == last - 1].set_index("seed")
+    rows = []
+    for seed in sorted(set(ours.index) & set(theirs.index)):
         rows.append(
             {
-                "published row": label,
-                "our condition": best,
-                "published quality": quality,
-                "our quality": _mean_std_ci(row, "policy_quality"),
-                "published alignment": alignment,
-                "our alignment": _mean_std_ci(row, "judge_alignment"),
+                "seed": int(seed),
+                "original's quality": float(theirs.loc[seed, "policy_quality"]),
+                "our quality": float(ours.loc[seed, "policy_quality"]),
+                "original's alignment": float(theirs.loc[seed, "judge_alignment"]),
+                "our alignment": float(ours.loc[seed, "judge_alignment"]),
+                "our end mode": f"{ours.loc[seed, 'mode_sequence']} (q* {ours.loc[seed, 'mode_quality']:.3f})",
             }
         )
     return pd.DataFrame(rows)
@@ -97,15 +128,24 @@ def _replace_block(readme: Path, start: str, end: str, block: str) -> None:
     atomic_write_text(readme, head + start + "\n" + block + "\n" + end + tail)
 
 
-def rewrite_readme(run_dir: Path, readme: Path) -> None:
+def rewrite_readme(run_dir: Path, readme: Path, original_dir: Path | None = None) -> None:
+    """Rewrite the reproduced table from a run of the published grid, and its run under the original's streams."""
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     seeds = sorted(int(seed) for seed in metrics["seed"].unique())
+    original = pd.read_csv(original_dir / METRICS_FILE) if original_dir else None
+    sources = f"`{run_dir.as_posix()}`" + (f" and `{original_dir.as_posix()}`" if original_dir else "")
     block = (
-        f"End state (iteration {metrics['iteration'].max()}), mean ± std [95% CI] over seeds {seeds}, "
-        f"from `{run_dir.as_posix()}` (regenerate: `make reference`).\n\n{markdown(comparison_table(metrics))}\n\n"
+        f"End state (iteration {metrics['iteration'].max()}), mean ± std over seeds {seeds}, from {sources} "
+        f"(regenerate: `make reference`).\n\n{markdown(comparison_table(metrics, original))}\n\n"
         f"{wall_time_line(manifest)}"
     )
+    if original is not None:
+        theirs = pd.concat(pd.read_json(path, lines=True) for path in sorted(ORIGINAL_BASELINE.glob("seed_*.jsonl")))
+        block += (
+            "\n\nThe baseline seed by seed: the original lab's own runs (`tests/data/original_lab/baseline`) beside "
+            f"ours under its streams.\n\n{markdown(baseline_by_seed(original, theirs))}"
+        )
     _replace_block(readme, START, END, block)
 
 
@@ -143,8 +183,18 @@ def rewrite_claims(run_dir: Path, readme: Path) -> None:
     _replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--claims":
-        rewrite_claims(Path(sys.argv[2]), Path(sys.argv[3]))
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.readme_tables", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run of the published grid (or, with --claims, of paper-100)")
+    parser.add_argument("readme", type=Path)
+    parser.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
+    parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
+    args = parser.parse_args(argv)
+    if args.claims:
+        rewrite_claims(args.run_dir, args.readme)
     else:
-        rewrite_readme(Path(sys.argv[1]), Path(sys.argv[2]))
+        rewrite_readme(args.run_dir, args.readme, args.original)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,16 @@ import pandas as pd
 
 from harness.artifacts import CLAIMS_FILE
 from harness.claims import Claim
-from harness.readme_tables import CLAIMS_END, CLAIMS_START, END, START, rewrite_claims, rewrite_readme, wall_time_line
+from harness.readme_tables import (
+    CLAIMS_END,
+    CLAIMS_START,
+    END,
+    ORIGINAL_BASELINE,
+    START,
+    rewrite_claims,
+    rewrite_readme,
+    wall_time_line,
+)
 from harness.verdicts import verdict_table
 
 MANIFEST = {
@@ -47,9 +56,39 @@ def test_rewrite_replaces_only_the_marked_block(tmp_path: Path, smoke_metrics: p
     row = next(line for line in block.splitlines() if line.startswith("| Baseline "))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     quality = baseline["policy_quality"]
-    assert cells[3].startswith(f"{quality.mean():.3f} ± {quality.std(ddof=1):.3f} [")
+    assert cells[3] == f"{quality.mean():.3f} ± {quality.std(ddof=1):.3f}"
     assert cells[2] == "1.594" and cells[4] == "0.449"  # the published numbers beside ours
     assert wall_time_line(MANIFEST) in block
+
+
+def test_original_streams_sit_beside_ours_with_the_baseline_seed_by_seed(
+    tmp_path: Path, smoke_metrics: pd.DataFrame
+) -> None:
+    ours, original = tmp_path / "ours", tmp_path / "original"
+    for run, shift in ((ours, 0.0), (original, 0.5)):
+        run.mkdir()
+        shifted = smoke_metrics.assign(policy_quality=smoke_metrics["policy_quality"] + shift)
+        shifted.to_csv(run / "metrics.csv", index=False)
+        (run / "manifest.json").write_text(json.dumps(MANIFEST))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\n{END}\n", encoding="utf-8")
+
+    rewrite_readme(ours, readme, original)
+
+    block = readme.read_text(encoding="utf-8").split(START)[1].split(END)[0]
+    last = smoke_metrics[(smoke_metrics["iteration"] == smoke_metrics["iteration"].max())]
+    quality = last[last["condition"] == "baseline"]["policy_quality"]
+    row = next(line for line in block.splitlines() if line.startswith("| Baseline "))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[3] == f"{quality.mean() + 0.5:.3f} ± {quality.std(ddof=1):.3f}"  # the original's streams first
+    assert cells[4] == f"{quality.mean():.3f} ± {quality.std(ddof=1):.3f}"
+    # Seed by seed: the original lab's records at its iteration (last - 1) beside our last iteration.
+    final = int(smoke_metrics["iteration"].max())
+    theirs = pd.read_json(ORIGINAL_BASELINE / "seed_0.jsonl", lines=True).set_index("iteration")
+    seed_row = next(line for line in block.splitlines() if line.startswith("|    0 ") or line.startswith("| 0 "))
+    seed_cells = [cell.strip() for cell in seed_row.strip("|").split("|")]
+    assert seed_cells[1] == f"{theirs.loc[final - 1, 'policy_quality']:.3f}"
+    assert seed_cells[2] == f"{quality.iloc[0] + 0.5:.3f}"
 
 
 def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_section
 from harness.report.markdown import markdown_table
+from harness.report.meta import meta_section
 from harness.report.readings import (
     how_to_read,
     reading_all_conditions,
@@ -132,6 +133,7 @@ def write_report(
     ]
     if identical:
         lines += ["### Conditions with identical results", "", *identical]
+    lines += meta_section(m, grid)
     if not shares.empty:
         lines += [
             "## Where runs end",
