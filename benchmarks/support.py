@@ -186,7 +186,9 @@ def judge_pool(sizes: Sizes) -> PretrainResult:
     seeds, members = grid.run.seeds, max(c.knobs.n_judges for c in grid.conditions)
     if sizes.pretrain_judges:
         pool_spec = grid.model_copy(update={"conditions": (Condition(name="pool", knobs=Knobs(n_judges=members)),)})
-        return GridProgram(pool_spec).pretrain()
+        # Its judge sources are (seed, member), seed-major.
+        flat = GridProgram(pool_spec).pretrain()
+        return jax.tree.map(lambda x: x.reshape(len(seeds), members, *x.shape[1:]), flat)
     world, member_ids = grid.world, jnp.arange(members)
     init_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m)[0])(member_ids))(jnp.asarray(seeds))
     shape = (len(seeds), members)
@@ -198,7 +200,7 @@ def judge_pool(sizes: Sizes) -> PretrainResult:
 
 
 def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
-    """Judges for every seed of `spec` from the pool; seed s gets the pool's seed s mod pool size.
+    """Judges for every (seed, member) source of `spec` from the pool; seed s gets the pool's seed s mod pool size.
 
     Exact for seeds inside the pool (the published grid); beyond it, runs share judge
     starting weights but keep their own training keys and policies. Step time does not
@@ -209,7 +211,8 @@ def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
     if members > pool_members:
         raise ValueError(f"grid needs {members} judges per seed, pool has {pool_members}")
     index = jnp.asarray([seed % pool_seeds for seed in spec.run.seeds])
-    return jax.tree.map(lambda leaf: leaf[index][:, :members], pool)
+    # A grid's judge sources are (seed, member), seed-major (harness.run_origins).
+    return jax.tree.map(lambda leaf: leaf[index][:, :members].reshape(-1, *leaf.shape[2:]), pool)
 
 
 def started(spec: GridSpec, pool: PretrainResult, max_shards: int | None = None) -> tuple[GridProgram, Any]:
