@@ -66,8 +66,11 @@ def comparison_table(metrics: pd.DataFrame, original: pd.DataFrame | None = None
         chosen = {name: _published_row(summary, match) for name, summary in runs.items()}
         if any(row is None for row in chosen.values()):
             continue
-        names = {str(row.name) for row in chosen.values()}
-        row = {"published row": label, "condition": " / ".join(sorted(names)), "published quality": quality}
+        names = {run: str(found.name) for run, found in chosen.items()}
+        condition = names["ours"]
+        if names.get("original streams", condition) != condition:  # a family's best can differ between the runs
+            condition = f"{names['original streams']} (ours: {condition})"
+        row = {"published row": label, "condition": condition, "published quality": quality}
         row |= {f"quality, {name}": _mean_std(found, "policy_quality") for name, found in chosen.items()}
         row["published alignment"] = alignment
         row |= {f"alignment, {name}": _mean_std(found, "judge_alignment") for name, found in chosen.items()}
