@@ -145,21 +145,23 @@ def meta_corrections(
 
     def group_corrections(judges: Network, group: WorkGroup, n_held: int) -> tuple[Network, jax.Array]:
         runs = group.slot_run
-        pairs, labels = consts.holdout_pairs[runs, :n_held], consts.holdout_labels[runs, :n_held]
-        count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
-        mask = (jnp.arange(n_held)[None, :] < count[:, None]).astype(jnp.float32)
+
+        def held_out() -> tuple[jax.Array, jax.Array, jax.Array]:
+            # Each judge's run's pairs, labels and mask (Jg, n_held, ...): gathered only on steps that use them.
+            count = holdout_pair_count(knobs.meta_holdout_fraction[runs], consts.q_star.shape[0])
+            mask = (jnp.arange(n_held)[None, :] < count[:, None]).astype(jnp.float32)
+            return consts.holdout_pairs[runs, :n_held], consts.holdout_labels[runs, :n_held], mask
+
         check_due = counter % knobs.meta_update_every[runs] == 0
         # The check is a forward pass; the correction's backward pass is skipped unless some judge fails it.
         accuracy = jax.lax.cond(
             jnp.any(check_due),
-            lambda: accuracy_of(judges.params[group.slot_ids], pairs, labels, mask, vocab, seq_len)[1],
+            lambda: accuracy_of(judges.params[group.slot_ids], *held_out(), vocab, seq_len)[1],
             lambda: jnp.ones_like(check_due, jnp.float32),  # (shaped like a per-shard value, for shard_map)
         )
         needs = check_due & (accuracy < knobs.meta_accuracy_threshold[runs])
         correct = functools.partial(mechanisms.holdout_correction, vocab=vocab, seq_len=seq_len)
-        judges = apply_where_due(
-            correct, judges, group.slot_ids, needs, lambda: (pairs, labels, mask, knobs.lr_judge[runs])
-        )
+        judges = apply_where_due(correct, judges, group.slot_ids, needs, lambda: (*held_out(), knobs.lr_judge[runs]))
         return judges, jax.ops.segment_sum(needs.astype(jnp.int32), runs, num_segments=shape.n_runs)
 
     judges, corrections = state.slots.judge, jnp.zeros_like(state.runs.meta_corrections)

@@ -19,7 +19,6 @@ import numpy as np
 
 from harness import keys, original_streams
 from harness.grid import GridLayout, GridSpec
-from harness.knobs import holdout_pair_count
 from harness.models import init_policies
 from harness.world import World
 
@@ -76,6 +75,12 @@ class GridOrigins:
         )
 
 
+def _order(source: tuple) -> tuple:
+    """Original-stream sources by script (in `SCRIPTS` order), then seed, then member or ensemble size."""
+    script, seed, number = source
+    return original_streams.SCRIPTS.index(script), seed, number
+
+
 def grid_origins(spec: GridSpec, max_members: int) -> GridOrigins:
     """Every judge and policy source the grid `spec` needs, with their keys and initial policies."""
     vocab, seq_len = spec.world.vocab_size, spec.world.seq_len
@@ -90,10 +95,7 @@ def grid_origins(spec: GridSpec, max_members: int) -> GridOrigins:
         stream_keys = jax.vmap(keys.training_key)(seed_array)
         return GridOrigins(spec, judges, init_keys, data_keys, policies, policy_params, stream_keys)
 
-    runs = sorted(
-        {(c.original_script, seed, c.knobs.n_judges) for c in spec.conditions for seed in seeds},
-        key=lambda source: (original_streams.SCRIPTS.index(source[0]), source[1], source[2]),
-    )
+    runs = sorted({(c.original_script, seed, c.knobs.n_judges) for c in spec.conditions for seed in seeds}, key=_order)
     judge_keys: dict[JudgeSource, tuple[jax.Array, jax.Array]] = {}
     policy_keys, stream_keys = [], []
     for script, seed, n_judges in runs:
@@ -102,7 +104,7 @@ def grid_origins(spec: GridSpec, max_members: int) -> GridOrigins:
             judge_keys[(script, seed, member)] = (seed_keys.judge_init[member], seed_keys.judge_pretrain[member])
         policy_keys.append(seed_keys.policy_init)
         stream_keys.append(seed_keys.loop)
-    judges = tuple(sorted(judge_keys, key=lambda s: (original_streams.SCRIPTS.index(s[0]), s[1], s[2])))
+    judges = tuple(sorted(judge_keys, key=_order))
     return GridOrigins(
         spec,
         judges,
@@ -127,8 +129,8 @@ def holdout_tables(layout: GridLayout, world: World) -> tuple[jax.Array, jax.Arr
     draws = {}
     for seed in sorted({int(s) for s in np.asarray(layout.knobs.meta_holdout_seed)}):
         if layout.spec.run.streams == "harness":
-            every = int(holdout_pair_count(jnp.float32(1.0), n_outputs))
-            draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), every, n_outputs)[:count]
+            # A prefix of any longer draw (threefry's bits are partitionable), so drawing `count` is exact.
+            draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), count, n_outputs)
         else:
             draws[seed] = original_streams.holdout_pairs(count, n_outputs, seed)
     pairs = jnp.stack([draws[int(s)] for s in np.asarray(layout.knobs.meta_holdout_seed)])

@@ -12,15 +12,15 @@ import pandas as pd
 from harness.grid import GridSpec
 from harness.knobs import Knobs
 from harness.report.data import conditions, num
+from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
 from harness.wording import plural
 
 _META_KNOBS = ("meta_holdout_fraction", "meta_holdout_seed", "meta_update_every", "meta_accuracy_threshold")
-_DEFAULTS = Knobs()
 
 
 def _without_meta(knobs: Knobs) -> Knobs:
-    return knobs.model_copy(update={name: getattr(_DEFAULTS, name) for name in _META_KNOBS})
+    return knobs.model_copy(update={name: getattr(DEFAULTS, name) for name in _META_KNOBS})
 
 
 def meta_twins(grid: GridSpec) -> dict[str, str | None]:
