@@ -135,9 +135,12 @@ def _gru_step(tables: _GRUTables, hidden: jax.Array | None, tokens: jax.Array) -
         hidden = jnp.zeros((tokens.shape[0], size))
     else:
         recurrent = hidden @ tables.recurrent_kernel
-    reset = jax.nn.sigmoid(inputs[:, :size] + recurrent[:, :size])
-    update = jax.nn.sigmoid(inputs[:, size : 2 * size] + recurrent[:, size : 2 * size])
-    candidate = jnp.tanh(inputs[:, 2 * size :] + reset * (recurrent[:, 2 * size :] + tables.recurrent_bias))
+    # jnp.split rather than slices: its gradient is one concatenate, a slice's is a pad and an add per gate.
+    input_reset, input_update, input_candidate = jnp.split(inputs, 3, axis=1)
+    recurrent_reset, recurrent_update, recurrent_candidate = jnp.split(recurrent, 3, axis=1)
+    reset = jax.nn.sigmoid(input_reset + recurrent_reset)
+    update = jax.nn.sigmoid(input_update + recurrent_update)
+    candidate = jnp.tanh(input_candidate + reset * (recurrent_candidate + tables.recurrent_bias))
     return (1.0 - update) * candidate + update * hidden
 
 

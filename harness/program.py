@@ -41,11 +41,12 @@ class PretrainingFailed(RuntimeError):
 
 
 @functools.cache
-def iteration_program(shape: GridShape, n_shards: int) -> Callable:
-    """The jitted outer iteration for `n_shards` shards of one shape, side by side on as many devices.
+def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
+    """The jitted outer iteration for `n_shards` shards of one shape on n_shards / pieces devices side by side.
 
     (consts, knobs, state, iteration) -> (state, diagnostics); every input but the
-    iteration carries a leading shard axis (S,), split over the devices. Knob values,
+    iteration carries a leading shard axis (S,), split over the devices; each device runs
+    its `pieces` shards one after another (see `harness.sharding`). Knob values,
     keys and parameters are arguments, so every grid of this shape reuses one
     executable; a second trace would mean something static leaked into the inputs.
     """
@@ -61,14 +62,22 @@ def iteration_program(shape: GridShape, n_shards: int) -> Callable:
         traces += 1
         if traces > 1:
             raise AssertionError(f"the iteration program of {shape} was traced again: an input changed shape or dtype")
-        # Each device holds one shard: drop the shard axis, run it, put the axis back.
-        consts, knobs, state = jax.tree.map(lambda leaf: leaf[0], (consts, knobs, state))
-        state = train_iteration(shape, consts, knobs, state, iteration)
-        return jax.tree.map(lambda leaf: leaf[None], (state, diagnose(shape, consts, knobs, state)))
+
+        def one_shard(shard: tuple[GridConstants, RunKnobs, CoevolutionState]) -> tuple[CoevolutionState, Diagnostics]:
+            consts, knobs, state = shard
+            state = train_iteration(shape, consts, knobs, state, iteration)
+            return state, diagnose(shape, consts, knobs, state)
+
+        if pieces == 1:  # each device holds one shard: drop the shard axis, run it, put the axis back
+            shard = jax.tree.map(lambda leaf: leaf[0], (consts, knobs, state))
+            return jax.tree.map(lambda leaf: leaf[None], one_shard(shard))
+        return jax.lax.map(one_shard, (consts, knobs, state))
 
     sharded = P(SHARD_AXIS)
     return jax.jit(
-        jax.shard_map(iterate, mesh=shard_mesh(n_shards), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded)
+        jax.shard_map(
+            iterate, mesh=shard_mesh(n_shards // pieces), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded
+        )
     )
 
 
@@ -100,20 +109,20 @@ class IterationExecutable:
 
 
 def compile_iteration(
-    shape: GridShape, n_shards: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
+    shape: GridShape, n_shards: int, pieces: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
 ) -> IterationExecutable:
-    """Compile `iteration_program(shape, n_shards)` for `args`; the traced program comes from disk when cached."""
+    """Compile `iteration_program(shape, n_shards, pieces)` for `args`; the traced program comes from disk if cached."""
     leaves, in_tree = jax.tree.flatten(args)
     # The outputs are a state shaped like the input state and one Diagnostics record.
     out_tree = jax.tree.structure((args[2], dict.fromkeys(METRIC_NAMES, 0)))
-    program = iteration_program(shape, n_shards)
+    program = iteration_program(shape, n_shards, pieces)
 
     def flat(*leaves: jax.Array) -> list[jax.Array]:
         outputs = program(*jax.tree.unflatten(in_tree, leaves))
         assert jax.tree.structure(outputs) == out_tree, "the iteration's outputs changed structure"
         return jax.tree.leaves(outputs)
 
-    traced = compile_cache.exported("iteration", jax.jit(flat), leaves, f"{shape} {n_shards} {in_tree}")
+    traced = compile_cache.exported("iteration", jax.jit(flat), leaves, f"{shape} {n_shards} {pieces} {in_tree}")
     # The state's buffers are donated: each step() passes a fresh copy of the shards.
     first_state_leaf = len(jax.tree.leaves(args[:2]))
     state_leaves = range(first_state_leaf, first_state_leaf + len(jax.tree.leaves(args[2])))
@@ -127,7 +136,7 @@ def compile_iteration(
 
 # Compiled iteration programs by shape: a later grid of the same shape reuses the
 # executable instead of lowering (and tracing) the program again.
-_EXECUTABLES: dict[tuple[GridShape, int], IterationExecutable] = {}
+_EXECUTABLES: dict[tuple[GridShape, int, int], IterationExecutable] = {}
 
 
 def clear_program_caches() -> None:
@@ -184,6 +193,7 @@ class GridProgram:
 
     spec: GridSpec
     max_shards: int | None = None
+    pieces: int | None = None
     layout: GridLayout = field(init=False)
     world: World = field(init=False)
     times: PhaseTimes = field(default_factory=PhaseTimes)
@@ -191,7 +201,7 @@ class GridProgram:
     def __post_init__(self) -> None:
         self.layout = layout_grid(self.spec)
         devices = len(jax.local_devices())
-        self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices))
+        self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices), self.pieces)
         self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
         self.world = World(self.spec.world)
         self.origins: GridOrigins = grid_origins(self.spec, self.shape.max_members)
@@ -226,9 +236,9 @@ class GridProgram:
         plan = self.plan
         return self._regroup(
             state,
-            lambda tree: to_shards(tree, plan.shard_runs),
-            lambda tree: to_shards(tree, plan.shard_slots),
-            to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards)),
+            lambda tree: to_shards(tree, plan.shard_runs, plan.devices),
+            lambda tree: to_shards(tree, plan.shard_slots, plan.devices),
+            to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards), plan.devices),
         )
 
     def unshard_state(self, state: CoevolutionState) -> CoevolutionState:
@@ -309,9 +319,11 @@ class GridProgram:
         self.consts = grid_constants(layout, world, origins, judges, log_pi)
         shard_consts = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
         self._shard_consts = to_shards(
-            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts), np.arange(self.plan.n_shards)
+            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts),
+            np.arange(self.plan.n_shards),
+            self.plan.devices,
         )
-        self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs)
+        self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
         run_policy = origins.run_policy(layout)
         state = initial_state(
             ravel_rows(origins.policy_params)[run_policy],
@@ -323,7 +335,7 @@ class GridProgram:
         initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)
 
         start = time.perf_counter()
-        program = (self.shard_shape, self.plan.n_shards)
+        program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
         if program not in _EXECUTABLES:
             args = (self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0))
             _EXECUTABLES[program] = compile_iteration(*program, args)

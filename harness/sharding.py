@@ -72,10 +72,16 @@ class ShardPlan:
     shard_slots: np.ndarray
     run_at: np.ndarray
     slot_at: np.ndarray
+    devices: int = 1
 
     @property
     def n_shards(self) -> int:
         return len(self.shards)
+
+    @property
+    def pieces(self) -> int:
+        """Shards per device, run one after another by each device."""
+        return self.n_shards // self.devices
 
     @property
     def fillers(self) -> int:
@@ -92,26 +98,51 @@ def _runs_of_kind(layout: GridLayout) -> dict[WorkKind, list[int]]:
     return runs_of_kind
 
 
-def plan_shards(layout: GridLayout, max_shards: int) -> ShardPlan:
-    """The cheapest split of `layout` into at most `max_shards` shards; ties go to fewer shards.
+# Pieces: a device runs its shards one after another (`lax.map`), each through the whole
+# iteration, so that one shard's working set stays in cache. Measured on 2 cores (baseline
+# runs, 100 steps): 360 runs in shards of 5 cost 347 µs per run-step against 674 µs as two
+# shards of 180; at 90 runs shards of 3-9 runs are within noise of one another. A shard's
+# work is counted in networks (runs + judge slots); a baseline run is 2.
+PIECE_WORK = 16  # networks per shard the piece count aims at (about 8 baseline runs)
+PIECE_OVERHEAD = 1.15  # the most total work (fillers included) that more pieces may add
 
-    Cost is the work of one shard, in runs plus judge slots (fillers included): what sets
-    a step's time when shards run side by side. It follows from the run counts per kind,
+
+def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) -> ShardPlan:
+    """Split `layout` into shards: at most `max_shards` devices side by side, each running `pieces` shards in turn.
+
+    Devices: the split whose busiest device has the least work (runs plus judge slots,
+    fillers included); ties go to fewer devices. Pieces (None: chosen here): shards near
+    `PIECE_WORK` networks each, as long as the fillers that more, smaller shards need add
+    at most `PIECE_OVERHEAD` to the total work. Costs follow from the run counts per kind,
     so only the chosen split is laid out.
     """
     if max_shards < 1:
         raise ValueError(f"max_shards must be at least 1, got {max_shards}")
     runs_of_kind = _runs_of_kind(layout)
+    n_runs = layout.shape.n_runs
 
     def cost(n_shards: int) -> int:
+        """Networks per shard when the grid is dealt into n_shards shards."""
         return sum(math.ceil(len(runs) / n_shards) * (1 + n_judges) for (n_judges, _), runs in runs_of_kind.items())
 
-    best = min(range(1, min(max_shards, layout.shape.n_runs) + 1), key=lambda n: (cost(n), n))
-    return deal_runs(layout, best)
+    devices = min(range(1, min(max_shards, n_runs) + 1), key=lambda n: (cost(n), n))
+    if pieces is None:
+        least_work = devices * cost(devices)
+        affordable = [
+            p for p in range(1, n_runs // devices + 1) if devices * p * cost(devices * p) <= PIECE_OVERHEAD * least_work
+        ]
+        pieces = min(affordable, key=lambda p: (abs(math.log(cost(devices * p) / PIECE_WORK)), p))
+    pieces = max(1, min(pieces, n_runs // devices))
+    return deal_runs(layout, devices * pieces, devices=devices)
 
 
-def deal_runs(layout: GridLayout, n_shards: int) -> ShardPlan:
-    """Split `layout` into `n_shards` shards of one shape: each kind's runs in equal blocks, short blocks filled."""
+def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> ShardPlan:
+    """Split `layout` into `n_shards` shards of one shape: each kind's runs in equal blocks, short blocks filled.
+
+    devices: the devices the shards are spread over, n_shards / devices consecutive shards each (default: one each).
+    """
+    devices = n_shards if devices is None else devices
+    assert n_shards % devices == 0, f"{n_shards} shards do not split evenly over {devices} devices"
     spec = layout.spec
     runs_of_kind = _runs_of_kind(layout)
     shard_runs: list[list[int]] = [[] for _ in range(n_shards)]
@@ -141,7 +172,7 @@ def deal_runs(layout: GridLayout, n_shards: int) -> ShardPlan:
             for run, member in zip(layout.slot_run, layout.slot_member, strict=True)
         ]
     )
-    return ShardPlan(shape, tuple(shards), runs, slots, run_at, slot_at)
+    return ShardPlan(shape, tuple(shards), runs, slots, run_at, slot_at, devices)
 
 
 def _common_shape(shapes: list[GridShape]) -> GridShape:
@@ -173,9 +204,9 @@ def shard_mesh(n_shards: int) -> Mesh:
 # when the intra-op pool is busy.
 
 
-def to_shards(tree: chex.ArrayTree, index: np.ndarray) -> chex.ArrayTree:
-    """Leaves with a leading axis -> leaf[index] with index int (S, per shard), split over S devices."""
-    sharding = NamedSharding(shard_mesh(index.shape[0]), P(SHARD_AXIS))
+def to_shards(tree: chex.ArrayTree, index: np.ndarray, devices: int | None = None) -> chex.ArrayTree:
+    """Leaves with a leading axis -> leaf[index] with index int (S, per shard), split over `devices` (default S)."""
+    sharding = NamedSharding(shard_mesh(index.shape[0] if devices is None else devices), P(SHARD_AXIS))
     return jax.device_put(jax.tree.map(lambda leaf: np.asarray(leaf)[index], tree), sharding)
 
 

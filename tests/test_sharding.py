@@ -18,7 +18,7 @@ from harness.grid import Condition, GridSpec, RunSettings, layout_grid, work_kin
 from harness.knobs import Knobs
 from harness.pretrain import pretrain_program
 from harness.program import GridProgram
-from harness.sharding import SHARD_AXIS, deal_runs, plan_shards, shard_mesh
+from harness.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
 from harness.world import World
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,26 @@ def test_published_grid_on_two_shards() -> None:
     assert plan.shape.n_runs == 8 + 3 + 3 + 5 + 5 + 5 + 10 + 8 == 47
     assert plan.shape.n_slots == 8 + 3 * 3 + 3 * 5 + 5 + 5 + 5 + 10 + 8 == 65
     assert plan.fillers == 2 * 47 - 90 == 4  # one per kind with an odd count
-    assert plan_shards(layout_grid(PAPER), 2).n_shards == 2
+    # Planned: both devices, each running three shards of 18 runs in turn (fillers: the
+    # ensembles of 5 runs need 6 copies, one per shard), 12% more work than two shards.
+    planned = plan_shards(layout_grid(PAPER), 2)
+    assert (planned.devices, planned.pieces, planned.shape.n_runs) == (2, 3, 18)
+    assert planned.fillers == 6 * 18 - 90
+    assert planned.n_shards * (planned.shape.n_runs + planned.shape.n_slots) <= PIECE_OVERHEAD * 2 * (47 + 65)
+
+
+@pytest.mark.parametrize("n_runs", [1, 20, 90, 360, 1800])
+def test_pieces_stay_small_as_the_grid_grows(n_runs: int) -> None:
+    layout = layout_grid(_grid(Knobs(), seeds=n_runs))
+    plan = plan_shards(layout, 2)
+    assert plan.devices == min(2, n_runs)
+    assert plan.n_shards == plan.devices * plan.pieces
+    # A piece is within a factor 2 of PIECE_WORK networks (baseline run: policy + judge) when the grid allows it.
+    work = plan.shape.n_runs + plan.shape.n_slots
+    assert work <= 2 * PIECE_WORK or plan.pieces == n_runs // plan.devices
+    assert work >= PIECE_WORK / 2 or plan.pieces == 1
+    assert plan.fillers <= (PIECE_OVERHEAD - 1) * n_runs
+    assert plan_shards(layout, 2, pieces=1).pieces == 1
 
 
 @pytest.mark.parametrize("n_shards", [1, 2, 3, 4, 7])
@@ -64,7 +83,7 @@ def test_every_run_and_slot_computed_once_in_shards_of_one_shape(grid: str, n_sh
         np.testing.assert_array_equal(layout.slot_member[slots], shard.slot_member)
     # The plan picks the split whose laid-out shard has the least runs + slots (fewer shards on ties).
     costs = {n: deal_runs(layout, n).shape for n in range(1, n_shards + 1)}
-    best = plan_shards(layout, n_shards)
+    best = plan_shards(layout, n_shards, pieces=1)
     assert best.shape.n_runs + best.shape.n_slots == min(s.n_runs + s.n_slots for s in costs.values())
     # Shards only add runs: never fewer than an even split, never more than one extra per kind.
     kinds = {work_kind(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions}
@@ -83,6 +102,7 @@ def test_plan_takes_fewer_shards_when_more_would_only_add_fillers() -> None:
     assert plan_shards(two_kinds, 2).n_shards == 1
     # Four runs of one kind split evenly.
     one_kind = layout_grid(_grid(Knobs(), seeds=4))
+    assert plan_shards(one_kind, 4).devices == 4
     assert plan_shards(one_kind, 4).n_shards == 4
     assert plan_shards(one_kind, 4).fillers == 0
     with pytest.raises(ValueError, match="at least 1"):
@@ -104,10 +124,11 @@ SPLIT = GridSpec(
 
 @pytest.fixture(scope="module")
 def split_runs() -> dict[int, tuple[GridProgram, pd.DataFrame]]:
-    """SPLIT run whole (one shard) and in two shards (with fillers: every kind has an odd run count)."""
+    """SPLIT run on one device in two shards one after another (`lax.map`), and as two shards on two
+    devices side by side (with fillers: every kind has an odd run count)."""
     programs = {}
-    for max_shards in (1, 2):
-        program = GridProgram(SPLIT, max_shards=max_shards)
+    for max_shards, pieces in ((1, 2), (2, 1)):
+        program = GridProgram(SPLIT, max_shards=max_shards, pieces=pieces)
         programs[max_shards] = program, program.run()
     return programs
 
@@ -115,7 +136,8 @@ def split_runs() -> dict[int, tuple[GridProgram, pd.DataFrame]]:
 @needs_two_devices
 def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridProgram, pd.DataFrame]]) -> None:
     (whole, whole_table), (split, split_table) = split_runs[1], split_runs[2]
-    assert whole.plan.n_shards == 1 and split.plan.n_shards == 2 and split.plan.fillers > 0
+    assert (whole.plan.devices, whole.plan.n_shards) == (1, 2) and whole.plan.fillers > 0
+    assert (split.plan.devices, split.plan.n_shards) == (2, 2) and split.plan.fillers > 0
     # The anchor counts (3 and 6 pairs) were padded to one width across the two shards.
     assert split.shard_shape.max_anchor_pairs == 6
     numeric = whole_table.select_dtypes("number").columns
