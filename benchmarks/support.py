@@ -230,7 +230,10 @@ def sharding(program: GridProgram) -> str:
     plan = program.plan
     if plan.n_shards == 1:
         return "one shard"
-    return f"{plan.n_shards} shards of {plan.shape.n_runs} runs ({plural(plan.fillers, 'filler')}) side by side"
+    return (
+        f"{plan.n_shards} shards of {plan.shape.n_runs} runs ({plural(plan.fillers, 'filler')}): "
+        f"{plural(plan.devices, 'device')} side by side, {plural(plan.pieces, 'shard')} in turn on each"
+    )
 
 
 def clear_in_memory_caches() -> None:

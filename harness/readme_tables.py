@@ -113,8 +113,13 @@ def wall_time_line(manifest: dict) -> str:
     """How long the run took and where, from its manifest."""
     seconds, machine = manifest["wall_seconds"], manifest["machine"]
     phases = ", ".join(f"{phase} {value:.1f} s" for phase, value in seconds.items())
-    shards = manifest.get("shards", 1)
-    split = f"{shards} shards side by side" if shards > 1 else "one shard"
+    shards, devices = manifest.get("shards", 1), manifest.get("devices", manifest.get("shards", 1))
+    if shards == 1:
+        split = "one shard"
+    elif shards == devices:
+        split = f"{shards} shards side by side"
+    else:
+        split = f"{shards} shards, {shards // devices} after one another on each of {devices} devices"
     compiled = "" if manifest.get("compile_cache") is None else " (compile cache on)"
     return (
         f"That run took {sum(seconds.values()):.0f} s ({phases}){compiled} on {machine['cores']} cores of an "

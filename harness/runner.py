@@ -115,7 +115,12 @@ def execute(
     progress.phase(
         "compile",
         f"{plural(program.shape.n_runs, 'run')}, {plural(program.shape.n_slots, 'judge')}, one program"
-        + (f" over {plan.n_shards} shards of {plural(plan.shape.n_runs, 'run')}" if plan.n_shards > 1 else ""),
+        + (
+            f" over {plural(plan.devices, 'device')}, {plural(plan.pieces, 'shard')} of "
+            f"{plural(plan.shape.n_runs, 'run')} each"
+            if plan.n_shards > 1
+            else ""
+        ),
     )
     state, initial = program.start(pretrained)
     checkpoint = load_checkpoint(payload, state) if payload is not None else None
@@ -165,7 +170,8 @@ def execute(
             started_at,
             resumed_from_iteration=checkpoint.completed_iterations if checkpoint else None,
             runs=len(spec.conditions) * len(spec.run.seeds),
-            # Shards run side by side, one per device; fillers pad them to one shape.
+            # Devices run side by side, each its shards in turn; fillers pad the shards to one shape.
+            devices=program.plan.devices,
             shards=program.plan.n_shards,
             filler_runs=program.plan.fillers,
             pretrain=program.pretrain_table().to_dict(orient="records"),

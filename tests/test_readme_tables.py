@@ -37,6 +37,8 @@ def test_wall_time_line_sums_the_phases() -> None:
     )
     cached = wall_time_line({**MANIFEST, "shards": 1, "compile_cache": "/cache"})
     assert cached.endswith("(compile cache on) on 2 cores of an Test CPU, as one shard.")
+    pieces = wall_time_line({**MANIFEST, "shards": 6, "devices": 2})
+    assert pieces.endswith("as 6 shards, 3 after one another on each of 2 devices.")
 
 
 def test_rewrite_replaces_only_the_marked_block(tmp_path: Path, smoke_metrics: pd.DataFrame) -> None:
