@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.compile_cache import CACHE_DIR_ENV
 from harness.conditions import load_grid
 from harness.program import GridProgram
 from harness.sharding import use_every_cpu_core
@@ -26,3 +27,17 @@ def paper_metrics() -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def smoke_metrics() -> pd.DataFrame:
     return GridProgram(load_grid(ROOT / "conditions" / "smoke.toml")).run()
+
+
+@pytest.fixture(scope="session")
+def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One compile cache for every `coevolab` subprocess of the session (never the user's): a grid shape that
+    several tests run compiles once. Tests of the cache itself use a private directory instead."""
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture
+def subprocess_compile_cache(shared_compile_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point the `coevolab` subprocesses a test starts at the session's shared compile cache."""
+    monkeypatch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
+    return shared_compile_cache

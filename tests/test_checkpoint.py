@@ -16,9 +16,7 @@ import pytest
 
 from harness.artifacts import CHECKPOINT_FILE
 from harness.compile_cache import CACHE_DIR_ENV
-from harness.conditions import load_grid
 from harness.metrics import METRICS
-from harness.program import GridProgram
 from harness.state import LAYOUT_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +34,9 @@ meta_holdout_fraction = 0.05
 
 
 @pytest.fixture(autouse=True)
-def private_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "compile-cache"
-    monkeypatch.setenv(CACHE_DIR_ENV, str(directory))
-    return directory
+def _compile_cache(subprocess_compile_cache: Path) -> Path:
+    """Commands cache compiled programs in the session's shared directory, never the user's."""
+    return subprocess_compile_cache
 
 
 def _coevolab(*args: str) -> subprocess.CompletedProcess:
@@ -82,7 +79,10 @@ def test_a_run_killed_mid_iteration_resumes_to_identical_metrics(tmp_path: Path)
     resumed = _coevolab("run", "--resume", str(out), "--quiet")
     assert resumed.returncode == 0, resumed.stderr
     metrics = pd.read_csv(out / "metrics.csv")
-    expected = GridProgram(load_grid(grid)).run()
+    # The same grid run without interruption (its compiled programs come from the shared cache).
+    whole = _coevolab("run", str(grid), "--out", str(tmp_path / "whole"), "--quiet")
+    assert whole.returncode == 0, whole.stderr
+    expected = pd.read_csv(tmp_path / "whole" / "metrics.csv")
     assert len(metrics) == len(expected) == 2 * 6
     for metric in METRICS:
         np.testing.assert_allclose(
@@ -95,19 +95,15 @@ def test_a_run_killed_mid_iteration_resumes_to_identical_metrics(tmp_path: Path)
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real, finished run directory of a tiny grid."""
+def finished_run(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -> Path:
+    """A real, finished run directory of the tiny grid (compiled programs from the session's shared cache)."""
     root = tmp_path_factory.mktemp("finished")
     grid = root / "grid.toml"
-    grid.write_text(GRID.replace("iterations = 5", "iterations = 1").replace("= 40", "= 2"))
+    grid.write_text(GRID)
     out = root / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out), "--quiet", "--no-compile-cache"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
+        result = _coevolab("run", str(grid), "--out", str(out), "--quiet")
     assert result.returncode == 0, result.stderr
     return out
 

@@ -34,8 +34,14 @@ batch_size = 16
 
 
 @pytest.fixture(autouse=True)
+def _compile_cache(subprocess_compile_cache: Path) -> Path:
+    """Commands cache compiled programs in the session's shared directory, never the user's."""
+    return subprocess_compile_cache
+
+
+@pytest.fixture
 def private_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every command of a test caches compiled programs in its own directory, not the user's."""
+    """A compile cache of this test's own, empty at the start."""
     directory = tmp_path / "compile-cache"
     monkeypatch.setenv(CACHE_DIR_ENV, str(directory))
     return directory
@@ -47,7 +53,7 @@ def coevolab(*args: str, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-def tiny_grid(tmp_path: Path, iterations: int = 2, steps: int = 10, extra: str = "") -> Path:
+def tiny_grid(tmp_path: Path, iterations: int = 2, steps: int = 40, extra: str = "") -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY.format(iterations=iterations, steps=steps, extra=extra))
     return path
@@ -127,7 +133,7 @@ def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
 
 
 def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:
-    grid = tiny_grid(tmp_path, iterations=6, steps=40)
+    grid = tiny_grid(tmp_path, iterations=6)
     out = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out)],
@@ -152,7 +158,10 @@ def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     metrics = pd.read_csv(out / "metrics.csv")
 
-    expected = GridProgram(load_grid(grid)).run()
+    # The same grid run without interruption (its compiled programs come from the shared cache).
+    whole = coevolab("run", str(grid), "--out", str(tmp_path / "whole"), "--quiet")
+    assert whole.returncode == 0, whole.stderr
+    expected = pd.read_csv(tmp_path / "whole" / "metrics.csv")
     assert len(metrics) == len(expected) == 7
     for column in ["policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality"]:
         np.testing.assert_allclose(metrics[column], expected[column], rtol=0, atol=1e-6, err_msg=column)
