@@ -55,13 +55,18 @@ class FigureBook:
         benchmark.extra_info[name] = value
         self.figures[name] = Figure(name, value, unit, note, str(getattr(benchmark, "fullname", "")))
 
-    def derive(self) -> None:
-        """Figures that need several benchmarks: where batching saturates."""
-        scaling = {
+    def scaling(self) -> dict[int, float]:
+        """µs per run-step by number of runs, from the scaling benchmark."""
+        return {
             int(match.group(1)): figure.value
             for name, figure in self.figures.items()
             if (match := re.fullmatch(r"scaling: µs per run-step, runs=(\d+)", name))
         }
+
+    def derive(self) -> None:
+        """Figures that need several benchmarks: where batching saturates, and how far the largest sizes are from
+        the best."""
+        scaling = self.scaling()
         if len(scaling) >= 2:
             best = min(scaling.values())
             saturated = min(n for n, us in scaling.items() if us <= best / 0.9)
@@ -74,6 +79,33 @@ class FigureBook:
                 f"best speedup over {min(scaling)} run(s): {one / best:.1f}×",
                 "derived",
             )
+            for n_runs in sorted(scaling)[-2:]:
+                name = f"scaling: runs={n_runs} over the best size"
+                self.figures[name] = Figure(
+                    name, scaling[n_runs] / best, "×", f"µs per run-step at {n_runs} runs / the best size's", "derived"
+                )
+
+
+def plot_scaling(scaling: dict[int, float], path: Path) -> None:
+    """µs per run-step against runs in one program (log x), saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(scaling)
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot(runs, [scaling[n] for n in runs], marker="o")
+    axis.set_xscale("log")
+    axis.set_ylim(bottom=0)
+    axis.set_xlabel("runs in one program (baseline condition × seeds)")
+    axis.set_ylabel("µs per run-step (median)")
+    axis.set_title("Cost per run as the grid grows")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -171,3 +203,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     }
     write_atomically(BENCH_DIR / "bench.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     write_atomically(BENCH_DIR / "bench.md", _markdown(payload))
+    if len(book.scaling()) >= 2:
+        plot_scaling(book.scaling(), BENCH_DIR / "scaling.png")

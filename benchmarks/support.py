@@ -96,7 +96,7 @@ FULL = Sizes(
     steps_per_iteration=100,
     grid_seeds=5,
     grid_conditions=None,
-    scaling_runs=(1, 5, 20, 90, 360),
+    scaling_runs=(1, 5, 20, 90, 360, 1800),
     batched_runs=10,
     flops_runs=90,
     rounds=5,
@@ -215,12 +215,14 @@ def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
     return jax.tree.map(lambda leaf: leaf[index][:, :members].reshape(-1, *leaf.shape[2:]), pool)
 
 
-def started(spec: GridSpec, pool: PretrainResult, max_shards: int | None = None) -> tuple[GridProgram, Any]:
+def started(
+    spec: GridSpec, pool: PretrainResult, max_shards: int | None = None, pieces: int | None = None
+) -> tuple[GridProgram, Any]:
     """A compiled program and its initial state (compiled once per grid shape and process).
 
-    max_shards: as GridProgram's (None: one shard per device where that pays).
+    max_shards, pieces: as GridProgram's (None: one shard per device where that pays, pieces as planned).
     """
-    program = GridProgram(spec, max_shards=max_shards)
+    program = GridProgram(spec, max_shards=max_shards, pieces=pieces)
     state, _ = program.start(pretrained_for(spec, pool))
     return program, state
 

@@ -88,6 +88,27 @@ def test_shards_vs_one_device(benchmark, sizes, judge_pool, figures):
     )
 
 
+def test_pieces_vs_one_shard_per_device(benchmark, sizes, judge_pool, figures):
+    """The largest scaling grid in planned pieces (lax.map on each device) vs one shard per device, back to back."""
+    spec = support.baseline_grid(sizes, max(sizes.scaling_runs))
+    pieces = support.Stepper(*support.started(spec, judge_pool))
+    whole = support.Stepper(*support.started(spec, judge_pool, pieces=1))
+
+    def one_round() -> dict[str, float]:
+        return {"pieces": pieces(), "whole": whole()}
+
+    results = support.measure(benchmark, one_round, sizes)
+    figures.add(
+        benchmark,
+        "pieces speedup (one shard per device / planned pieces)",
+        support.median([r["whole"] / r["pieces"] for r in results]),
+        "×",
+        f"baseline × {support.plural(len(spec.run.seeds), 'seed')}: "
+        f"{support.sharding(pieces.program)} vs {support.sharding(whole.program)}; "
+        f"median over {len(results)} rounds of back-to-back step() calls",
+    )
+
+
 def test_scaling(benchmark, sizes, judge_pool, figures, n_runs):
     stepper = support.Stepper(*support.started(support.baseline_grid(sizes, n_runs), judge_pool))
     seconds = support.median(support.measure(benchmark, stepper, sizes))
