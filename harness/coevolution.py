@@ -9,7 +9,7 @@ the last step, judges due a reset return to pretrained.
 
 from __future__ import annotations
 
-import functools
+from functools import partial
 
 import flax.struct
 import jax
@@ -18,8 +18,8 @@ import jax.numpy as jnp
 from harness import mechanisms, streams
 from harness.batching import WorkGroup, apply_where_due
 from harness.grid import GridShape
-from harness.knobs import anchor_pair_count, holdout_pair_count
-from harness.state import CoevolutionState, Network, adam_step, select
+from harness.knobs import anchor_pair_count, choices, holdout_pair_count
+from harness.state import CoevolutionState, Network, adam_step, select, take
 
 
 @flax.struct.dataclass
@@ -30,7 +30,7 @@ class GridConstants:
     its first slot (a run's slots are consecutive); groups: one `WorkGroup` per
     shape.groups entry; holdout_pairs int32 (R, H, 2): each run's held-out pairs (output
     indices, padded to the grid's largest count H), holdout_labels (R, H) = 1[q*(a) > q*(b)];
-    pretrained_judges float32 (J, P) rows;
+    pretrained_judges float32 (J, P) rows; initial_policies float32 (R, P) rows, π₀ of each run;
     initial_log_pi float32 (R, N): log π₀ of each run's initial policy over every output
     (what the diagnostics measure drift from).
     """
@@ -42,6 +42,7 @@ class GridConstants:
     holdout_pairs: jax.Array
     holdout_labels: jax.Array
     pretrained_judges: jax.Array
+    initial_policies: jax.Array
     initial_log_pi: jax.Array
 
 
@@ -69,12 +70,10 @@ def policy_step(
     keys (R, 2): each run's key for its policy batch (`streams.StepKeys.policy`).
     """
     batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
-    noise = jax.vmap(
-        functools.partial(streams.sampling_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
-    )(keys)
+    noise = jax.vmap(partial(streams.sampling_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len))(keys)
 
     def log_prob(policies: jax.Array) -> tuple[jax.Array, jax.Array]:
-        tokens, log_pi = jax.vmap(functools.partial(mechanisms.sample, vocab=vocab))(policies, noise)
+        tokens, log_pi = jax.vmap(partial(mechanisms.sample, vocab=vocab))(policies, noise)
         return log_pi, tokens
 
     # One forward pass gives both the samples and log π; its VJP is the score function.
@@ -89,6 +88,77 @@ def policy_step(
     return state.replace(runs=state.runs.replace(policy=policy))
 
 
+def contrast_runs(knobs: object) -> jax.Array:
+    """bool (R,): runs whose pairs, when contrast is drawn, have a side other than the policy (`knobs.is_contrast`)."""
+    policy_chosen, policy_rejected = choices("chosen_from").index("policy"), choices("rejected_from").index("policy")
+    return (knobs.chosen_from != policy_chosen) | (knobs.rejected_from != policy_rejected)
+
+
+def pair_sides(
+    shape: GridShape,
+    consts: GridConstants,
+    knobs: object,
+    state: CoevolutionState,
+    contrast_keys: jax.Array,
+    contrast: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """The policy rows each run draws the chosen and the rejected side of its judge's pairs from, (R, P) each.
+
+    Both are the run's policy, except where `contrast` (bool (R,)): there the rejected side follows
+    `mechanisms.rejected_side` and the chosen side `mechanisms.lookahead_side`, each for its work
+    groups only. contrast_keys (R, 2): each run's `StepKeys.contrast` (the look-ahead's batches).
+    """
+    batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
+    policy = state.runs.policy
+    chosen = rejected = policy.params
+    for index in shape.groups_of("rejected_side"):
+        runs = consts.groups[index].run_ids
+        rejected = apply_where_due(
+            mechanisms.rejected_side,
+            rejected,
+            runs,
+            contrast[runs],
+            lambda runs=runs: (
+                state.runs.policy_history[runs],
+                consts.initial_policies[runs],
+                knobs.rejected_from[runs],
+                knobs.temporal_gap[runs],
+            ),
+        )
+
+    def lookahead_arguments(runs: jax.Array) -> tuple:
+        slots, members = run_judge_slots(shape, consts, knobs)
+        step_keys = jax.vmap(lambda key: jax.random.split(key, shape.max_lookahead_steps))(contrast_keys[runs])
+        noise = jax.vmap(
+            jax.vmap(partial(streams.sampling_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len))
+        )(step_keys)
+        run_knobs = jax.tree.map(lambda leaf: leaf[runs], knobs)
+        judges = state.slots.judge.params[slots[runs]]
+        return take(policy, runs), judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs
+
+    for index in shape.groups_of("lookahead"):
+        runs = consts.groups[index].run_ids
+        unit = partial(mechanisms.lookahead_side, vocab=vocab)
+        chosen = apply_where_due(unit, chosen, runs, contrast[runs], partial(lookahead_arguments, runs))
+    return chosen, rejected
+
+
+def pair_tokens(
+    shape: GridShape, sides: tuple[jax.Array, jax.Array], keys: streams.StepKeys, group: WorkGroup
+) -> tuple[jax.Array, jax.Array]:
+    """The judge pair batch of each slot of `group`: chosen and rejected tokens (Jg, B, L) each, drawn with the
+    run's judge-pair noise from its sides' policy rows (one batch per run, shared by the run's judges)."""
+    batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
+    pair_noise = partial(streams.judge_pair_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
+    sample = jax.vmap(partial(mechanisms.sample, vocab=vocab))
+    runs = group.run_ids
+    noise = jax.vmap(pair_noise)(keys.judge_pairs[runs])
+    chosen_rows, rejected_rows = (rows[runs] for rows in sides)
+    chosen, _ = sample(chosen_rows, noise[:, :, :batch])
+    rejected, _ = sample(rejected_rows, noise[:, :, batch:])
+    return chosen[group.slot_position], rejected[group.slot_position]
+
+
 def judge_updates(
     shape: GridShape,
     consts: GridConstants,
@@ -97,27 +167,26 @@ def judge_updates(
     keys: streams.StepKeys,
     due: jax.Array,
 ) -> CoevolutionState:
-    """Self-labelled judge updates, then the anchor step, for every judge whose run is due (due bool (R,))."""
+    """Judge updates (on contrast pairs where drawn, else self-labelled), then the anchor step and meta-judging,
+    for every judge whose run is due (due bool (R,))."""
     batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
-    pair_noise = functools.partial(streams.judge_pair_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
-    draw_anchors = functools.partial(
+    draw_anchors = partial(
         streams.anchor_pairs,
         shape.streams,
         batch=batch,
         max_pairs=shape.max_anchor_pairs,
         n_outputs=consts.q_star.shape[0],
     )
-    sample = functools.partial(mechanisms.sample, vocab=vocab)
-    update = functools.partial(mechanisms.self_labelled_update, vocab=vocab)
-    anchor = functools.partial(mechanisms.anchor_update, q_star=consts.q_star, vocab=vocab, seq_len=seq_len)
+    # Contrast pairs on a judge update with probability contrast_mix (uniform in [0, 1): always at 1).
+    drawn = jax.vmap(lambda key: jax.random.uniform(jax.random.fold_in(key, 0)))(keys.contrast)
+    contrast = due & contrast_runs(knobs) & (drawn < knobs.contrast_mix)
+    sides = pair_sides(shape, consts, knobs, state, keys.contrast, contrast)
+    update = partial(mechanisms.judge_pair_update, vocab=vocab)
+    anchor = partial(mechanisms.anchor_update, q_star=consts.q_star, vocab=vocab, seq_len=seq_len)
+    referee = partial(mechanisms.referee_update, vocab=vocab)
 
-    def sampled_pairs(group: WorkGroup) -> tuple[jax.Array, ...]:
-        # One batch of 2B sequences per run, shared by the run's judges.
-        runs = group.run_ids
-        noise = jax.vmap(pair_noise)(keys.judge_pairs[runs])
-        tokens, _ = jax.vmap(sample)(state.runs.policy.params[runs], noise)
-        tokens = tokens[group.slot_position]
-        return tokens[:, :batch], tokens[:, batch:], knobs.lr_judge[group.slot_run]
+    def update_arguments(group: WorkGroup) -> tuple[jax.Array, ...]:
+        return *pair_tokens(shape, sides, keys, group), contrast[group.slot_run], knobs.lr_judge[group.slot_run]
 
     def anchor_arguments(group: WorkGroup) -> tuple[jax.Array, ...]:
         runs = group.slot_run
@@ -125,13 +194,21 @@ def judge_updates(
         pairs = jax.vmap(draw_anchors)(keys.anchors[runs, members])
         return pairs, anchor_pair_count(knobs.anchor_fraction[runs], batch), knobs.lr_judge[runs]
 
+    def referee_arguments(group: WorkGroup) -> tuple[jax.Array, ...]:
+        runs = group.slot_run
+        referees = consts.pretrained_judges[group.slot_ids]
+        return *pair_tokens(shape, sides, keys, group), referees, knobs.referee_margin[runs], knobs.lr_judge[runs]
+
     judges = state.slots.judge
-    for mechanism, unit, arguments in (("judge_update", update, sampled_pairs), ("anchor", anchor, anchor_arguments)):
+    mechanism_steps = (
+        ("judge_update", update, update_arguments),
+        ("anchor", anchor, anchor_arguments),
+        ("referee", referee, referee_arguments),
+    )
+    for mechanism, unit, arguments in mechanism_steps:
         for index in shape.groups_of(mechanism):
             group = consts.groups[index]
-            judges = apply_where_due(
-                unit, judges, group.slot_ids, due[group.slot_run], functools.partial(arguments, group)
-            )
+            judges = apply_where_due(unit, judges, group.slot_ids, due[group.slot_run], partial(arguments, group))
     return state.replace(slots=state.slots.replace(judge=judges))
 
 
@@ -160,7 +237,7 @@ def meta_corrections(
             lambda: jnp.ones_like(check_due, jnp.float32),  # (shaped like a per-shard value, for shard_map)
         )
         needs = check_due & (accuracy < knobs.meta_accuracy_threshold[runs])
-        correct = functools.partial(mechanisms.holdout_correction, vocab=vocab, seq_len=seq_len)
+        correct = partial(mechanisms.holdout_correction, vocab=vocab, seq_len=seq_len)
         judges = apply_where_due(correct, judges, group.slot_ids, needs, lambda: (*held_out(), knobs.lr_judge[runs]))
         return judges, jax.ops.segment_sum(needs.astype(jnp.int32), runs, num_segments=shape.n_runs)
 
@@ -177,7 +254,7 @@ def inner_step(
     """Policy step, then the judge update (with the anchor) and meta-correction where due, for every run."""
     counter = step_in_iteration + 1
     update_due = (~knobs.freeze_judge) & (counter % knobs.judge_update_every == 0)
-    step_keys = functools.partial(streams.step_keys, shape.streams, max_members=shape.max_members)
+    step_keys = partial(streams.step_keys, shape.streams, max_members=shape.max_members)
     keys = jax.vmap(step_keys, (0, None, 0, 0, 0))(
         state.runs.stream_key, state.step, update_due, knobs.anchor_fraction > 0, knobs.n_judges
     )
@@ -210,7 +287,11 @@ def train_iteration(
 ) -> CoevolutionState:
     """All inner steps of one outer iteration (counters restarted), then resets."""
     zeros = jnp.zeros_like(state.runs.judge_updates)  # (a per-shard value, as shard_map requires of the carry)
-    state = state.replace(runs=state.runs.replace(judge_updates=zeros, meta_corrections=zeros))
+    runs = state.runs
+    # A checkpoint at the start of every iteration, latest first: what a past rejected side is drawn from.
+    history = jnp.concatenate([runs.policy.params[:, None], runs.policy_history[:, :-1]], axis=1)
+    history = history[:, : shape.history_depth]
+    state = state.replace(runs=runs.replace(policy_history=history, judge_updates=zeros, meta_corrections=zeros))
 
     def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
         return inner_step(shape, consts, knobs, carry, step_in_iteration), None

@@ -7,15 +7,19 @@ function of one run's `RunView`, vmapped over the runs.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
-from harness.coevolution import GridConstants, run_judge_slots, run_rewards
+from harness import streams
+from harness.coevolution import GridConstants, contrast_runs, pair_sides, run_judge_slots, run_rewards
 from harness.flat_params import judge_layout, policy_layout
 from harness.grid import GridShape
 from harness.knobs import holdout_pair_count
 from harness.metrics import METRIC_NAMES, RunView, evaluate
 from harness.models import judge_score_table, policy_log_prob_table
+from harness.pair_audits import PairAudit, audit_pairs
 from harness.state import CoevolutionState
 
 # One record of every registered metric: name -> array with a leading run axis (R,).
@@ -28,6 +32,41 @@ def _all_finite(tree: jax.Array) -> jax.Array:
     """Per leading-axis entry: every leaf's entries are finite."""
     leaves = [jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1) for leaf in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves), axis=0)
+
+
+def _pair_audits(
+    shape: GridShape,
+    consts: GridConstants,
+    knobs: object,
+    state: CoevolutionState,
+    log_pi: jax.Array,
+    slot_tables: jax.Array,
+) -> PairAudit:
+    """Every judge slot's exact pair audit (`harness.pair_audits`), leading axis J, for the pairs its next update
+    would draw: contrast pairs with probability contrast_mix where the run has them, else self-labelled."""
+    vocab, seq_len = shape.vocab_size, shape.seq_len
+    contrast = contrast_runs(knobs)
+    share = jnp.where(contrast, knobs.contrast_mix, 0.0)
+    pi = jnp.exp(log_pi)
+    chosen = rejected = pi
+    if shape.contrast:  # the sides' distributions, with the look-ahead drawn as the next step would draw it
+        step_keys = partial(streams.step_keys, shape.streams, max_members=shape.max_members)
+        keys = jax.vmap(step_keys, (0, None, None, 0, 0))(
+            state.runs.stream_key, state.step, jnp.bool_(True), knobs.anchor_fraction > 0, knobs.n_judges
+        )
+        unravel = policy_layout(vocab).unravel
+        table = jax.vmap(lambda row: jnp.exp(policy_log_prob_table(unravel(row), vocab, seq_len)))
+        chosen, rejected = (table(rows) for rows in pair_sides(shape, consts, knobs, state, keys.contrast, contrast))
+    referees = slot_tables
+    if shape.groups_of("referee"):
+        unravel_judge = judge_layout(vocab).unravel
+        referees = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(consts.pretrained_judges)
+    run = consts.slot_run
+    audit = partial(audit_pairs, q_star=consts.q_star)
+    return jax.lax.map(
+        lambda slot: audit(*slot),
+        (chosen[run], rejected[run], pi[run], share[run], slot_tables, referees, knobs.referee_margin[run]),
+    )
 
 
 def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: CoevolutionState) -> Diagnostics:
@@ -50,6 +89,10 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: Coev
     slot_accuracy = jnp.sum(correct & mask, axis=1) / jnp.maximum(count, 1)
 
     slots, members = run_judge_slots(shape, consts, knobs)
+    slot_pairs = _pair_audits(shape, consts, knobs, state, log_pi, slot_tables)
+    # Each run's audit: the mean over its judges (a referee's error over the judges that re-judge any pair).
+    real = jnp.where(members, 1.0, jnp.nan)
+    run_pairs = jax.tree.map(lambda leaf: jnp.nanmean(leaf[slots] * real, axis=1), slot_pairs)
     slot_finite = _all_finite(judges)
     judges_finite = jnp.all(slot_finite[slots] | ~members, axis=1)
     runs = RunView(
@@ -62,6 +105,8 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: Coev
         judge_updates=state.runs.judge_updates,
         meta_corrections=state.runs.meta_corrections,
         finite=_all_finite(policies) & judges_finite,
+        pairs=run_pairs,
+        referee_on=knobs.referee_margin > 0,
     )
-    per_run = RunView(None, *([0] * 8))  # q* is shared by every run
+    per_run = jax.tree.map(lambda _: 0, runs).replace(q_star=None)  # q* is shared by every run
     return jax.vmap(evaluate, in_axes=(per_run,))(runs)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.claims import Claim
 from harness.knobs import Knobs, anchor_pair_count, holdout_pair_count, stack_knobs
 from harness.original_streams import Script as OriginalScript
-from harness.schedules import CADENCES, SCHEDULES, Cadence
+from harness.schedules import CADENCES, SCHEDULES, Cadence, lookahead_schedule, rejected_side_schedule
 from harness.streams import Streams
 from harness.world import WorldConfig
 
@@ -158,6 +158,8 @@ class GridShape:
     groups: the non-empty work groups, mechanism by mechanism in `SCHEDULES` order, then by cadence.
     max_anchor_pairs: the largest anchor pair count, to which every run's are padded (its draws
     do not depend on the padding); max_holdout_pairs: the largest over the meta groups.
+    history_depth: policy checkpoints each run keeps, the largest temporal gap of runs with a past
+    rejected side (0: none kept); max_lookahead_steps: the longest look-ahead (0: no run looks ahead).
     """
 
     n_runs: int
@@ -171,6 +173,13 @@ class GridShape:
     vocab_size: int
     seq_len: int
     streams: Streams = "harness"
+    history_depth: int = 0
+    max_lookahead_steps: int = 0
+
+    @property
+    def contrast(self) -> bool:
+        """Whether some run's judge trains on pairs with a side other than the policy."""
+        return bool(self.groups_of("rejected_side") or self.groups_of("lookahead"))
 
     @property
     def max_holdout_pairs(self) -> int:
@@ -262,6 +271,10 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
                 group_shapes.append(GroupShape(mechanism, name, run_ids.size, slot_ids.size, held_out))
 
     anchor_pairs = anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
+    past_gaps = [
+        k.temporal_gap for k in run_knobs if rejected_side_schedule(k, n_outputs) and k.rejected_from == "past"
+    ]
+    lookaheads = [k.lookahead_steps for k in run_knobs if lookahead_schedule(k, n_outputs)]
     shape = GridShape(
         n_runs=len(run_knobs),
         n_slots=len(slot_run),
@@ -274,6 +287,8 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         vocab_size=spec.world.vocab_size,
         seq_len=spec.world.seq_len,
         streams=spec.run.streams,
+        history_depth=max(past_gaps, default=0),
+        max_lookahead_steps=max(lookaheads, default=0),
     )
     return GridLayout(
         spec=spec,

@@ -20,8 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 # Upper bound on ensemble size: each member is a pretrained judge per seed.
 MAX_JUDGES = 16
+# Upper bounds on the look-ahead and the temporal gap: each bounds a scan or a stored history.
+MAX_LOOKAHEAD_STEPS = 64
+MAX_TEMPORAL_GAP = 10
 
 EnsembleAggregation = Literal["mean", "min", "mean_minus_std"]
+# Where the two sides of a judge's training pair come from (see `Knobs.chosen_from`, `Knobs.rejected_from`).
+ChosenSide = Literal["policy", "lookahead"]
+RejectedSide = Literal["policy", "past", "initial"]
 
 # What a knob that counts something counts: its field's json_schema_extra[UNIT] (see knob_unit).
 UNIT = "unit"
@@ -76,6 +82,47 @@ class Knobs(BaseModel):
     )
     meta_accuracy_threshold: float = Field(
         0.75, ge=0.0, le=1.0, description="meta-correction steps when held-out accuracy is below this"
+    )
+    chosen_from: ChosenSide = Field(
+        "policy",
+        description="where the first (chosen) side of the judge's training pairs comes from: the policy; or "
+        "lookahead, a copy of the policy trained lookahead_steps more steps against the current judges, then "
+        "discarded (future-guided chosen, Temporal Self-Rewarding)",
+    )
+    rejected_from: RejectedSide = Field(
+        "policy",
+        description="where the second (rejected) side comes from: the policy; past, the policy temporal_gap "
+        "checkpoints ago (temporal contrast, EvoLM); or initial, π₀ (anchored rejection). Unless both sides are "
+        "the policy, pairs are labelled chosen > rejected instead of by the judge",
+    )
+    temporal_gap: int = Field(
+        1,
+        ge=0,
+        le=MAX_TEMPORAL_GAP,
+        description="which checkpoint the past side is drawn from: checkpoints are taken at the start of every "
+        "outer iteration, 1 is the latest, 0 is the live policy (π₀ before the first)",
+        json_schema_extra={UNIT: OUTER_ITERATIONS},
+    )
+    lookahead_steps: int = Field(
+        5,
+        ge=1,
+        le=MAX_LOOKAHEAD_STEPS,
+        description="REINFORCE steps the look-ahead copy takes before it draws the chosen side",
+        json_schema_extra={UNIT: INNER_STEPS},
+    )
+    contrast_mix: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="probability that a judge update uses the chosen_from/rejected_from pairs rather than two "
+        "judge-labelled policy samples (1: always)",
+    )
+    referee_margin: float = Field(
+        0.0,
+        ge=0.0,
+        description="meta-judging: after each judge update, pairs of its batch on which the judge is least "
+        "certain, |J(a) − J(b)| below this Bradley–Terry margin, get one more step toward the labels of a frozen "
+        "referee, the judge's own pretrained weights; no q* involved (0: off)",
     )
     entropy_bonus: float = Field(0.01, ge=0.0, description="weight of mean log π in the policy loss")
     lr_policy: float = Field(3e-4, gt=0.0, description="Adam learning rate of the policy")
@@ -139,3 +186,8 @@ def holdout_pair_count(holdout_fraction: jnp.ndarray | np.ndarray, n_outputs: in
     """Held-out meta pairs: floor(outputs * f); zero means meta-correction is off."""
     fraction = jnp.asarray(holdout_fraction, jnp.float32)
     return jnp.floor(n_outputs * fraction).astype(jnp.int32)
+
+
+def is_contrast(knobs: Knobs) -> bool:
+    """Whether a run's judge trains on contrast pairs (a side other than the policy, labelled chosen > rejected)."""
+    return knobs.chosen_from != "policy" or knobs.rejected_from != "policy"

@@ -21,6 +21,7 @@ from harness.models import judge_scores, judge_scores_of_outputs, sample_from_no
 from harness.state import Network, adam_step, fresh_network
 
 _AGGREGATIONS = choices("ensemble_aggregation")
+_REJECTED_SIDES = choices("rejected_from")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -106,18 +107,54 @@ def pair_bce(judge: jax.Array, pairs: jax.Array, labels: jax.Array, mask: jax.Ar
     return loss, accuracy
 
 
-def self_labelled_bce(judge: jax.Array, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
-    """Bradley–Terry loss of one judge with its own current preference 1[J(a) > J(b)] as the label."""
+def pair_margins(judge: jax.Array, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
+    """J(first[i]) − J(second[i]) of one judge row on sequence pairs, each (B, L): the Bradley–Terry logits."""
     params = judge_layout(vocab).unravel(judge)
     scores = judge_scores(params, jnp.concatenate([first, second]), vocab, include_bias=False)
-    margin = scores[: first.shape[0]] - scores[first.shape[0] :]
-    labels = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
+    return scores[: first.shape[0]] - scores[first.shape[0] :]
+
+
+def pair_bce_labelled(
+    judge: jax.Array, first: jax.Array, second: jax.Array, ordered: jax.Array, vocab: int
+) -> jax.Array:
+    """Bradley–Terry loss of one judge on pairs labelled first > second where `ordered` (contrast pairs),
+    else by its own current preference 1[J(a) > J(b)] (self-labelled pairs)."""
+    margin = pair_margins(judge, first, second, vocab)
+    own = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
+    labels = jnp.where(ordered, jnp.ones_like(own), own)
     return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
 
 
-def self_labelled_update(judge: Network, first: jax.Array, second: jax.Array, lr: jax.Array, *, vocab: int) -> Network:
-    """One self-labelled Bradley–Terry step of one judge on sequence pairs (first[i], second[i]), each (B, L)."""
-    return adam_step(judge, jax.grad(self_labelled_bce)(judge.params, first, second, vocab), lr)
+def judge_pair_update(
+    judge: Network, first: jax.Array, second: jax.Array, ordered: jax.Array, lr: jax.Array, *, vocab: int
+) -> Network:
+    """One Bradley–Terry step of one judge on sequence pairs (first[i], second[i]), each (B, L): labelled
+    chosen > rejected where `ordered`, else by the judge itself (`pair_bce_labelled`)."""
+    return adam_step(judge, jax.grad(pair_bce_labelled)(judge.params, first, second, ordered, vocab), lr)
+
+
+def referee_update(
+    judge: Network,
+    first: jax.Array,
+    second: jax.Array,
+    referee: jax.Array,
+    margin: jax.Array,
+    lr: jax.Array,
+    *,
+    vocab: int,
+) -> Network:
+    """Meta-judging of one judge: the pairs of its batch where it is least certain, |J(a) − J(b)| < margin, are
+    re-judged by a frozen referee row (its pretrained self) and the judge takes one Bradley–Terry step toward the
+    referee's labels on them. No step where no pair is that uncertain."""
+    uncertain = (jnp.abs(pair_margins(judge.params, first, second, vocab)) < margin).astype(jnp.float32)
+    labels = (pair_margins(referee, first, second, vocab) > 0).astype(jnp.float32)
+
+    def loss(row: jax.Array) -> jax.Array:
+        bce = optax.sigmoid_binary_cross_entropy(pair_margins(row, first, second, vocab), labels)
+        return jnp.sum(uncertain * bce) / jnp.maximum(jnp.sum(uncertain), 1.0)
+
+    stepped = adam_step(judge, jax.grad(loss)(judge.params), lr)
+    return jax.tree.map(lambda new, old: jnp.where(jnp.any(uncertain > 0), new, old), stepped, judge)
 
 
 def anchor_update(
@@ -138,6 +175,46 @@ def holdout_correction(
     arguments; its accuracy on them, a forward pass, decides whether the step is due)."""
     grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len)
     return adam_step(judge, grads, lr)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Where a judge's training pairs come from
+
+
+def rejected_side(
+    current: jax.Array, history: jax.Array, initial: jax.Array, rejected_from: jax.Array, gap: jax.Array
+) -> jax.Array:
+    """The policy row (P,) one run draws the rejected side of contrast pairs from: its current row, its checkpoint
+    `gap` ago (history (D, P), latest first; gap 0 is the current row) or its initial row, by the code of
+    `Knobs.rejected_from`."""
+    past = current if history.shape[0] == 0 else jnp.where(gap > 0, history[jnp.clip(gap - 1, 0)], current)
+    codes = {name: code for code, name in enumerate(_REJECTED_SIDES)}
+    return jnp.select([rejected_from == codes["past"], rejected_from == codes["initial"]], [past, initial], current)
+
+
+def lookahead_side(
+    current: jax.Array,
+    policy: Network,
+    judges: jax.Array,
+    members: jax.Array,
+    noise: jax.Array,
+    steps: jax.Array,
+    knobs: object,
+    *,
+    vocab: int,
+) -> jax.Array:
+    """The chosen side's policy row for future-guided pairs: a copy of one run's policy (with its Adam state)
+    trained `steps` more REINFORCE steps against the run's current judges (rows (M, P), members marking the real
+    ones), step i with noise[i] (S, L, B, K), S ≥ steps; the copy's row is returned, the run's policy is untouched."""
+    del current  # the side it replaces: always the policy's own row
+
+    def step(copy: Network, inputs: tuple[jax.Array, jax.Array]) -> tuple[Network, None]:
+        index, step_noise = inputs
+        stepped = policy_step(copy, judges, members, step_noise, knobs, vocab)
+        return jax.tree.map(lambda new, old: jnp.where(index < steps, new, old), stepped, copy), None
+
+    copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))
+    return copy.params
 
 
 def reset(judge: Network, pretrained: jax.Array) -> Network:

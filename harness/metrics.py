@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
+from harness.pair_audits import PairAudit
 from harness.stats import spearman
 
 
@@ -30,7 +31,8 @@ class RunView:
     them; log_pi_initial (N,): log π₀(x) of the run's initial policy;
     holdout_accuracy: mean held-out pairwise accuracy of the run's judges; meta_on: whether
     the run has held-out pairs; judge_updates / meta_corrections: this iteration's counts;
-    finite: every parameter of the run is finite.
+    finite: every parameter of the run is finite; pairs: the exact audit of the pairs its judges
+    train on, averaged over its judges (`harness.pair_audits`); referee_on: the run has meta-judging.
     """
 
     q_star: jax.Array
@@ -42,6 +44,8 @@ class RunView:
     judge_updates: jax.Array
     meta_corrections: jax.Array
     finite: jax.Array
+    pairs: PairAudit
+    referee_on: jax.Array
 
     @property
     def pi(self) -> jax.Array:
@@ -133,6 +137,50 @@ METRICS: tuple[Metric, ...] = (
         "fraction",
         "share of held-out q*-labelled pairs the run's judges order correctly, averaged over judges (empty: meta off)",
         lambda run: jnp.where(run.meta_on, run.holdout_accuracy, jnp.nan),
+    ),
+    Metric(
+        "pair_label_error",
+        "pair label error",
+        "probability",
+        "P(the label of a judge training pair prefers the side of lower q*), exact over the pair distribution of "
+        "the run's pair source (for temporal pairs: how often 'newer is better' is wrong)",
+        lambda run: run.pairs.label_error,
+    ),
+    Metric(
+        "pair_quality_gap",
+        "pair q* gap",
+        "q*",
+        "E|q*(a) − q*(b)| over the judge's training pairs: how far apart in real quality chosen and rejected are",
+        lambda run: run.pairs.quality_gap,
+    ),
+    Metric(
+        "pair_judge_gap",
+        "pair judge gap",
+        "judge score",
+        "E|J(a) − J(b)| over the judge's training pairs: how far apart the judge itself sees them",
+        lambda run: run.pairs.judge_gap,
+        judge_scale=True,
+    ),
+    Metric(
+        "pair_identical",
+        "identical pairs",
+        "probability",
+        "P(a = b) over the judge's training pairs: pairs that carry no signal",
+        lambda run: run.pairs.identical,
+    ),
+    Metric(
+        "referee_share",
+        "re-judged share",
+        "probability",
+        "meta-judging: P(the referee re-judges a training pair), |J(a) − J(b)| below the margin (empty: off)",
+        lambda run: jnp.where(run.referee_on, run.pairs.referee_share, jnp.nan),
+    ),
+    Metric(
+        "referee_label_error",
+        "referee label error",
+        "probability",
+        "meta-judging: P(the referee's label prefers the side of lower q* | it re-judges the pair) (empty: off)",
+        lambda run: jnp.where(run.referee_on, run.pairs.referee_error, jnp.nan),
     ),
     Metric(
         "mode_index",

@@ -178,6 +178,7 @@ def grid_constants(
         holdout_pairs=holdout_pairs,
         holdout_labels=holdout_labels,
         pretrained_judges=ravel_rows(slot_judges),
+        initial_policies=ravel_rows(origins.policy_params)[origins.run_policy(layout)],
         initial_log_pi=log_pi[origins.run_policy(layout)],
     )
 
@@ -326,9 +327,10 @@ class GridProgram:
         self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
         run_policy = origins.run_policy(layout)
         state = initial_state(
-            ravel_rows(origins.policy_params)[run_policy],
+            self.consts.initial_policies,
             self.consts.pretrained_judges,
             origins.stream_keys[run_policy],
+            self.shard_shape.history_depth,
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from harness.knobs import Knobs, holdout_pair_count
+from harness.knobs import Knobs, holdout_pair_count, is_contrast
 
 Cadence = Literal["every_step", "slower"]
 CADENCES: tuple[Cadence, ...] = ("every_step", "slower")
@@ -47,8 +47,29 @@ def meta_correction_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return _cadence(knobs.meta_update_every)
 
 
+def rejected_side_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """A rejected side other than the policy (past or initial) rides on the judge update, on its cadence."""
+    del n_outputs
+    return None if knobs.rejected_from == "policy" or not is_contrast(knobs) else _judge_cadence(knobs)
+
+
+def lookahead_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """The look-ahead copy that draws the chosen side is trained for each judge update of runs that use it."""
+    del n_outputs
+    return None if knobs.chosen_from != "lookahead" else _judge_cadence(knobs)
+
+
+def referee_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """Meta-judging rides on the judge update: runs with a referee margin, on their judge's cadence."""
+    del n_outputs
+    return None if knobs.referee_margin == 0 else _judge_cadence(knobs)
+
+
 SCHEDULES: dict[str, Callable[[Knobs, int], Cadence | None]] = {
     "judge_update": judge_update_schedule,
     "anchor": anchor_schedule,
     "meta_correction": meta_correction_schedule,
+    "rejected_side": rejected_side_schedule,
+    "lookahead": lookahead_schedule,
+    "referee": referee_schedule,
 }

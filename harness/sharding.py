@@ -9,7 +9,8 @@ and `shard_map` runs the same per-shard program on every device at once.
 Shards need identical shapes. Runs are dealt to shards kind by kind (`WorkKind`: runs of
 one kind are interchangeable for shape), and a shard that is short of a run of some kind
 gets a filler: a copy of a real run of that kind, computed alongside and then ignored.
-Anchor and held-out pair counts are padded to the largest shard's, as within a grid.
+Anchor and held-out pair counts, history depth and look-ahead length are padded to the largest
+shard's, as within a grid.
 """
 
 from __future__ import annotations
@@ -176,9 +177,11 @@ def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> 
 
 
 def _common_shape(shapes: list[GridShape]) -> GridShape:
-    """Pad shard shapes that differ only in pair counts to their maximum."""
+    """Pad shard shapes that differ only in pair counts, history depth or look-ahead length to their maximum."""
     padding = {
         "max_anchor_pairs": max(s.max_anchor_pairs for s in shapes),
+        "history_depth": max(s.history_depth for s in shapes),
+        "max_lookahead_steps": max(s.max_lookahead_steps for s in shapes),
         "groups": tuple(
             dataclasses.replace(groups[0], holdout_pairs=max(g.holdout_pairs for g in groups))
             for groups in zip(*(s.groups for s in shapes), strict=True)
@@ -212,4 +215,7 @@ def to_shards(tree: chex.ArrayTree, index: np.ndarray, devices: int | None = Non
 
 def from_shards(tree: chex.ArrayTree, at: np.ndarray) -> chex.ArrayTree:
     """Leaves (S, per shard, ...) -> the entries at flattened positions `at` (into S * per shard), on one device."""
-    return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf).reshape(-1, *leaf.shape[2:])[at]), tree)
+    # The flattened size is spelled out: -1 is ambiguous for empty leaves (a run history of depth 0).
+    return jax.tree.map(
+        lambda leaf: jnp.asarray(np.asarray(leaf).reshape(leaf.shape[0] * leaf.shape[1], *leaf.shape[2:])[at]), tree
+    )

@@ -15,7 +15,7 @@ import optax
 
 # Bumped whenever the fields or row layouts below change: a checkpoint written under
 # another layout is refused instead of being misread.
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 
 
 @flax.struct.dataclass
@@ -28,9 +28,12 @@ class Network:
 
 @flax.struct.dataclass
 class RunState:
-    """Per run (leading axis R): its policy, its random stream, and this outer iteration's counters."""
+    """Per run (leading axis R): its policy, its checkpoints, its random stream, and this outer iteration's counters."""
 
     policy: Network
+    # float32 (R, D, P): the policy at the start of the last D outer iterations, latest first (π₀ before the
+    # first); what a past rejected side is drawn from. D = GridShape.history_depth, 0 where no run needs it.
+    policy_history: jax.Array
     stream_key: jax.Array  # uint32 (R, 2): the key its draws come from (`harness.streams`)
     judge_updates: jax.Array  # int32 (R,): steps with a judge update
     meta_corrections: jax.Array  # int32 (R,): meta-correction steps, summed over the run's judges
@@ -71,12 +74,16 @@ def fresh_networks(rows: jax.Array) -> Network:
     return jax.vmap(fresh_network)(rows)
 
 
-def initial_state(policies: jax.Array, judges: jax.Array, stream_keys: jax.Array) -> CoevolutionState:
-    """Policy rows (R, Pp) and judge rows (J, Pj), each with fresh Adam, and stream keys (R, 2), at step 0."""
+def initial_state(
+    policies: jax.Array, judges: jax.Array, stream_keys: jax.Array, history_depth: int = 0
+) -> CoevolutionState:
+    """Policy rows (R, Pp) and judge rows (J, Pj), each with fresh Adam, and stream keys (R, 2), at step 0;
+    `history_depth` checkpoints per run, all π₀."""
     n_runs = policies.shape[0]
     return CoevolutionState(
         runs=RunState(
             policy=fresh_networks(policies),
+            policy_history=jnp.repeat(policies[:, None], history_depth, axis=1),
             stream_key=stream_keys,
             judge_updates=jnp.zeros(n_runs, jnp.int32),
             meta_corrections=jnp.zeros(n_runs, jnp.int32),

@@ -33,20 +33,24 @@ Streams = Literal["harness", "original"]
 STREAMS: tuple[Streams, ...] = ("harness", "original")
 
 # The harness's per-step keys, by what they draw.
-_POLICY_SAMPLE, _JUDGE_PAIRS, _ANCHOR_PAIRS, _SPARE = range(4)
+_POLICY_SAMPLE, _JUDGE_PAIRS, _ANCHOR_PAIRS, _CONTRAST = range(4)
+# The original lab has no contrast pairs: their key folds this into its judge-pair key, leaving its chain as it was.
+_ORIGINAL_CONTRAST_FOLD = 0x7E5A
 
 
 class StepKeys(NamedTuple):
     """One run's keys for one inner step (each (2,) unless said).
 
     policy: draws the policy batch; judge_pairs: the judge's pair batch; anchors (M, 2):
-    member m's anchor pairs (M = the grid's largest ensemble); next: the run's stream key
-    after the step.
+    member m's anchor pairs (M = the grid's largest ensemble); contrast: whether a judge
+    update uses contrast pairs (`Knobs.contrast_mix`) and the look-ahead copy's batches;
+    next: the run's stream key after the step.
     """
 
     policy: jax.Array
     judge_pairs: jax.Array
     anchors: jax.Array
+    contrast: jax.Array
     next: jax.Array
 
 
@@ -67,7 +71,7 @@ def step_keys(
     if streams == "harness":
         keys = jax.random.split(jax.random.fold_in(stream_key, step), 4)
         anchors = jnp.broadcast_to(keys[_ANCHOR_PAIRS], (max_members, 2))  # a run's judges share its anchor pairs
-        return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], anchors, stream_key)
+        return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], anchors, keys[_CONTRAST], stream_key)
     if streams != "original":
         raise ValueError(f"unknown streams {streams!r}; expected one of {STREAMS}")
     after_policy, policy = jax.random.split(stream_key)
@@ -80,7 +84,8 @@ def step_keys(
 
     after_anchors, anchors = jax.lax.scan(member_key, after_pairs, jnp.arange(max_members))
     after_update = jnp.where(anchored, after_anchors, after_pairs)
-    return StepKeys(policy, after_policy, anchors, jnp.where(update_due, after_update, after_policy))
+    contrast = jax.random.fold_in(after_policy, _ORIGINAL_CONTRAST_FOLD)
+    return StepKeys(policy, after_policy, anchors, contrast, jnp.where(update_due, after_update, after_policy))
 
 
 def _position_chain(key: jax.Array, seq_len: int) -> jax.Array:

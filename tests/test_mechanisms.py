@@ -100,17 +100,68 @@ def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) 
     assert int(after.adam[0].count) == 1
 
 
-def test_self_labelled_update_trains_on_the_judges_own_preference(judge_tree) -> None:
+@pytest.mark.parametrize("ordered", [False, True])
+def test_judge_pair_update_labels_by_the_judge_or_chosen_first(judge_tree, ordered: bool) -> None:
     first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B]
-    update = jax.jit(functools.partial(mechanisms.self_labelled_update, vocab=K))
-    after = update(fresh_network(_row(judge_tree)), first, second, jnp.float32(LR))
+    update = jax.jit(functools.partial(mechanisms.judge_pair_update, vocab=K))
+    after = update(fresh_network(_row(judge_tree)), first, second, jnp.bool_(ordered), jnp.float32(LR))
 
-    labels = (_unbiased_scores(judge_tree, first) > _unbiased_scores(judge_tree, second)).astype(jnp.float32)
+    own = (_unbiased_scores(judge_tree, first) > _unbiased_scores(judge_tree, second)).astype(jnp.float32)
+    labels = jnp.ones(B) if ordered else own
+    assert not np.all(np.asarray(own) == 1.0)  # the two labellings differ on this batch
 
     def loss(tree: chex.ArrayTree) -> jax.Array:
         return jnp.mean(_bce(_unbiased_scores(tree, first) - _unbiased_scores(tree, second), labels))
 
     _assert_row(after, _adam_reference(judge_tree, loss))
+
+
+def test_referee_update_steps_toward_the_referee_on_the_uncertain_pairs_only(judge_tree) -> None:
+    first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B]
+    referee_tree = _perturbed(judge_tree, 11)
+    margins = np.asarray(_unbiased_scores(judge_tree, first) - _unbiased_scores(judge_tree, second))
+    margin = float(np.median(np.abs(margins)))  # about half the pairs are re-judged
+    uncertain = np.abs(margins) < margin
+    referee_labels = np.asarray(
+        _unbiased_scores(referee_tree, first) > _unbiased_scores(referee_tree, second), np.float32
+    )
+    update = jax.jit(functools.partial(mechanisms.referee_update, vocab=K))
+    args = (first, second, _row(referee_tree))
+    after = update(fresh_network(_row(judge_tree)), *args, jnp.float32(margin), jnp.float32(LR))
+
+    def loss(tree: chex.ArrayTree) -> jax.Array:
+        bce = _bce(_unbiased_scores(tree, first) - _unbiased_scores(tree, second), jnp.asarray(referee_labels))
+        return jnp.sum(jnp.where(uncertain, bce, 0.0)) / uncertain.sum()
+
+    _assert_row(after, _adam_reference(judge_tree, loss))
+    untouched = update(fresh_network(_row(judge_tree)), *args, jnp.float32(0.0), jnp.float32(LR))
+    chex.assert_trees_all_equal(untouched, fresh_network(_row(judge_tree)))  # no pair that uncertain: no step
+
+
+def test_rejected_side_picks_the_policy_a_checkpoint_or_the_initial_row() -> None:
+    current, initial = jnp.full(3, 1.0), jnp.full(3, -1.0)
+    history = jnp.stack([jnp.full(3, 10.0), jnp.full(3, 20.0)])  # latest first
+    code = {name: jnp.int32(i) for i, name in enumerate(choices("rejected_from"))}
+    side = jax.jit(mechanisms.rejected_side)
+    np.testing.assert_array_equal(side(current, history, initial, code["policy"], jnp.int32(2)), current)
+    np.testing.assert_array_equal(side(current, history, initial, code["initial"], jnp.int32(2)), initial)
+    for gap, expected in [(0, current), (1, history[0]), (2, history[1])]:
+        np.testing.assert_array_equal(side(current, history, initial, code["past"], jnp.int32(gap)), expected)
+
+
+def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(policy_tree, judge_tree) -> None:
+    knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR)]))
+    keys = jax.random.split(jax.random.PRNGKey(21), 4)
+    noise = jnp.stack([sampling_noise("harness", key, B, K, L) for key in keys])  # room for 4 steps
+    policy, judges, members = fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True])
+    lookahead = jax.jit(functools.partial(mechanisms.lookahead_side, vocab=K))
+    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs)
+
+    step = jax.jit(functools.partial(mechanisms.policy_step, vocab=K))
+    expected = step(step(policy, judges, members, noise[0], knobs), judges, members, noise[1], knobs)
+    np.testing.assert_allclose(np.asarray(row), np.asarray(expected.params), rtol=0, atol=1e-6)
+    assert np.max(np.abs(np.asarray(row) - np.asarray(policy.params))) > LR / 2  # it did train
+    np.testing.assert_array_equal(np.asarray(policy.params), np.asarray(_row(policy_tree)))
 
 
 @pytest.mark.parametrize("count", [1, 5, 16])

@@ -1,0 +1,57 @@
+"""The exact pair audits (harness.pair_audits) against a brute-force numpy sum over every ordered pair."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness.pair_audits import audit_pairs
+
+
+def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> dict[str, float]:
+    """Every pair (a, b) and its label, one at a time: the definitions written out."""
+    totals = dict.fromkeys(["label_error", "quality_gap", "judge_gap", "identical", "referee_share", "wrong"], 0.0)
+    n = len(q)
+    for a in range(n):
+        for b in range(n):
+            for weight, label in (
+                (share * chosen[a] * rejected[b], True),  # contrast pair: chosen > rejected
+                ((1 - share) * policy[a] * policy[b], judge[a] > judge[b]),  # the judge's own label
+            ):
+                wrong = q[a] < q[b] if label else q[a] > q[b]
+                totals["label_error"] += weight * wrong
+                totals["quality_gap"] += weight * abs(q[a] - q[b])
+                totals["judge_gap"] += weight * abs(judge[a] - judge[b])
+                totals["identical"] += weight * (a == b)
+                if abs(judge[a] - judge[b]) < margin:
+                    referee_label = referee[a] > referee[b]
+                    totals["referee_share"] += weight
+                    totals["wrong"] += weight * (q[a] < q[b] if referee_label else q[a] > q[b])
+    wrong, rejudged = totals.pop("wrong"), totals["referee_share"]
+    totals["referee_error"] = wrong / rejudged if rejudged > 0 else np.nan
+    return totals
+
+
+@pytest.mark.parametrize(("n", "share", "margin"), [(40, 0.0, 0.0), (40, 1.0, 0.5), (300, 0.3, 0.8)])
+def test_audit_equals_the_sum_over_every_pair(n: int, share: float, margin: float) -> None:
+    rng = np.random.default_rng(n + int(10 * share))
+    chosen, rejected, policy = (rng.dirichlet(np.full(n, 0.3)) for _ in range(3))  # uneven, like a trained policy
+    judge, referee, q = (rng.normal(size=n) for _ in range(3))
+    judge[:5] = judge[5]  # ties in the judge's scores: label 0, so wrong where q*(a) > q*(b)
+    args = [np.float32(x) for x in (chosen, rejected, policy, share, judge, referee, margin, q)]
+    audit = audit_pairs(*map(jnp.asarray, args))
+    expected = _brute_force(*(np.asarray(x, np.float64) for x in args))
+    for name, value in expected.items():
+        np.testing.assert_allclose(float(getattr(audit, name)), value, rtol=2e-5, atol=1e-6, err_msg=name)
+
+
+def test_two_draws_of_one_distribution_labelled_first_better_are_a_coin() -> None:
+    # Temporal pairs with no gap: the 'newer' side is as good as the 'older' one, so the label is wrong half the time
+    # (pairs of one output apart, which are never wrong).
+    rng = np.random.default_rng(3)
+    pi, judge, q = rng.dirichlet(np.ones(64)), rng.normal(size=64), rng.normal(size=64)
+    audit = audit_pairs(*(jnp.asarray(x, jnp.float32) for x in (pi, pi, pi, 1.0, judge, judge, 0.0, q)))
+    assert float(audit.label_error) == pytest.approx((1 - np.sum(pi**2)) / 2, abs=1e-6)
+    assert float(audit.identical) == pytest.approx(np.sum(pi**2), abs=1e-7)
+    assert np.isnan(float(audit.referee_error)) and float(audit.referee_share) == 0.0
