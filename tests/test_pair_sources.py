@@ -1,0 +1,116 @@
+"""Pair sources inside the compiled grid: each side is drawn from what it says, and the look-ahead copy is discarded."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from harness.coevolution import judge_updates, pair_sides, pair_tokens
+from harness.grid import Condition, GridSpec, RunSettings
+from harness.knobs import Knobs
+from harness.program import GridProgram
+from harness.streams import StepKeys
+
+SETTINGS = RunSettings(seeds=(0,), iterations=2, steps_per_iteration=5, batch_size=32)
+CONDITIONS = {
+    "baseline": Knobs(),
+    "temporal-now": Knobs(rejected_from="past", temporal_gap=0),
+    "temporal": Knobs(rejected_from="past", temporal_gap=1),
+    "anchored": Knobs(rejected_from="initial"),
+    "future": Knobs(chosen_from="lookahead", lookahead_steps=3),
+}
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple[GridProgram, pd.DataFrame, list]:
+    spec = GridSpec(
+        name="pairs", run=SETTINGS, conditions=tuple(Condition(name=n, knobs=k) for n, k in CONDITIONS.items())
+    )
+    program = GridProgram(spec, max_shards=1)
+    state, diagnostics = program.start()
+    states, records = [state], [diagnostics]
+    for iteration in range(SETTINGS.iterations):
+        state, diagnostics = program.step(state, iteration)
+        states.append(state)
+        records.append(diagnostics)
+    return program, program.metrics_table(records), states
+
+
+def _run(program: GridProgram, name: str) -> int:
+    return [c for c, _ in program.layout.run_labels()].index(name)
+
+
+def test_the_live_policy_as_the_past_side_is_a_coin_and_checkpoints_are_iteration_starts(trained) -> None:
+    program, metrics, states = trained
+    now = metrics[metrics.condition == "temporal-now"]
+    np.testing.assert_allclose(now.pair_label_error, (1 - now.pair_identical) / 2, atol=1e-6)
+    baseline = metrics[metrics.condition == "baseline"]
+    assert np.all(baseline.pair_label_error.to_numpy() < 0.45)  # a pretrained judge's own labels beat a coin
+    run = _run(program, "temporal")
+    for iteration in range(SETTINGS.iterations):  # after iteration t, the latest checkpoint is the policy at its start
+        np.testing.assert_array_equal(
+            np.asarray(states[iteration + 1].runs.policy_history[run, 0]),
+            np.asarray(states[iteration].runs.policy.params[run]),
+        )
+
+
+def _draw_sides(program: GridProgram, state, draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chosen and rejected output indices of every run, from `draws` independent pair batches."""
+    consts, knobs, shape = program.consts, program.layout.knobs, program.shape
+    contrast = jnp.ones(shape.n_runs, bool)
+    group = consts.groups[shape.groups_of("judge_update")[0]]
+    weights = shape.vocab_size ** jnp.arange(shape.seq_len - 1, -1, -1)
+
+    @jax.jit
+    def one_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        run_keys = jax.random.split(key, shape.n_runs)
+        keys = StepKeys(run_keys, run_keys, None, jax.vmap(lambda k: jax.random.fold_in(k, 1))(run_keys), None)
+        sides = pair_sides(shape, consts, knobs, state, keys.contrast, contrast)
+        chosen, rejected = pair_tokens(shape, sides, keys, group)
+        return chosen @ weights, rejected @ weights  # (R, B) output indices
+
+    chosen, rejected = zip(*(one_batch(key) for key in jax.random.split(jax.random.PRNGKey(5), draws)), strict=True)
+    return np.concatenate(chosen, axis=1), np.concatenate(rejected, axis=1)
+
+
+def _goodness_of_fit(samples: np.ndarray, log_pi: np.ndarray, bins: int = 64) -> float:
+    """Chi-square p-value of samples against a distribution over outputs, pooled into `bins` prefix classes."""
+    group = np.arange(log_pi.size) // (log_pi.size // bins)
+    expected = np.bincount(group, np.exp(log_pi), bins) * samples.size
+    observed = np.bincount(group[samples], minlength=bins)
+    keep = expected > 5
+    observed, expected = observed[keep], expected[keep]
+    return stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue
+
+
+def test_anchored_rejection_draws_the_initial_policy_and_the_chosen_side_the_current_one(trained) -> None:
+    program, _, states = trained
+    # Move the policy well away from pi0, so the two distributions are easy to tell apart.
+    state = states[-1]
+    run = _run(program, "anchored")
+    moved = state.runs.policy.params.at[run].set(program.consts.initial_policies[_run(program, "future")] * 0.0)
+    state = state.replace(runs=state.runs.replace(policy=state.runs.policy.replace(params=moved)))
+    chosen, rejected = _draw_sides(program, state, draws=150)
+    uniform = np.full(program.world.n_outputs, -np.log(program.world.n_outputs))  # a zero row is the uniform policy
+    initial = np.asarray(program.consts.initial_log_pi[run])
+    assert _goodness_of_fit(rejected[run], initial) > 1e-3
+    assert _goodness_of_fit(rejected[run], uniform) < 1e-6
+    assert _goodness_of_fit(chosen[run], uniform) > 1e-3
+
+
+def test_the_lookahead_copy_is_discarded(trained) -> None:
+    program, _, states = trained
+    state = states[-1]
+    run, shape = _run(program, "future"), program.shape
+    run_keys = jax.random.split(jax.random.PRNGKey(9), shape.n_runs)
+    anchors = jnp.broadcast_to(run_keys[:, None], (shape.n_runs, shape.max_members, 2))
+    keys = StepKeys(run_keys, run_keys, anchors, run_keys, run_keys)
+    due = jnp.ones(shape.n_runs, bool)
+    after = jax.jit(lambda s: judge_updates(shape, program.consts, program.layout.knobs, s, keys, due))(state)
+    np.testing.assert_array_equal(np.asarray(after.runs.policy.params), np.asarray(state.runs.policy.params))
+    chosen, _ = pair_sides(shape, program.consts, program.layout.knobs, state, run_keys, due)
+    assert np.max(np.abs(np.asarray(chosen[run] - state.runs.policy.params[run]))) > 0  # the copy did move
