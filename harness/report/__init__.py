@@ -22,6 +22,7 @@ from harness.report.findings import findings_sections
 from harness.report.identical import identical_section
 from harness.report.markdown import markdown_table
 from harness.report.meta import meta_section
+from harness.report.pairs import pair_section
 from harness.report.readings import (
     how_to_read,
     reading_all_conditions,
@@ -134,6 +135,7 @@ def write_report(
     if identical:
         lines += ["### Conditions with identical results", "", *identical]
     lines += meta_section(m, grid)
+    lines += pair_section(m, grid, out_dir)
     if not shares.empty:
         lines += [
             "## Where runs end",

@@ -1,0 +1,186 @@
+"""The judge's training pairs, audited exactly: how often their labels are wrong, and how far apart their sides are.
+
+Each condition's pairs come from its pair source (`Knobs.chosen_from`, `Knobs.rejected_from`): two policy samples
+labelled by the judge, or a contrast (a past checkpoint, π₀ or a look-ahead copy against the policy) labelled
+chosen > rejected. The audits (`harness.pair_audits`) are exact sums over every pair, so the section reads them as
+means over seeds with bootstrap CIs, and answers the follow-up work's questions in numbers: how often "newer is
+better" is wrong as training proceeds, whether anchored rejection keeps the chosen–rejected gap open, and whether
+any pair source beats slower judge updates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.grid import GridSpec
+from harness.knobs import Knobs
+from harness.metrics import QUALITY_RESOLUTION, metric
+from harness.report.data import conditions, num, reference
+from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap
+from harness.report.grid_info import DEFAULTS
+from harness.report.markdown import markdown_table
+from harness.verdicts import decide, paired_bootstrap_ci
+
+PAIR_METRICS = ("pair_label_error", "pair_quality_gap", "pair_identical")
+FIGURE = "figures/pair_audits.png"
+_SOURCE_KNOBS = ("chosen_from", "rejected_from", "temporal_gap", "lookahead_steps", "contrast_mix")
+
+
+def pair_source(knobs: Knobs) -> str:
+    """A condition's pair source in words."""
+    chosen = "look-ahead copy" if knobs.chosen_from == "lookahead" else "policy"
+    past = f"checkpoint {knobs.temporal_gap} back" if knobs.temporal_gap else "live policy (gap 0)"
+    rejected = {"policy": "policy", "initial": "π₀", "past": past}
+    if knobs.chosen_from == "policy" and knobs.rejected_from == "policy":
+        words = "policy vs policy, judge-labelled"
+    else:
+        words = f"{chosen} > {rejected[knobs.rejected_from]}"
+        if knobs.contrast_mix < 1:
+            words += f" on {knobs.contrast_mix:g} of updates"
+    return words + (f"; referee margin {knobs.referee_margin:g}" if knobs.referee_margin > 0 else "")
+
+
+def _mean_ci(values: pd.Series) -> str:
+    """Mean over seeds with a 95% bootstrap CI (the claims' method)."""
+    values = values.dropna().to_numpy(dtype=float)
+    if values.size == 0:
+        return "·"
+    if values.size < 2:
+        return num(values[0])
+    effect, low, high = paired_bootstrap_ci(values, None, "mean", 0.95)
+    return f"{num(effect)} [{num(low)}, {num(high)}]"
+
+
+def _at(m: pd.DataFrame, condition: str, iteration: int, column: str) -> pd.Series:
+    rows = m[(m["condition"] == condition) & (m["iteration"] == iteration)]
+    return rows.set_index("seed")[column]
+
+
+def _paired(m: pd.DataFrame, side: str, other: str, iteration: int, column: str) -> tuple[float, float, float]:
+    a, b = _at(m, side, iteration, column), _at(m, other, iteration, column)
+    seeds = a.index.intersection(b.index)
+    return paired_bootstrap_ci(a[seeds].to_numpy(float), b[seeds].to_numpy(float), "mean", 0.95)
+
+
+def _slow_judge(grid: GridSpec) -> str | None:
+    """The grid's plain slower-judge condition (only judge_update_every set), the slowest if several."""
+    plain = [
+        c
+        for c in grid.conditions
+        if c.knobs.judge_update_every > 1
+        and c.knobs == DEFAULTS.model_copy(update={"judge_update_every": c.knobs.judge_update_every})
+    ]
+    return max(plain, key=lambda c: c.knobs.judge_update_every).name if plain else None
+
+
+def pair_table(m: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+    """Per condition: its pair source and the audits at iteration 1 and the final iteration (mean [95% CI])."""
+    last = int(m["iteration"].max())
+    rows = []
+    for name in conditions(m):
+        row = {"condition": name, "pairs": pair_source(grid.condition(name).knobs)}
+        for column, label in (("pair_label_error", "label error"), ("pair_quality_gap", "q* gap")):
+            row[f"{label} @1"] = _mean_ci(_at(m, name, 1, column))
+            row[f"{label} @{last}"] = _mean_ci(_at(m, name, last, column))
+        row[f"identical @{last}"] = _mean_ci(_at(m, name, last, "pair_identical"))
+        if grid.condition(name).knobs.referee_margin > 0:
+            row[f"re-judged @{last}"] = _mean_ci(_at(m, name, last, "referee_share"))
+            row[f"referee error @{last}"] = _mean_ci(_at(m, name, last, "referee_label_error"))
+        rows.append(row)
+    return pd.DataFrame(rows).fillna("·")
+
+
+def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
+    last, ref = int(m["iteration"].max()), reference(m)
+    lines = []
+    for name in conditions(m):
+        knobs = grid.condition(name).knobs
+        if knobs.rejected_from == "past" and knobs.chosen_from == "policy" and knobs.contrast_mix == 1:
+            by_iteration = m[m["condition"] == name].groupby("iteration")["pair_label_error"].mean()
+            worst = int(by_iteration.iloc[1:].idxmax())
+            lines.append(
+                f"- **Is newer better?** `{name}`: the label 'newer > older' is wrong on "
+                f"{num(by_iteration.loc[1])} of pairs after iteration 1, {num(by_iteration.loc[worst])} at its worst "
+                f"(iteration {worst}) and {_mean_ci(_at(m, name, last, 'pair_label_error'))} at iteration {last} "
+                f"(0.5 is a coin; the reference's own labels: {_mean_ci(_at(m, ref, last, 'pair_label_error'))})."
+            )
+        if knobs.rejected_from == "initial" and name != ref:
+            effect, low, high = _paired(m, name, ref, last, "pair_quality_gap")
+            lines.append(
+                f"- **Does anchored rejection keep the gap open?** `{name}`: E|q*(chosen) − q*(rejected)| at iteration "
+                f"{last} is {_mean_ci(_at(m, name, last, 'pair_quality_gap'))} against the reference's "
+                f"{_mean_ci(_at(m, ref, last, 'pair_quality_gap'))} (paired Δ {num(effect, signed=True)} "
+                f"[{num(low, signed=True)}, {num(high, signed=True)}])."
+            )
+    slow = _slow_judge(grid)
+    if slow is not None and slow in conditions(m):
+        beats = []
+        for name in conditions(m):
+            knobs = grid.condition(name).knobs
+            if name == slow or all(
+                getattr(knobs, k) == getattr(DEFAULTS, k) for k in (*_SOURCE_KNOBS, "referee_margin")
+            ):
+                continue
+            effect, low, high = _paired(m, name, slow, last, "policy_quality")
+            verdict, _ = decide("above", effect, low, high, QUALITY_RESOLUTION)
+            beats.append(
+                f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}] ({verdict})"
+            )
+        if beats:
+            lines.append(
+                f"- **Does any beat slower judge updates?** Final real quality minus `{slow}`'s, paired over seeds "
+                f"(95% bootstrap CI; 'holds' means above it by at least {QUALITY_RESOLUTION:g} q*): "
+                + "; ".join(beats)
+                + "."
+            )
+    return lines
+
+
+def _figure(m: pd.DataFrame, out_dir: Path) -> Path:
+    """Label error and q* gap of the training pairs over training, one panel per condition, the reference in grey."""
+    names, ref = conditions(m), reference(m)
+    fig = new_figure(2.6 * min(len(names), 4), 2.3 * 2 * -(-len(names) // 4))
+    sub = fig.subfigures(2, 1)
+    for subfigure, column in zip(sub, ("pair_label_error", "pair_quality_gap"), strict=True):
+        audit = metric(column)
+        axes = panels(subfigure, len(names), 4, sharex=True, sharey=True)
+        for ax, name in zip(axes, names, strict=True):
+            if name != ref:
+                mean_band(ax, m[m["condition"] == ref], column, "0.6", lw=1.2)
+            mean_band(ax, m[m["condition"] == name], column, "#1f77b4")
+            ax.set_title(wrap(name, 28), fontsize=8)
+            integer_x(ax)
+        subfigure.suptitle(f"{audit.label} ({audit.unit}) over outer iterations; grey: {ref}", fontsize=10)
+    return save(fig, out_dir / FIGURE)
+
+
+def pair_section(m: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[str]:
+    """report.md lines for the pair audits (none where the table predates them or no grid describes it); writes
+    the figure into out_dir."""
+    if grid is None or any(column not in m.columns for column in PAIR_METRICS):
+        return []
+    last = int(m["iteration"].max())
+    path = _figure(m, out_dir)
+    table = pair_table(m, grid)
+    return [
+        "## The judge's training pairs, audited exactly",
+        "",
+        "Each judge update trains on a batch of pairs with labels. Every number here is an exact sum over all 4,096² "
+        "pairs of outputs under the distribution the condition's judge draws its pairs from, as it stands at the end "
+        "of the iteration: **label error** is the probability that a pair's label prefers the side of lower q*, "
+        "**q* gap** is E|q*(a) − q*(b)| (the signal the pair carries; the Temporal Self-Rewarding note's 'gap "
+        "narrows'), **identical** the probability that both sides are one output. Means over seeds with 95% "
+        f"bootstrap CIs, at iteration 1 and {last}.",
+        "",
+        markdown_table(list(table.columns), table.to_numpy().tolist(), [False, False] + [True] * (table.shape[1] - 2)),
+        "",
+        *_readings(m, grid),
+        "",
+        f"![The judge's training pairs over training]({Path(path).relative_to(out_dir).as_posix()})",
+        "",
+    ]
+
+
+__all__ = ["FIGURE", "PAIR_METRICS", "pair_section", "pair_source", "pair_table"]
