@@ -32,6 +32,7 @@ from harness.report.readings import (
     reading_modes,
 )
 from harness.report.tables import (
+    PAIRED_CI,
     mode_shares,
     modes_markdown,
     run_summary,
@@ -125,9 +126,10 @@ def write_report(
         *how_to_read(m, facts, ref, confidence, grid, roles(m)),
         "## Summary at the final iteration",
         "",
-        f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs; Δ is paired on shared "
-        "seeds; Verdict follows the difference rule above. Mechanisms and boundaries are each sorted by final mean "
-        "quality." + (" Conditions with identical results are listed below the table." if identical else ""),
+        f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs of means; Δ is paired on "
+        f"shared seeds, its CI {PAIRED_CI}; Verdict follows the difference rule above. Conditions in the grid's "
+        "order, as in every table."
+        + (" Conditions with identical results are listed below the table." if identical else ""),
         "",
         summary_markdown(summary),
     ]

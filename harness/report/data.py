@@ -23,7 +23,6 @@ from harness.metrics import Metric, metric
 from harness.wording import plural
 
 REFERENCE_NAME = "baseline"
-ROLE_ORDER = {"reference": 0, "mechanism": 1, "boundary": 2}
 ITERATION_LABEL = "outer iteration (0 = before training)"
 
 # The quantity conditions are ranked, compared and paired on; and the one the end-state figure sets it against.

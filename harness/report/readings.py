@@ -24,6 +24,7 @@ from harness.report.tables import (
     DIFF,
     FELL_FROM_PEAK,
     FELL_FROM_PEAK_MEANING,
+    PAIRED_CI,
     difference_rule,
     difference_verdict,
     mode_label,
@@ -163,8 +164,8 @@ def how_to_read(
         "## How to read this",
         "",
         f"A run is one condition × one seed; iteration 0 is before training and the tables report iteration "
-        f"{facts.final_iteration}, the last{steps}. Means are over seeds; CIs are {100 * confidence:g}% Student-t "
-        "over seeds.",
+        f"{facts.final_iteration}, the last{steps}. Means are over seeds; CIs of means are {100 * confidence:g}% "
+        f"Student-t over seeds, CIs of paired differences (Δ, and the claims' effects) {PAIRED_CI}.",
         "",
     ]
     lines += [f"- **{x.label}** ({x.unit}; column `{x.name}`): {x.definition}." for x in shown if x.name in m.columns]
