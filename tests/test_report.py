@@ -120,11 +120,21 @@ def test_fell_from_peak_counts_only_drops_beyond_the_resolution(grid: pd.DataFra
     # baseline: seeds 0 and 1 end 0.2 and 0.1 below peaks at iteration 1; seed 2 peaks at the end.
     assert summary.loc["baseline", "runs_below_peak"] == 2
     assert summary.loc["baseline", "drop_from_peak_mean"] == pytest.approx((0.2 + 0.1) / 2)
-    assert summary.loc["baseline", "peak_iteration_below_mean"] == 1.0
+    assert summary.loc["baseline", "peak_iteration_below_first"] == summary.loc["baseline", "peak_iteration_below_last"]
+    assert summary.loc["baseline", "peak_iteration_below_first"] == 1
+    assert "2/3: −0.150 (mean) from iter 1 |" in summary_markdown(summarize(grid))
     # high: every run peaks at the end, so there is no peak iteration to report.
     assert summary.loc["high", "runs_below_peak"] == 0
     assert math.isnan(summary.loc["high", "drop_from_peak_mean"])
-    assert math.isnan(summary.loc["high", "peak_iteration_below_mean"])
+    assert math.isnan(summary.loc["high", "peak_iteration_below_first"])
+
+
+def test_fell_from_peak_gives_whole_iterations() -> None:
+    """Peaks at different iterations read as a span of whole iterations, never a mean such as "iter 1.5"."""
+    metrics = make_metrics({("baseline", 0): [0.0, 2.0, 1.0, 1.0], ("baseline", 1): [0.0, 1.0, 2.0, 1.5]})
+    text = summary_markdown(summarize(metrics))
+    assert "2/2: −0.750 (mean) from iters 1–2" in text
+    assert "1.5" not in text.split("|")[-2]
 
 
 def test_a_flat_curve_has_no_peak_to_report(tmp_path: Path) -> None:

@@ -19,11 +19,9 @@ from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import GridFacts, conditions, num
 from harness.report.figures.common import new_figure, save
 from harness.report.markdown import markdown_table
-from harness.report.tables import grid_modes, mode_label
+from harness.report.tables import mode_label, split_modes
 from harness.wording import plural
 
-# Modes drawn in their own colour in the attractor figure; the rest are pooled as "other modes".
-FIGURE_MODES = 7
 ESCAPE_COLUMNS = [
     "condition",
     "runs",
@@ -93,8 +91,12 @@ def escape_markdown(escapes: pd.DataFrame, order: list[str]) -> str:
 
 
 def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
-    """Stacked bars: per condition, the share of its runs at each of the grid's most common end modes."""
-    modes = grid_modes(shares).head(FIGURE_MODES)
+    """Stacked bars: per condition, the share of its runs at each of the grid's most common end modes.
+
+    The modes and the pooled "other modes" bar are those of the end-mode table (tables.split_modes), so the figure
+    and the table show the same modes and the same "other" bucket.
+    """
+    modes, rest = split_modes(shares)
     order = conditions(shares)
     labels = [mode_label(s, q) for s, q in zip(modes["mode_sequence"], modes["mode_quality"], strict=True)]
     wide = shares.pivot_table(index="condition", columns="mode_sequence", values="share", aggfunc="sum", fill_value=0.0)
@@ -109,7 +111,7 @@ def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path
     for column, label, colour in zip(kept.columns, labels, colours, strict=True):
         ax.barh(y, kept[column], left=left, color=colour, label=label, edgecolor="white", linewidth=0.5)
         left += kept[column].to_numpy()
-    ax.barh(y, other, left=left, color="0.8", label="other modes", edgecolor="white", linewidth=0.5)
+    ax.barh(y, other, left=left, color="0.8", label=plural(len(rest), "other mode"), edgecolor="white", linewidth=0.5)
     runs = shares.groupby("condition", sort=False)["runs"].sum().reindex(order)
     ax.set_yticks(y, [f"{c}  (n={n})" for c, n in zip(order, runs, strict=True)], fontsize=8)
     ax.invert_yaxis()

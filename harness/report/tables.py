@@ -94,10 +94,10 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     with a finite final quality, i.e. what the statistics are over), diverged_runs (runs with any diverged row),
     final_iteration; for every registered float metric M in the table: M_mean, M_std (ddof=1), M_ci_low, M_ci_high
     (Student-t over seeds, NaN with fewer than 2); runs_below_peak (runs that ended at least QUALITY_RESOLUTION below
-    their own peak, see run_summary), with drop_from_peak_mean and peak_iteration_below_mean over those runs only
-    (NaN when there are none); policy_quality_diff_mean / _ci_low / _ci_high: paired final-quality difference from
-    the reference over the seeds both share, its CI the claims' bootstrap (paired_difference; NaN on the reference
-    row), with n_paired.
+    their own peak, see run_summary), with drop_from_peak_mean and the earliest and latest of their peak iterations,
+    peak_iteration_below_first / _last, over those runs only (NaN when there are none); policy_quality_diff_mean /
+    _ci_low / _ci_high: paired final-quality difference from the reference over the seeds both share, its CI the
+    claims' bootstrap (paired_difference; NaN on the reference row), with n_paired.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
@@ -128,7 +128,10 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
         fell = cond_runs[~cond_runs["diverged"] & cond_runs["below_peak"]]
         row["runs_below_peak"] = len(fell)
         row["drop_from_peak_mean"] = float(fell["drop_from_peak"].mean()) if len(fell) else math.nan
-        row["peak_iteration_below_mean"] = float(fell["peak_iteration"].astype(float).mean()) if len(fell) else math.nan
+        # Iterations are whole numbers: the span of the peaks, not a mean that reads as "iteration 5.7".
+        peaks = fell["peak_iteration"].astype(float)
+        row["peak_iteration_below_first"] = peaks.min() if len(fell) else math.nan
+        row["peak_iteration_below_last"] = peaks.max() if len(fell) else math.nan
         if condition == ref:
             row |= {f"{DIFF}_mean": math.nan, f"{DIFF}_ci_low": math.nan, f"{DIFF}_ci_high": math.nan}
             row["n_paired"] = pd.NA
@@ -191,21 +194,22 @@ def difference_rule(confidence: float) -> str:
 FELL_FROM_PEAK = "Fell from peak (q*)"
 FELL_FROM_PEAK_MEANING = (
     f"runs whose final real quality is at least {QUALITY_RESOLUTION:g} q* below their own peak over the iterations, "
-    "out of the runs with a final value, with the (mean) drop in q* and the (mean) iteration of their peak; "
+    "out of the runs with a final value, with the (mean) drop in q* and the iteration of their peak (a range when "
+    "their peaks fall at different iterations); "
     '"·" when no run did (a curve flat to float noise has no peak iteration worth reporting)'
 )
 
 
 def fell_from_peak(row: pd.Series) -> str:
     """The "Fell from peak" cell: "·" when no run ended QUALITY_RESOLUTION below its own peak, else how many did,
-    their (mean) drop in q* and (mean) peak iteration."""
+    their (mean) drop in q* and their peak iteration, as whole iterations ("iter 3", or "iters 2–7" for a span)."""
     k = int(row["runs_below_peak"])
     if k == 0:
         return "·"
     n = int(row["n_final"])
-    if k == 1:
-        return f"{k}/{n}: −{num(row['drop_from_peak_mean'])} from iter {int(row['peak_iteration_below_mean'])}"
-    return f"{k}/{n}: −{num(row['drop_from_peak_mean'])} from iter {num(row['peak_iteration_below_mean'], 1)} (means)"
+    drop = f"{k}/{n}: −{num(row['drop_from_peak_mean'])}" + (" (mean)" if k > 1 else "")
+    first, last = int(row["peak_iteration_below_first"]), int(row["peak_iteration_below_last"])
+    return f"{drop} from iter {first}" if first == last else f"{drop} from iters {first}–{last}"
 
 
 def _mean_std(row: pd.Series, name: str) -> str:
