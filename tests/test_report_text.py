@@ -282,3 +282,21 @@ def test_grid_facts_units_mechanisms_and_q_star_scale(twins: tuple[pd.DataFrame,
     assert "  - `slow-meta` (mechanism): what slow-meta does" in report
     with pytest.raises(ValueError, match="does not describe"):
         write_report(m, tmp_path, grid=grid.only(["baseline"]))
+
+
+def test_identical_conditions_are_counted_once(tmp_path: Path) -> None:
+    """Two names for one result make one mechanism in the counts, and the sentence says which were merged."""
+    runs = {("baseline", s): [0.0, 1.0 + 0.01 * s] for s in range(3)}
+    for name in ("meta", "slow-meta"):  # one configuration under two names: identical at every seed
+        runs |= {(name, s): [0.0, 2.0 + 0.01 * s] for s in range(3)}
+    runs |= {("other", s): [0.0, 1.0 + 0.01 * s] for s in range(3)}
+    modes = {key: ("↑ ↑ ↑ ↗", 2.0) if key[0] in ("meta", "slow-meta") else ("↑ ↑ ↑ ↑", 1.0) for key in runs}
+    write_report(with_modes(make_metrics(runs), modes), tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "of 3 mechanisms (2 distinct results: `meta` = `slow-meta` counted once), 1 end above the reference, 0 below "
+        "and 1 show no difference" in report
+    )
+    # The attractor reading ranks the pair once, under its first name, and names the other beside it.
+    escapes = "Most escapes: `meta` = `slow-meta` (3 of 3, 3 to higher q*); fewest: `other` = `baseline` (0 of 3)."
+    assert escapes in report

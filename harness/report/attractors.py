@@ -18,6 +18,7 @@ import seaborn as sns
 from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import GridFacts, conditions, num
 from harness.report.figures.common import new_figure, save
+from harness.report.identical import distinct
 from harness.report.markdown import markdown_table
 from harness.report.tables import mode_label, split_modes
 from harness.wording import plural
@@ -122,14 +123,22 @@ def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path
     return save(fig, path)
 
 
-def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str) -> str:
-    """One paragraph: the reference's dominant mode, and which conditions escape it most and least."""
+def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str, groups: list[tuple[str, ...]]) -> str:
+    """One paragraph: the reference's dominant mode, and which conditions escape it most and least.
+
+    groups: the identical groups (identical.identical_groups); a group is one result, so it is ranked and counted
+    among ties once, under its first member, and its other members are named beside it.
+    """
     if escapes.empty:
         return "No end modes were recorded."
     sequence, quality = dominant_mode(shares, ref)
     own = escapes.set_index("condition")
     at = own.loc[ref, "at_dominant"] / own.loc[ref, "runs"]
-    ranked = escapes[escapes["condition"] != ref].sort_values("escape_share", ascending=False, kind="stable")
+    kept = distinct([c for c in escapes["condition"] if c != ref], groups)
+    ranked = escapes.set_index("condition").loc[kept].reset_index()
+    ranked = ranked.sort_values("escape_share", ascending=False, kind="stable")
+    # The members a kept condition stands for, named beside it.
+    same = {c: "".join(f" = `{o}`" for o in group if o != c) for group in groups for c in group if c in kept}
     lines = [
         f"The reference `{ref}` ends at {mode_label(sequence, quality)} in {num(100 * at, 0)}% of its runs. "
         "A condition's escape share is the fraction of its runs that end anywhere else (exact 95% CI); "
@@ -139,9 +148,12 @@ def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str) -> 
         most, least = ranked.iloc[0], ranked.iloc[-1]
         tied = int((ranked["escape_share"] == least["escape_share"]).sum()) - 1
         ties = f", tied with {plural(tied, 'other condition')}" if tied else ""
+        tied_names = ranked.loc[ranked["escape_share"] == least["escape_share"], "condition"]
+        if any(same.get(c) for c in tied_names if c != least["condition"]):
+            ties += "; identical results counted once"
         lines.append(
-            f"Most escapes: `{most['condition']}` ({most['escaped']} of {most['runs']}, "
-            f"{most['escaped_higher']} to higher q*); fewest: `{least['condition']}` "
-            f"({least['escaped']} of {least['runs']}{ties})."
+            f"Most escapes: `{most['condition']}`{same.get(most['condition'], '')} ({most['escaped']} of "
+            f"{most['runs']}, {most['escaped_higher']} to higher q*); fewest: `{least['condition']}`"
+            f"{same.get(least['condition'], '')} ({least['escaped']} of {least['runs']}{ties})."
         )
     return " ".join(lines)

@@ -72,11 +72,13 @@ def findings_sections(
     out_dir: Path,
     facts: GridFacts,
     claims: Sequence[Claim],
+    groups: list[tuple[str, ...]],
     write: Writer,
     confidence: float = 0.95,
 ) -> list[str]:
     """Markdown lines of the claims, attractor and frontier sections; writes claims.csv, attractors.csv,
-    frontier.csv and their figures through `write` / into out_dir/figures."""
+    frontier.csv and their figures through `write` / into out_dir/figures. groups: the identical groups
+    (identical.identical_groups), each counted once where the text counts conditions."""
     lines: list[str] = []
     ref = reference(m)
     if claims:
@@ -98,7 +100,7 @@ def findings_sections(
         lines += [
             "## Attractors",
             "",
-            f"{facts.heading()} {attractor_reading(escapes, shares, ref)}",
+            f"{facts.heading()} {attractor_reading(escapes, shares, ref, groups)}",
             "",
             escape_markdown(escapes, conditions(m)),
             f"![End modes per condition]({figure.relative_to(out_dir).as_posix()})",

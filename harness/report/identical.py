@@ -59,6 +59,23 @@ def identical_groups(m: pd.DataFrame) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups.values() if len(g) > 1]
 
 
+def distinct(names: list[str], groups: list[tuple[str, ...]]) -> list[str]:
+    """names with all but the first of each identical group's members among them left out: one entry per result,
+    for counting. A group's first member among names (grid order) stands for the members among names."""
+    later = {c for group in groups for c in [member for member in group if member in names][1:]}
+    return [c for c in names if c not in later]
+
+
+def counted_once(names: list[str], groups: list[tuple[str, ...]]) -> str:
+    """The clause a count over names adds when some of them are one result: "" when none are, else e.g.
+    "`a` = `b` counted once". Only the groups with two or more members among names are named."""
+    inside = [g for group in groups if len(g := tuple(c for c in group if c in names)) > 1]
+    if not inside:
+        return ""
+    listed = ["` = `".join(g) for g in inside]
+    return "`" + "`, `".join(listed) + "` counted once"
+
+
 def _meta_never_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
     """Why a condition with meta-correction matches one without: the correction never fired, if the data say so."""
     rows = m[m["condition"] == condition]
@@ -97,9 +114,8 @@ def explain(m: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | None) -> s
     return f"- {names}: " + " / ".join(reasons) + "."
 
 
-def identical_section(m: pd.DataFrame, grid: GridSpec | None) -> list[str]:
-    """The report's lines on identical conditions (none when there are none)."""
-    groups = identical_groups(m)
+def identical_section(m: pd.DataFrame, grid: GridSpec | None, groups: list[tuple[str, ...]]) -> list[str]:
+    """The report's lines on identical conditions (none when there are none); groups: identical_groups(m)."""
     if not groups:
         return []
     return [

@@ -20,6 +20,7 @@ from harness.report.data import (
 )
 from harness.report.figures import boundaries_title, shown_in_boundaries_figure
 from harness.report.grid_info import condition_lines, knob_lines, q_star_line
+from harness.report.identical import counted_once, distinct
 from harness.report.tables import (
     DIFF,
     FELL_FROM_PEAK,
@@ -76,9 +77,13 @@ def reading_boundaries(summary: pd.DataFrame) -> str:
     return f"Shown: {boundaries_title(summary)}. Final mean {QUALITY.label}: " + "; ".join(parts) + "."
 
 
-def reading_all_conditions(summary: pd.DataFrame) -> str:
+def reading_all_conditions(summary: pd.DataFrame, groups: list[tuple[str, ...]]) -> str:
     """The span of final mean quality, and how many mechanisms end above, below or with no difference from the
-    reference under the one difference rule (`difference_verdict`)."""
+    reference under the one difference rule (`difference_verdict`).
+
+    groups: the identical groups (identical.identical_groups); a group is one result, so it is counted once and the
+    sentence names it.
+    """
     q = f"{QUALITY.name}_mean"
     ranked = summary.dropna(subset=[q]).sort_values(q, ascending=False, kind="stable")
     if ranked.empty:
@@ -88,13 +93,16 @@ def reading_all_conditions(summary: pd.DataFrame) -> str:
         f"Final mean {QUALITY.label} spans {num(worst[q])} ({worst['condition']}) "
         f"to {num(best[q])} ({best['condition']})"
     )
-    mech = summary[summary["role"] == "mechanism"]
-    if len(mech):
+    mechanisms = summary.loc[summary["role"] == "mechanism", "condition"].tolist()
+    if mechanisms:
+        mech = summary.set_index("condition").loc[distinct(mechanisms, groups)].reset_index()
         verdicts = mech.apply(difference_verdict, axis=1).tolist()
         count = {v: verdicts.count(v) for v in VERDICT_PHRASES}
+        once = counted_once(mechanisms, groups)
+        results = f" ({plural(len(mech), 'distinct result')}: {once})" if once else ""
         text += (
-            f"; of {plural(len(mech), 'mechanism')}, {count['above']} end above the reference, {count['below']} below "
-            f"and {count['none']} show no difference (the rule in How to read this)"
+            f"; of {plural(len(mechanisms), 'mechanism')}{results}, {count['above']} end above the reference, "
+            f"{count['below']} below and {count['none']} show no difference (the rule in How to read this)"
         )
         if count["n/a"]:
             text += f"; {count['n/a']} share no seed with it"
