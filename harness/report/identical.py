@@ -14,12 +14,13 @@ from harness import metrics as registry
 from harness.grid import GridSpec
 from harness.report.data import conditions, num, power_of_ten
 from harness.report.grid_info import knob_value
+from harness.report.meta import CORRECTIONS, corrections, fired_phrase
 from harness.wording import plural
 
 # Relative and absolute: the same computation at another position of a batched program may round differently in
 # float32 (about 1e-7 relative); anything a mechanism changes moves far more than this.
 IDENTICAL_TOLERANCE = 1e-5
-HOLDOUT, CORRECTIONS = "meta_accuracy", "meta_corrections"
+HOLDOUT = "meta_accuracy"
 
 
 def _columns(m: pd.DataFrame) -> list[str]:
@@ -76,19 +77,19 @@ def counted_once(names: list[str], groups: list[tuple[str, ...]]) -> str:
     return "`" + "`, `".join(listed) + "` counted once"
 
 
-def _meta_never_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
-    """Why a condition with meta-correction matches one without: the correction never fired, if the data say so."""
+def _meta_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
+    """Why a condition with meta-correction matches one without, as far as the data show it: whether and how often
+    the correction fired (with the count; if never, also how low its held-out accuracy got). None without held-out
+    pairs."""
     rows = m[m["condition"] == condition]
     if HOLDOUT not in rows or CORRECTIONS not in rows or rows[HOLDOUT].isna().all():
         return None
-    if (pd.to_numeric(rows[CORRECTIONS], errors="coerce").fillna(0) != 0).any():
-        return None
+    if corrections(m, condition).sum() != 0:
+        return f"{fired_phrase(m, condition)}, without moving any metric beyond the tolerance"
     lowest = float(rows[HOLDOUT].min())
     threshold = f", threshold {grid.condition(condition).knobs.meta_accuracy_threshold:g}" if grid else ""
-    return (
-        f"meta-correction never fired in `{condition}` (`{CORRECTIONS}` is 0 at every seed and iteration; its "
-        f"held-out accuracy at iteration ends is never below {num(lowest)}{threshold})"
-    )
+    accuracy = f"its held-out accuracy at iteration ends is never below {num(lowest)}{threshold}"
+    return fired_phrase(m, condition, accuracy)
 
 
 def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
@@ -107,7 +108,7 @@ def explain(m: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | None) -> s
     for other in rest:
         parts = [_knob_difference(grid, first, other)] if grid else []
         if not grid or grid.condition(first).knobs != grid.condition(other).knobs:
-            fired = [r for c in (first, other) if (r := _meta_never_fired(m, c, grid))]
+            fired = [r for c in (first, other) if (r := _meta_fired(m, c, grid))]
             parts += fired or ["the metrics do not show why"]
         reasons.append(f"`{other}`: " + "; ".join(parts) if len(rest) > 1 else "; ".join(parts))
     names = " = ".join(f"`{c}`" for c in group)
