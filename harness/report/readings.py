@@ -9,6 +9,7 @@ from harness.grid import GridSpec
 from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import (
     ALIGNMENT,
+    PERCEIVED,
     QUALITY,
     GridFacts,
     belief_gap,
@@ -158,7 +159,34 @@ def reading_inside_vs_outside(m: pd.DataFrame, ref: str) -> str:
             f" the final iteration the largest gap is {high['condition']} ({num(high['gap'], signed=True)}) "
             f"and the smallest {low['condition']} ({num(low['gap'], signed=True)})"
         )
-    return (text or "The reference has no finite gap") + "."
+    return (text or "The reference has no finite gap") + "." + _scale_stretch(m, last)
+
+
+def _scale_stretch(m: pd.DataFrame, last: pd.DataFrame) -> str:
+    """A sentence on the conditions whose final belief gap is positive (≥ QUALITY_RESOLUTION) although their judges
+    end ranking outputs at least as well as before training (mean alignment at the end ≥ at iteration 0): there the
+    gap cannot be belief in gains the policy did not make; it is the judges' score scale stretching. "" when none.
+
+    last: the belief gap's final row per condition (belief_gap rows).
+    """
+    listed = []
+    for row in last[last["gap"] >= QUALITY_RESOLUTION].itertuples(index=False):
+        alignment = series(m, row.condition, ALIGNMENT.name)
+        if alignment.empty or alignment.iloc[-1] < alignment.iloc[0]:
+            continue
+        perceived, real = (series(m, row.condition, x.name).iloc[-1] for x in (PERCEIVED, QUALITY))
+        listed.append(
+            f"`{row.condition}` (gap {num(row.gap, signed=True)}; judge alignment {num(alignment.iloc[0])} → "
+            f"{num(alignment.iloc[-1])}; judge-perceived quality {num(perceived)} against real {num(real)})"
+        )
+    if not listed:
+        return ""
+    names = ", ".join(listed[:-1]) + (" and " if len(listed) > 1 else "") + listed[-1]
+    return (
+        f" In {names}, the judges end ranking outputs at least as well as before training, so the gap there is not "
+        "belief in gains the policy did not make but is dominated by the judges' score scale stretching (the gap "
+        "counts any stretch as belief)."
+    )
 
 
 def how_to_read(
