@@ -12,10 +12,11 @@ import scipy.stats
 from harness.claims import Claim
 from harness.grid import Condition, GridSpec, RunSettings
 from harness.knobs import Knobs
-from harness.report import write_report
+from harness.report import attractors, write_report
 from harness.report.attractors import escape_table
+from harness.report.data import GridFacts
 from harness.report.frontier import fit_frontier, frontier_points, gao_curve
-from harness.report.tables import mode_shares
+from harness.report.tables import mode_shares, modes_markdown
 
 MODES = {"↑ ↑ ↑ ↑": 1.748, "↑ ↑ ↑ ↗": 1.999, "↓ ↑ ↑ ↑": 1.419}
 
@@ -101,3 +102,27 @@ def test_report_sections_and_files(tmp_path: Path) -> None:
     # Both conditions follow the same quality curve: a zero effect is "no difference", not a finding.
     assert (claims.loc[0, "verdict"], claims.loc[0, "why"]) == ("not supported", "no difference (CI within ±0.001)")
     assert "| slow ends above base [slow @ 2] |" in text.replace("  ", "")
+
+
+def test_attractor_figure_shows_the_end_mode_tables_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figure draws the same modes as the end-mode table's columns and pools the rest as that table does."""
+    glyphs = ["↑ ↑ ↑ ↑", "↑ ↑ ↑ ↗", "↓ ↑ ↑ ↑", "→ → → →", "← ← ← ←", "↓ ↓ ↓ ↓", "↙ ↙ ↙ ↙"]
+    shares = pd.DataFrame(
+        {
+            "condition": "base",
+            "mode_sequence": glyphs,
+            "mode_quality": np.linspace(2.0, 0.5, len(glyphs)),
+            "runs": [10, 7, 6, 5, 4, 3, 2],
+        }
+    )
+    shares["n_runs"] = shares["runs"].sum()
+    shares["share"] = shares["runs"] / shares["n_runs"]
+    drawn = {}
+    monkeypatch.setattr(attractors, "save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    facts = GridFacts(name=None, n_conditions=1, seeds=(0,), final_iteration=2, n_runs=37, diverged_runs=0)
+    attractors.attractor_figure(shares, tmp_path / "attractors.png", facts)
+    legend = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
+    header = modes_markdown(shares, ["base"]).splitlines()[0]
+    columns = [cell.strip() for cell in header.strip("|").split("|")][2:]
+    assert legend[:-1] == columns[:-1]  # the same modes, in the same order
+    assert legend[-1] == "3 other modes" and columns[-1] == "runs at 3 other modes"

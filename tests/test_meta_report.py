@@ -9,7 +9,8 @@ import pytest
 from harness.grid import Condition, GridSpec
 from harness.knobs import Knobs
 from harness.report.data import prepare
-from harness.report.meta import meta_section, meta_table, meta_twins
+from harness.report.identical import explain, identical_groups
+from harness.report.meta import ends_with_twin, meta_section, meta_table, meta_twins
 
 SLOW = Knobs(judge_update_every=10)
 GRID = GridSpec(
@@ -83,3 +84,32 @@ def test_meta_section_says_where_it_never_fired() -> None:
     assert "It never fired in 1 condition." in text
     assert "| `slow-meta-draw` " in text and "none in the grid" in text
     assert meta_section(prepare(_metrics()), None) == []
+
+
+def test_a_rarely_firing_condition_that_ends_with_its_twin_is_explained_with_its_count() -> None:
+    """A correction in one run that moves quality by 3e-6 while the judges' alignment moves by more than the identity
+    test allows leaves the condition at its twin's result: the meta section says so and how often the correction
+    fired; a condition that ends elsewhere is not listed."""
+    m = _metrics()
+    rarely = m["condition"] == "slow-meta-draw"
+    m.loc[rarely & (m["seed"] == 0) & (m["iteration"] == 1), "meta_corrections"] = 3
+    m.loc[rarely & (m["iteration"] == 2), "policy_quality"] += 3e-6
+    m.loc[rarely, "judge_alignment"] += 1e-3  # the judges moved: not identical to the twin
+    m = prepare(m)
+    assert identical_groups(m) == []
+    assert ends_with_twin(m, "slow-meta-draw", "slow") and not ends_with_twin(m, "slow-meta", "slow")
+    text = "\n".join(meta_section(m, GRID))
+    assert "1 condition ends where the twin ends" in text
+    assert (
+        "- `slow-meta-draw` ends where `slow` ends: meta-correction fired in 1 of 2 runs of `slow-meta-draw` "
+        "(3 corrections in all)." in text
+    )
+    assert "- `slow-meta` ends" not in text
+
+
+def test_identical_conditions_state_how_often_meta_fired() -> None:
+    m = _metrics()
+    m.loc[(m["condition"] == "slow-meta-draw") & (m["seed"] == 1) & (m["iteration"] == 2), "meta_corrections"] = 2
+    line = explain(prepare(m), ("slow", "slow-meta-draw"), GRID)
+    assert "meta-correction fired in 1 of 2 runs of `slow-meta-draw` (2 corrections in all)" in line
+    assert "do not show why" not in line

@@ -14,9 +14,12 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from harness import metrics as registry
+from harness.claims import Claim
 from harness.report import make_figures, run_summary, summarize, summary_markdown, write_report
 from harness.report.figures import ends, gap, trends
 from harness.report.figures.ends import bulk_range
+from harness.report.tables import difference_verdict
+from harness.verdicts import claim_verdict, paired_bootstrap_ci
 
 METRIC_COLUMNS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")
 
@@ -117,11 +120,21 @@ def test_fell_from_peak_counts_only_drops_beyond_the_resolution(grid: pd.DataFra
     # baseline: seeds 0 and 1 end 0.2 and 0.1 below peaks at iteration 1; seed 2 peaks at the end.
     assert summary.loc["baseline", "runs_below_peak"] == 2
     assert summary.loc["baseline", "drop_from_peak_mean"] == pytest.approx((0.2 + 0.1) / 2)
-    assert summary.loc["baseline", "peak_iteration_below_mean"] == 1.0
+    assert summary.loc["baseline", "peak_iteration_below_first"] == summary.loc["baseline", "peak_iteration_below_last"]
+    assert summary.loc["baseline", "peak_iteration_below_first"] == 1
+    assert "2/3: −0.150 (mean) from iter 1 |" in summary_markdown(summarize(grid))
     # high: every run peaks at the end, so there is no peak iteration to report.
     assert summary.loc["high", "runs_below_peak"] == 0
     assert math.isnan(summary.loc["high", "drop_from_peak_mean"])
-    assert math.isnan(summary.loc["high", "peak_iteration_below_mean"])
+    assert math.isnan(summary.loc["high", "peak_iteration_below_first"])
+
+
+def test_fell_from_peak_gives_whole_iterations() -> None:
+    """Peaks at different iterations read as a span of whole iterations, never a mean such as "iter 1.5"."""
+    metrics = make_metrics({("baseline", 0): [0.0, 2.0, 1.0, 1.0], ("baseline", 1): [0.0, 1.0, 2.0, 1.5]})
+    text = summary_markdown(summarize(metrics))
+    assert "2/2: −0.750 (mean) from iters 1–2" in text
+    assert "1.5" not in text.split("|")[-2]
 
 
 def test_a_flat_curve_has_no_peak_to_report(tmp_path: Path) -> None:
@@ -154,7 +167,8 @@ def test_paired_difference_uses_shared_seeds_only(grid: pd.DataFrame) -> None:
     reference = {0: 0.8, 1: 1.1, 2: 1.3}
     high = {0: 2.0, 1: 1.9}  # seed 5 has no reference partner and is left out
     diffs = [high[s] - reference[s] for s in high]
-    low_ci, high_ci = ci(diffs)
+    # The claims' interval (verdicts.paired_bootstrap_ci), not a Student-t one: the two disagree near zero.
+    _, low_ci, high_ci = paired_bootstrap_ci(np.array(diffs), None, "mean", 0.95)
     row = summary.loc["high"]
     assert row["policy_quality_diff_mean"] == pytest.approx(np.mean(diffs))
     assert row["policy_quality_diff_ci_low"] == pytest.approx(low_ci)
@@ -166,10 +180,36 @@ def test_paired_difference_uses_shared_seeds_only(grid: pd.DataFrame) -> None:
     assert all(math.isnan(summary.loc["baseline", c]) for c in diff_columns)
 
 
-def test_sort_order_and_roles(grid: pd.DataFrame) -> None:
+def test_summary_keeps_grid_order_and_roles(grid: pd.DataFrame) -> None:
     summary = summarize(grid)
-    assert summary["condition"].tolist() == ["baseline", "high", "low", "bound", "bound2"]
-    assert summary["role"].tolist() == ["reference", "mechanism", "mechanism", "boundary", "boundary"]
+    assert summary["condition"].tolist() == ["baseline", "low", "bound", "high", "bound2"]
+    assert summary["role"].tolist() == ["reference", "mechanism", "boundary", "mechanism", "boundary"]
+    # The figure of the top mechanisms still ranks them by final quality.
+    assert trends.shown_in_boundaries_figure(summary) == (["baseline"], ["high", "low"], ["bound", "bound2"])
+
+
+def test_summary_and_claims_give_a_paired_difference_one_interval() -> None:
+    """Near zero a Student-t interval and the claims' bootstrap disagree about excluding 0; the summary uses the
+    claims' bootstrap, so its verdict and the claim's agree."""
+    gains = [0.0] * 16 + [0.1, 0.2, 0.3, 0.4]  # most seeds tie, four gain: t reaches below 0, the bootstrap does not
+    runs = {("baseline", s): [0.0, 1.0] for s in range(20)}
+    runs |= {("better", s): [0.0, 1.0 + g] for s, g in enumerate(gains)}
+    metrics = make_metrics(runs)
+    row = summarize(metrics).set_index("condition").loc["better"]
+    claim = Claim(
+        name="c",
+        statement="better ends above",
+        metric="policy_quality",
+        condition="better",
+        direction="above",
+        than_condition="baseline",
+    )
+    verdict = claim_verdict(metrics, claim)
+    assert (row["policy_quality_diff_ci_low"], row["policy_quality_diff_ci_high"]) == pytest.approx(
+        (verdict["ci_low"], verdict["ci_high"])
+    )
+    assert ci(gains)[0] < 0 < row["policy_quality_diff_ci_low"]
+    assert difference_verdict(row.rename("better")) == "above"
 
 
 def test_reference_falls_back_to_first_condition() -> None:
@@ -267,7 +307,7 @@ def test_write_report_writes_everything_and_leaves_metrics_alone(grid: pd.DataFr
     reference = grid[grid.condition == "baseline"].groupby("iteration")["policy_quality"].mean()
     assert f"real quality (q*) {reference[0]:.3f} → {reference[2]:.3f}" in report
     summary = pd.read_csv(tmp_path / "summary.csv")
-    assert summary["condition"].tolist() == ["baseline", "high", "low", "bound", "bound2"]
+    assert summary["condition"].tolist() == ["baseline", "low", "bound", "high", "bound2"]
     # Atomic writes leave no temp files behind.
     assert not [p for p in tmp_path.rglob("*.tmp")]
 

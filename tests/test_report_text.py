@@ -282,3 +282,38 @@ def test_grid_facts_units_mechanisms_and_q_star_scale(twins: tuple[pd.DataFrame,
     assert "  - `slow-meta` (mechanism): what slow-meta does" in report
     with pytest.raises(ValueError, match="does not describe"):
         write_report(m, tmp_path, grid=grid.only(["baseline"]))
+
+
+def test_identical_conditions_are_counted_once(tmp_path: Path) -> None:
+    """Two names for one result make one mechanism in the counts, and the sentence says which were merged."""
+    runs = {("baseline", s): [0.0, 1.0 + 0.01 * s] for s in range(3)}
+    for name in ("meta", "slow-meta"):  # one configuration under two names: identical at every seed
+        runs |= {(name, s): [0.0, 2.0 + 0.01 * s] for s in range(3)}
+    runs |= {("other", s): [0.0, 1.0 + 0.01 * s] for s in range(3)}
+    modes = {key: ("↑ ↑ ↑ ↗", 2.0) if key[0] in ("meta", "slow-meta") else ("↑ ↑ ↑ ↑", 1.0) for key in runs}
+    write_report(with_modes(make_metrics(runs), modes), tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "of 3 mechanisms (2 distinct results: `meta` = `slow-meta` counted once), 1 end above the reference, 0 below "
+        "and 1 show no difference" in report
+    )
+    # The attractor reading ranks the pair once, under its first name, and names the other beside it.
+    escapes = "Most escapes: `meta` = `slow-meta` (3 of 3, 3 to higher q*); fewest: `other` = `baseline` (0 of 3)."
+    assert escapes in report
+
+
+def test_a_belief_gap_from_a_stretched_scale_is_read_as_such(tmp_path: Path) -> None:
+    """Where judges end better aligned than they started, a large belief gap is their score scale stretching: the
+    reading says so in a sentence of its own, with alignment and both qualities; a judge that lost alignment is
+    not excused."""
+    runs = {("baseline", s): [0.0, 1.0] for s in range(2)} | {("anchor", s): [0.0, 1.0] for s in range(2)}
+    judges = {"baseline": ([0.7, 0.5], [0.0, 2.0]), "anchor": ([0.7, 0.99], [0.0, 5.0])}  # alignment, perceived
+    overrides = {(c, s): {"judge_alignment": judges[c][0], "judge_perceived_quality": judges[c][1]} for c, s in runs}
+    write_report(make_metrics(runs, overrides=overrides), tmp_path)
+    reading = (tmp_path / "report.md").read_text().split("### What the loop believes vs reality", 1)[1]
+    assert (
+        " In `anchor` (gap +4.000; judge alignment 0.700 → 0.990; judge-perceived quality 5.000 against real 1.000), "
+        "the judges end ranking outputs at least as well as before training, so the gap there is not belief in gains "
+        "the policy did not make but is dominated by the judges' score scale stretching" in reading
+    )
+    assert "`baseline` (gap" not in reading

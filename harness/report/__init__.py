@@ -19,7 +19,7 @@ from harness.grid import GridSpec
 from harness.report.data import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
-from harness.report.identical import identical_section
+from harness.report.identical import identical_groups, identical_section
 from harness.report.markdown import markdown_table
 from harness.report.meta import meta_section
 from harness.report.pairs import pair_section
@@ -33,6 +33,7 @@ from harness.report.readings import (
     reading_modes,
 )
 from harness.report.tables import (
+    PAIRED_CI,
     mode_shares,
     modes_markdown,
     run_summary,
@@ -100,14 +101,15 @@ def write_report(
         missing = sorted(set(m["condition"]) - {c.name for c in grid.conditions})
         if missing:
             raise ValueError(f"the grid does not describe conditions {missing} of the metrics table")
-    identical = identical_section(m, grid)
+    groups = identical_groups(m)  # one result each: sections that count conditions count a group once
+    identical = identical_section(m, grid, groups)
     _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     _write(out_dir, "summary.md", summary_document(summary, facts, confidence, "\n".join(identical)))
     figures = make_figures(m, out_dir / "figures", grid_name)
     readings = {
         "headline": reading_headline(m, ref),
         "boundaries_and_best": reading_boundaries(summary),
-        "all_conditions": reading_all_conditions(summary),
+        "all_conditions": reading_all_conditions(summary, groups),
         "end_state": reading_end_state(m, shares),
         "inside_vs_outside": reading_inside_vs_outside(m, ref),
     }
@@ -126,9 +128,10 @@ def write_report(
         *how_to_read(m, facts, ref, confidence, grid, roles(m)),
         "## Summary at the final iteration",
         "",
-        f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs; Δ is paired on shared "
-        "seeds; Verdict follows the difference rule above. Mechanisms and boundaries are each sorted by final mean "
-        "quality." + (" Conditions with identical results are listed below the table." if identical else ""),
+        f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs of means; Δ is paired on "
+        f"shared seeds, its CI {PAIRED_CI}; Verdict follows the difference rule above. Conditions in the grid's "
+        "order, as in every table."
+        + (" Conditions with identical results are listed below the table." if identical else ""),
         "",
         summary_markdown(summary),
     ]
@@ -146,7 +149,9 @@ def write_report(
             modes_markdown(shares, summary["condition"].tolist()),
         ]
     claims = grid.claims if grid is not None else ()
-    lines += findings_sections(m, shares, out_dir, facts, claims, lambda name, text: _write(out_dir, name, text))
+    lines += findings_sections(
+        m, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text)
+    )
     lines += ["## Figures", ""]
     for key, path in figures.items():
         relative = path.relative_to(out_dir).as_posix()

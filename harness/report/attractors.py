@@ -18,12 +18,11 @@ import seaborn as sns
 from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import GridFacts, conditions, num
 from harness.report.figures.common import new_figure, save
+from harness.report.identical import distinct
 from harness.report.markdown import markdown_table
-from harness.report.tables import grid_modes, mode_label
+from harness.report.tables import mode_label, split_modes
 from harness.wording import plural
 
-# Modes drawn in their own colour in the attractor figure; the rest are pooled as "other modes".
-FIGURE_MODES = 7
 ESCAPE_COLUMNS = [
     "condition",
     "runs",
@@ -93,8 +92,12 @@ def escape_markdown(escapes: pd.DataFrame, order: list[str]) -> str:
 
 
 def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
-    """Stacked bars: per condition, the share of its runs at each of the grid's most common end modes."""
-    modes = grid_modes(shares).head(FIGURE_MODES)
+    """Stacked bars: per condition, the share of its runs at each of the grid's most common end modes.
+
+    The modes and the pooled "other modes" bar are those of the end-mode table (tables.split_modes), so the figure
+    and the table show the same modes and the same "other" bucket.
+    """
+    modes, rest = split_modes(shares)
     order = conditions(shares)
     labels = [mode_label(s, q) for s, q in zip(modes["mode_sequence"], modes["mode_quality"], strict=True)]
     wide = shares.pivot_table(index="condition", columns="mode_sequence", values="share", aggfunc="sum", fill_value=0.0)
@@ -109,7 +112,7 @@ def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path
     for column, label, colour in zip(kept.columns, labels, colours, strict=True):
         ax.barh(y, kept[column], left=left, color=colour, label=label, edgecolor="white", linewidth=0.5)
         left += kept[column].to_numpy()
-    ax.barh(y, other, left=left, color="0.8", label="other modes", edgecolor="white", linewidth=0.5)
+    ax.barh(y, other, left=left, color="0.8", label=plural(len(rest), "other mode"), edgecolor="white", linewidth=0.5)
     runs = shares.groupby("condition", sort=False)["runs"].sum().reindex(order)
     ax.set_yticks(y, [f"{c}  (n={n})" for c, n in zip(order, runs, strict=True)], fontsize=8)
     ax.invert_yaxis()
@@ -120,14 +123,22 @@ def attractor_figure(shares: pd.DataFrame, path: Path, facts: GridFacts) -> Path
     return save(fig, path)
 
 
-def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str) -> str:
-    """One paragraph: the reference's dominant mode, and which conditions escape it most and least."""
+def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str, groups: list[tuple[str, ...]]) -> str:
+    """One paragraph: the reference's dominant mode, and which conditions escape it most and least.
+
+    groups: the identical groups (identical.identical_groups); a group is one result, so it is ranked and counted
+    among ties once, under its first member, and its other members are named beside it.
+    """
     if escapes.empty:
         return "No end modes were recorded."
     sequence, quality = dominant_mode(shares, ref)
     own = escapes.set_index("condition")
     at = own.loc[ref, "at_dominant"] / own.loc[ref, "runs"]
-    ranked = escapes[escapes["condition"] != ref].sort_values("escape_share", ascending=False, kind="stable")
+    kept = distinct([c for c in escapes["condition"] if c != ref], groups)
+    ranked = escapes.set_index("condition").loc[kept].reset_index()
+    ranked = ranked.sort_values("escape_share", ascending=False, kind="stable")
+    # The members a kept condition stands for, named beside it.
+    same = {c: "".join(f" = `{o}`" for o in group if o != c) for group in groups for c in group if c in kept}
     lines = [
         f"The reference `{ref}` ends at {mode_label(sequence, quality)} in {num(100 * at, 0)}% of its runs. "
         "A condition's escape share is the fraction of its runs that end anywhere else (exact 95% CI); "
@@ -137,9 +148,12 @@ def attractor_reading(escapes: pd.DataFrame, shares: pd.DataFrame, ref: str) -> 
         most, least = ranked.iloc[0], ranked.iloc[-1]
         tied = int((ranked["escape_share"] == least["escape_share"]).sum()) - 1
         ties = f", tied with {plural(tied, 'other condition')}" if tied else ""
+        tied_names = ranked.loc[ranked["escape_share"] == least["escape_share"], "condition"]
+        if any(same.get(c) for c in tied_names if c != least["condition"]):
+            ties += "; identical results counted once"
         lines.append(
-            f"Most escapes: `{most['condition']}` ({most['escaped']} of {most['runs']}, "
-            f"{most['escaped_higher']} to higher q*); fewest: `{least['condition']}` "
-            f"({least['escaped']} of {least['runs']}{ties})."
+            f"Most escapes: `{most['condition']}`{same.get(most['condition'], '')} ({most['escaped']} of "
+            f"{most['runs']}, {most['escaped_higher']} to higher q*); fewest: `{least['condition']}`"
+            f"{same.get(least['condition'], '')} ({least['escaped']} of {least['runs']}{ties})."
         )
     return " ".join(lines)

@@ -23,7 +23,6 @@ from harness.metrics import Metric, metric
 from harness.wording import plural
 
 REFERENCE_NAME = "baseline"
-ROLE_ORDER = {"reference": 0, "mechanism": 1, "boundary": 2}
 ITERATION_LABEL = "outer iteration (0 = before training)"
 
 # The quantity conditions are ranked, compared and paired on; and the one the end-state figure sets it against.
@@ -148,7 +147,8 @@ def grid_facts(m: pd.DataFrame, name: str | None = None) -> GridFacts:
 def mean_std_ci(values: Iterable[float], confidence: float) -> tuple[int, float, float, float, float]:
     """(n, mean, std ddof=1, ci_low, ci_high) over the finite values; Student-t CI (scipy), NaN where n < 2.
 
-    Over paired differences this is the paired t interval. Identical values give a zero-width interval.
+    The interval of a mean over seeds; paired differences take the claims' bootstrap instead (tables.paired_difference).
+    Identical values give a zero-width interval.
     """
     v = np.asarray(list(values), dtype=float)
     v = v[np.isfinite(v)]

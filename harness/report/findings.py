@@ -17,6 +17,7 @@ from harness.report.attractors import attractor_figure, attractor_reading, escap
 from harness.report.data import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
 from harness.report.markdown import markdown_table
+from harness.report.tables import PAIRED_CI
 from harness.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.wording import plural
 
@@ -24,15 +25,13 @@ Writer = Callable[[str, str | bytes], None]
 
 VERDICT_RULE = (
     "Δ is the claimed side minus the other side: a mean of seed-paired differences (or of the difference from a "
-    "fixed value), or for *spread* claims the difference of standard deviations over seeds. Its 95% CI is a "
-    "percentile bootstrap over seeds (scipy.stats.bootstrap, 10,000 paired resamples). A claim **holds** when the CI "
+    "fixed value), or for *spread* claims the difference of standard deviations over seeds. Its 95% CI is "
+    f"{PAIRED_CI}, as for the summary table's Δ. A claim **holds** when the CI "
     "excludes 0 on the claimed side and |Δ| is at least the claim's resolution; it is **contradicted** when the same "
     "is true on the opposite side (for *equal* claims: when a difference of at least the margin is established); "
     "otherwise it is **not supported**, and the last column says why (no difference: the CI lies within "
     f"± the resolution; or more seeds needed). With fewer than {MIN_SEEDS} seeds a claim is **untested**: no "
-    "verdict, effect and CI shown for orientation only. The summary table above gives Student-t CIs of the same "
-    "paired differences; where the two intervals disagree about excluding 0 the comparison is borderline. "
-    "P(better) is the "
+    "verdict, effect and CI shown for orientation only. P(better) is the "
     "share of seeds on the claimed side by more than the resolution, ties counted half (for *equal* claims: the "
     "share within the margin). IQM: interquartile mean over seeds, robust to the few runs in rare modes."
 )
@@ -73,11 +72,13 @@ def findings_sections(
     out_dir: Path,
     facts: GridFacts,
     claims: Sequence[Claim],
+    groups: list[tuple[str, ...]],
     write: Writer,
     confidence: float = 0.95,
 ) -> list[str]:
     """Markdown lines of the claims, attractor and frontier sections; writes claims.csv, attractors.csv,
-    frontier.csv and their figures through `write` / into out_dir/figures."""
+    frontier.csv and their figures through `write` / into out_dir/figures. groups: the identical groups
+    (identical.identical_groups), each counted once where the text counts conditions."""
     lines: list[str] = []
     ref = reference(m)
     if claims:
@@ -99,7 +100,7 @@ def findings_sections(
         lines += [
             "## Attractors",
             "",
-            f"{facts.heading()} {attractor_reading(escapes, shares, ref)}",
+            f"{facts.heading()} {attractor_reading(escapes, shares, ref, groups)}",
             "",
             escape_markdown(escapes, conditions(m)),
             f"![End modes per condition]({figure.relative_to(out_dir).as_posix()})",

@@ -14,12 +14,13 @@ from harness import metrics as registry
 from harness.grid import GridSpec
 from harness.report.data import conditions, num, power_of_ten
 from harness.report.grid_info import knob_value
+from harness.report.meta import CORRECTIONS, corrections, fired_phrase
 from harness.wording import plural
 
 # Relative and absolute: the same computation at another position of a batched program may round differently in
 # float32 (about 1e-7 relative); anything a mechanism changes moves far more than this.
 IDENTICAL_TOLERANCE = 1e-5
-HOLDOUT, CORRECTIONS = "meta_accuracy", "meta_corrections"
+HOLDOUT = "meta_accuracy"
 
 
 def _columns(m: pd.DataFrame) -> list[str]:
@@ -59,19 +60,36 @@ def identical_groups(m: pd.DataFrame) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups.values() if len(g) > 1]
 
 
-def _meta_never_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
-    """Why a condition with meta-correction matches one without: the correction never fired, if the data say so."""
+def distinct(names: list[str], groups: list[tuple[str, ...]]) -> list[str]:
+    """names with all but the first of each identical group's members among them left out: one entry per result,
+    for counting. A group's first member among names (grid order) stands for the members among names."""
+    later = {c for group in groups for c in [member for member in group if member in names][1:]}
+    return [c for c in names if c not in later]
+
+
+def counted_once(names: list[str], groups: list[tuple[str, ...]]) -> str:
+    """The clause a count over names adds when some of them are one result: "" when none are, else e.g.
+    "`a` = `b` counted once". Only the groups with two or more members among names are named."""
+    inside = [g for group in groups if len(g := tuple(c for c in group if c in names)) > 1]
+    if not inside:
+        return ""
+    listed = ["` = `".join(g) for g in inside]
+    return "`" + "`, `".join(listed) + "` counted once"
+
+
+def _meta_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
+    """Why a condition with meta-correction matches one without, as far as the data show it: whether and how often
+    the correction fired (with the count; if never, also how low its held-out accuracy got). None without held-out
+    pairs."""
     rows = m[m["condition"] == condition]
     if HOLDOUT not in rows or CORRECTIONS not in rows or rows[HOLDOUT].isna().all():
         return None
-    if (pd.to_numeric(rows[CORRECTIONS], errors="coerce").fillna(0) != 0).any():
-        return None
+    if corrections(m, condition).sum() != 0:
+        return f"{fired_phrase(m, condition)}, without moving any metric beyond the tolerance"
     lowest = float(rows[HOLDOUT].min())
     threshold = f", threshold {grid.condition(condition).knobs.meta_accuracy_threshold:g}" if grid else ""
-    return (
-        f"meta-correction never fired in `{condition}` (`{CORRECTIONS}` is 0 at every seed and iteration; its "
-        f"held-out accuracy at iteration ends is never below {num(lowest)}{threshold})"
-    )
+    accuracy = f"its held-out accuracy at iteration ends is never below {num(lowest)}{threshold}"
+    return fired_phrase(m, condition, accuracy)
 
 
 def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
@@ -90,16 +108,15 @@ def explain(m: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | None) -> s
     for other in rest:
         parts = [_knob_difference(grid, first, other)] if grid else []
         if not grid or grid.condition(first).knobs != grid.condition(other).knobs:
-            fired = [r for c in (first, other) if (r := _meta_never_fired(m, c, grid))]
+            fired = [r for c in (first, other) if (r := _meta_fired(m, c, grid))]
             parts += fired or ["the metrics do not show why"]
         reasons.append(f"`{other}`: " + "; ".join(parts) if len(rest) > 1 else "; ".join(parts))
     names = " = ".join(f"`{c}`" for c in group)
     return f"- {names}: " + " / ".join(reasons) + "."
 
 
-def identical_section(m: pd.DataFrame, grid: GridSpec | None) -> list[str]:
-    """The report's lines on identical conditions (none when there are none)."""
-    groups = identical_groups(m)
+def identical_section(m: pd.DataFrame, grid: GridSpec | None, groups: list[tuple[str, ...]]) -> list[str]:
+    """The report's lines on identical conditions (none when there are none); groups: identical_groups(m)."""
     if not groups:
         return []
     return [

@@ -9,6 +9,7 @@ from harness.grid import GridSpec
 from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import (
     ALIGNMENT,
+    PERCEIVED,
     QUALITY,
     GridFacts,
     belief_gap,
@@ -20,10 +21,12 @@ from harness.report.data import (
 )
 from harness.report.figures import boundaries_title, shown_in_boundaries_figure
 from harness.report.grid_info import condition_lines, knob_lines, q_star_line
+from harness.report.identical import counted_once, distinct
 from harness.report.tables import (
     DIFF,
     FELL_FROM_PEAK,
     FELL_FROM_PEAK_MEANING,
+    PAIRED_CI,
     difference_rule,
     difference_verdict,
     mode_label,
@@ -75,9 +78,13 @@ def reading_boundaries(summary: pd.DataFrame) -> str:
     return f"Shown: {boundaries_title(summary)}. Final mean {QUALITY.label}: " + "; ".join(parts) + "."
 
 
-def reading_all_conditions(summary: pd.DataFrame) -> str:
+def reading_all_conditions(summary: pd.DataFrame, groups: list[tuple[str, ...]]) -> str:
     """The span of final mean quality, and how many mechanisms end above, below or with no difference from the
-    reference under the one difference rule (`difference_verdict`)."""
+    reference under the one difference rule (`difference_verdict`).
+
+    groups: the identical groups (identical.identical_groups); a group is one result, so it is counted once and the
+    sentence names it.
+    """
     q = f"{QUALITY.name}_mean"
     ranked = summary.dropna(subset=[q]).sort_values(q, ascending=False, kind="stable")
     if ranked.empty:
@@ -87,13 +94,16 @@ def reading_all_conditions(summary: pd.DataFrame) -> str:
         f"Final mean {QUALITY.label} spans {num(worst[q])} ({worst['condition']}) "
         f"to {num(best[q])} ({best['condition']})"
     )
-    mech = summary[summary["role"] == "mechanism"]
-    if len(mech):
+    mechanisms = summary.loc[summary["role"] == "mechanism", "condition"].tolist()
+    if mechanisms:
+        mech = summary.set_index("condition").loc[distinct(mechanisms, groups)].reset_index()
         verdicts = mech.apply(difference_verdict, axis=1).tolist()
         count = {v: verdicts.count(v) for v in VERDICT_PHRASES}
+        once = counted_once(mechanisms, groups)
+        results = f" ({plural(len(mech), 'distinct result')}: {once})" if once else ""
         text += (
-            f"; of {plural(len(mech), 'mechanism')}, {count['above']} end above the reference, {count['below']} below "
-            f"and {count['none']} show no difference (the rule in How to read this)"
+            f"; of {plural(len(mechanisms), 'mechanism')}{results}, {count['above']} end above the reference, "
+            f"{count['below']} below and {count['none']} show no difference (the rule in How to read this)"
         )
         if count["n/a"]:
             text += f"; {count['n/a']} share no seed with it"
@@ -149,7 +159,34 @@ def reading_inside_vs_outside(m: pd.DataFrame, ref: str) -> str:
             f" the final iteration the largest gap is {high['condition']} ({num(high['gap'], signed=True)}) "
             f"and the smallest {low['condition']} ({num(low['gap'], signed=True)})"
         )
-    return (text or "The reference has no finite gap") + "."
+    return (text or "The reference has no finite gap") + "." + _scale_stretch(m, last)
+
+
+def _scale_stretch(m: pd.DataFrame, last: pd.DataFrame) -> str:
+    """A sentence on the conditions whose final belief gap is positive (≥ QUALITY_RESOLUTION) although their judges
+    end ranking outputs at least as well as before training (mean alignment at the end ≥ at iteration 0): there the
+    gap cannot be belief in gains the policy did not make; it is the judges' score scale stretching. "" when none.
+
+    last: the belief gap's final row per condition (belief_gap rows).
+    """
+    listed = []
+    for row in last[last["gap"] >= QUALITY_RESOLUTION].itertuples(index=False):
+        alignment = series(m, row.condition, ALIGNMENT.name)
+        if alignment.empty or alignment.iloc[-1] < alignment.iloc[0]:
+            continue
+        perceived, real = (series(m, row.condition, x.name).iloc[-1] for x in (PERCEIVED, QUALITY))
+        listed.append(
+            f"`{row.condition}` (gap {num(row.gap, signed=True)}; judge alignment {num(alignment.iloc[0])} → "
+            f"{num(alignment.iloc[-1])}; judge-perceived quality {num(perceived)} against real {num(real)})"
+        )
+    if not listed:
+        return ""
+    names = ", ".join(listed[:-1]) + (" and " if len(listed) > 1 else "") + listed[-1]
+    return (
+        f" In {names}, the judges end ranking outputs at least as well as before training, so the gap there is not "
+        "belief in gains the policy did not make but is dominated by the judges' score scale stretching (the gap "
+        "counts any stretch as belief)."
+    )
 
 
 def how_to_read(
@@ -163,8 +200,8 @@ def how_to_read(
         "## How to read this",
         "",
         f"A run is one condition × one seed; iteration 0 is before training and the tables report iteration "
-        f"{facts.final_iteration}, the last{steps}. Means are over seeds; CIs are {100 * confidence:g}% Student-t "
-        "over seeds.",
+        f"{facts.final_iteration}, the last{steps}. Means are over seeds; CIs of means are {100 * confidence:g}% "
+        f"Student-t over seeds, CIs of paired differences (Δ, and the claims' effects) {PAIRED_CI}.",
         "",
     ]
     lines += [f"- **{x.label}** ({x.unit}; column `{x.name}`): {x.definition}." for x in shown if x.name in m.columns]

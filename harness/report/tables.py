@@ -11,7 +11,6 @@ from harness import metrics as registry
 from harness.metrics import QUALITY_RESOLUTION
 from harness.report.data import (
     QUALITY,
-    ROLE_ORDER,
     GridFacts,
     conditions,
     final_runs,
@@ -24,11 +23,14 @@ from harness.report.data import (
     roles,
 )
 from harness.report.markdown import markdown_table
+from harness.verdicts import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci
 from harness.wording import plural
 
 # Columns of the end-mode table: the most common end modes of the grid, the rest summed as "other".
 MODE_COLUMNS = 4
 DIFF = f"{QUALITY.name}_diff"
+# How a paired difference's CI is computed (paired_difference), in the words every section that shows one uses.
+PAIRED_CI = f"a percentile bootstrap over seeds (scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} paired resamples)"
 
 
 def run_summary(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -86,16 +88,16 @@ def run_summary(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """One row per condition, at the condition's final iteration, ordered reference → mechanisms → boundaries.
+    """One row per condition, at the condition's final iteration, in grid order (the order of every table).
 
     Columns: condition, role ("reference" | "mechanism" | "boundary"), n_seeds (seeds in the table), n_final (runs
     with a finite final quality, i.e. what the statistics are over), diverged_runs (runs with any diverged row),
     final_iteration; for every registered float metric M in the table: M_mean, M_std (ddof=1), M_ci_low, M_ci_high
     (Student-t over seeds, NaN with fewer than 2); runs_below_peak (runs that ended at least QUALITY_RESOLUTION below
-    their own peak, see run_summary), with drop_from_peak_mean and peak_iteration_below_mean over those runs only
-    (NaN when there are none); policy_quality_diff_mean / _ci_low / _ci_high: paired final-quality difference from
-    the reference over the seeds both share (NaN on the reference row), with n_paired. Mechanisms and boundaries are
-    each sorted by policy_quality_mean descending (NaN last, ties in grid order).
+    their own peak, see run_summary), with drop_from_peak_mean and the earliest and latest of their peak iterations,
+    peak_iteration_below_first / _last, over those runs only (NaN when there are none); policy_quality_diff_mean /
+    _ci_low / _ci_high: paired final-quality difference from the reference over the seeds both share, its CI the
+    claims' bootstrap (paired_difference; NaN on the reference row), with n_paired.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
@@ -106,7 +108,7 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     summarised = float_metrics(m)
     reference_final = runs.loc[runs["condition"] == ref, ["seed", "final_quality"]]
     rows = []
-    for grid_position, condition in enumerate(conditions(m)):
+    for condition in conditions(m):
         cond = m[m["condition"] == condition]
         cond_runs = runs[runs["condition"] == condition]
         last = int(cond["iteration"].max())
@@ -126,26 +128,38 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
         fell = cond_runs[~cond_runs["diverged"] & cond_runs["below_peak"]]
         row["runs_below_peak"] = len(fell)
         row["drop_from_peak_mean"] = float(fell["drop_from_peak"].mean()) if len(fell) else math.nan
-        row["peak_iteration_below_mean"] = float(fell["peak_iteration"].astype(float).mean()) if len(fell) else math.nan
+        # Iterations are whole numbers: the span of the peaks, not a mean that reads as "iteration 5.7".
+        peaks = fell["peak_iteration"].astype(float)
+        row["peak_iteration_below_first"] = peaks.min() if len(fell) else math.nan
+        row["peak_iteration_below_last"] = peaks.max() if len(fell) else math.nan
         if condition == ref:
             row |= {f"{DIFF}_mean": math.nan, f"{DIFF}_ci_low": math.nan, f"{DIFF}_ci_high": math.nan}
             row["n_paired"] = pd.NA
         else:
             paired = cond_runs[["seed", "final_quality"]].merge(reference_final, on="seed", suffixes=("", "_ref"))
-            diff = (paired["final_quality"] - paired["final_quality_ref"]).dropna()
-            n, mean, _, low, high = mean_std_ci(diff, confidence)
+            n, mean, low, high = paired_difference(paired["final_quality"] - paired["final_quality_ref"], confidence)
             row |= {f"{DIFF}_mean": mean, f"{DIFF}_ci_low": low, f"{DIFF}_ci_high": high}
             row["n_paired"] = n
-        row["_grid"] = grid_position
         rows.append(row)
 
     out = pd.DataFrame(rows)
-    # Story order: role, then final mean quality descending (missing last), then grid order for ties.
-    out["_role"] = out["role"].map(ROLE_ORDER)
-    out["_quality"] = -out[f"{QUALITY.name}_mean"].fillna(-math.inf)
-    out = out.sort_values(["_role", "_quality", "_grid"], kind="stable").drop(columns=["_role", "_quality", "_grid"])
     out["n_paired"] = out["n_paired"].astype("Int64")
     return out.reset_index(drop=True)
+
+
+def paired_difference(differences: pd.Series, confidence: float) -> tuple[int, float, float, float]:
+    """(n, mean, ci_low, ci_high) of seed-paired differences over their finite values.
+
+    The CI is the claims' percentile bootstrap (`harness.verdicts.paired_bootstrap_ci`), so a summary row and a claim
+    on the same comparison give the same interval. NaN bounds with fewer than 2 pairs (one pair has no spread to
+    resample); NaN mean too without pairs.
+    """
+    v = differences.to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size < 2:
+        return int(v.size), float(v[0]) if v.size else math.nan, math.nan, math.nan
+    mean, low, high = paired_bootstrap_ci(v, None, "mean", confidence)
+    return int(v.size), mean, low, high
 
 
 def difference_verdict(row: pd.Series) -> str:
@@ -180,21 +194,22 @@ def difference_rule(confidence: float) -> str:
 FELL_FROM_PEAK = "Fell from peak (q*)"
 FELL_FROM_PEAK_MEANING = (
     f"runs whose final real quality is at least {QUALITY_RESOLUTION:g} q* below their own peak over the iterations, "
-    "out of the runs with a final value, with the (mean) drop in q* and the (mean) iteration of their peak; "
+    "out of the runs with a final value, with the (mean) drop in q* and the iteration of their peak (a range when "
+    "their peaks fall at different iterations); "
     '"·" when no run did (a curve flat to float noise has no peak iteration worth reporting)'
 )
 
 
 def fell_from_peak(row: pd.Series) -> str:
     """The "Fell from peak" cell: "·" when no run ended QUALITY_RESOLUTION below its own peak, else how many did,
-    their (mean) drop in q* and (mean) peak iteration."""
+    their (mean) drop in q* and their peak iteration, as whole iterations ("iter 3", or "iters 2–7" for a span)."""
     k = int(row["runs_below_peak"])
     if k == 0:
         return "·"
     n = int(row["n_final"])
-    if k == 1:
-        return f"{k}/{n}: −{num(row['drop_from_peak_mean'])} from iter {int(row['peak_iteration_below_mean'])}"
-    return f"{k}/{n}: −{num(row['drop_from_peak_mean'])} from iter {num(row['peak_iteration_below_mean'], 1)} (means)"
+    drop = f"{k}/{n}: −{num(row['drop_from_peak_mean'])}" + (" (mean)" if k > 1 else "")
+    first, last = int(row["peak_iteration_below_first"]), int(row["peak_iteration_below_last"])
+    return f"{drop} from iter {first}" if first == last else f"{drop} from iters {first}–{last}"
 
 
 def _mean_std(row: pd.Series, name: str) -> str:
@@ -321,8 +336,8 @@ def summary_document(summary: pd.DataFrame, facts: GridFacts, confidence: float,
     table, and `notes` (markdown, e.g. the conditions with identical results) after it."""
     title = f"# Summary of {facts.name}" if facts.name else "# Summary"
     text = (
-        f"{title}\n\n{facts.heading()} Mean ± std over seeds, {100 * confidence:g}% Student-t CIs; Δ is paired on "
-        f"shared seeds; {difference_rule(confidence)}. {FELL_FROM_PEAK}: {FELL_FROM_PEAK_MEANING}.\n\n"
-        + summary_markdown(summary)
+        f"{title}\n\n{facts.heading()} Mean ± std over seeds, {100 * confidence:g}% Student-t CIs of means; Δ is "
+        f"paired on shared seeds, its CI {PAIRED_CI}; {difference_rule(confidence)}. "
+        f"{FELL_FROM_PEAK}: {FELL_FROM_PEAK_MEANING}.\n\n" + summary_markdown(summary)
     )
     return text + (f"\n{notes}" if notes else "")

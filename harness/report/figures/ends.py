@@ -125,7 +125,7 @@ def fig_all_conditions(m: pd.DataFrame, path: Path, summary: pd.DataFrame, facts
                 colour = ROLE_COLOURS[role[c]]
                 xerr = 0 if np.isnan(sd) else sd
                 ax.errorbar(mean, position[c], xerr=xerr, fmt=ROLE_MARKERS[role[c]], ms=6, color=colour, capsize=2)
-        ref_mean = stats["mean"].iloc[0] if order else math.nan
+        ref_mean = stats["mean"].get(next((c for c in order if role[c] == "reference"), None), math.nan)
         if np.isfinite(ref_mean) and not x.judge_scale:  # judges differ in scale: no shared reference line
             ax.axvline(ref_mean, color=ROLE_COLOURS["reference"], lw=0.8, ls=":", zorder=0)
         ax.set_title(x.label.capitalize())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.data import ITERATION_LABEL, GridFacts, headline_metrics, live, plural, roles, series
+from harness.report.data import ITERATION_LABEL, QUALITY, GridFacts, headline_metrics, live, plural, roles, series
 from harness.report.figures.common import (
     ROLE_COLOURS,
     dashes,
@@ -56,9 +56,15 @@ def fig_headline(m: pd.DataFrame, path: Path, facts: GridFacts, ref: str) -> Pat
 
 
 def shown_in_boundaries_figure(summary: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
-    """(reference, top mechanisms by final mean quality, boundary conditions) drawn in boundaries_and_best."""
-    pick = {r: summary.loc[summary["role"] == r, "condition"].tolist() for r in ("reference", "mechanism", "boundary")}
-    return pick["reference"], pick["mechanism"][:TOP_MECHANISMS], pick["boundary"]
+    """(reference, top mechanisms by final mean quality, boundary conditions) drawn in boundaries_and_best.
+
+    The top mechanisms are ranked by final mean quality (missing last, ties in grid order); boundaries keep the
+    summary's (grid) order.
+    """
+    pick = {r: summary[summary["role"] == r] for r in ("reference", "mechanism", "boundary")}
+    ranked = pick["mechanism"].sort_values(f"{QUALITY.name}_mean", ascending=False, na_position="last", kind="stable")
+    top = ranked["condition"].tolist()[:TOP_MECHANISMS]
+    return pick["reference"]["condition"].tolist(), top, pick["boundary"]["condition"].tolist()
 
 
 def boundaries_title(summary: pd.DataFrame) -> str:
