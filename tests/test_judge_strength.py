@@ -16,7 +16,7 @@ import scipy.stats
 
 from harness import keys
 from harness import program as program_module
-from harness.conditions import parse_grid
+from harness.conditions import duplicate_conditions, parse_grid
 from harness.grid import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
 from harness.knobs import Knobs, RunKnobs
 from harness.models import init_judges, judge_score_table, policy_log_prob_table
@@ -145,6 +145,9 @@ def test_default_target_is_the_grids() -> None:
         update={"conditions": tuple(c.model_copy(update={"knobs": explicit}) for c in spec.conditions)}
     )
     assert grid_origins(same).judge_sources == tuple(s for s in origins.judge_sources if s.member == 0)
+    # ... and so repeats a condition that leaves it unset.
+    repeated = spec.model_copy(update={"conditions": (Condition(name="unset"), Condition(name="set", knobs=explicit))})
+    assert duplicate_conditions(repeated) == [("set", "unset")]
 
 
 def test_the_knob_stays_on_the_host() -> None:
