@@ -93,7 +93,7 @@ class Knobs(BaseModel):
         None,
         gt=-1.0,
         le=1.0,
-        description="the Spearman target this condition's judges are pretrained to (None: the grid's "
+        description="the Spearman target this condition's judges are pretrained to (unset: the grid's "
         "[pretrain] target_spearman); conditions with equal targets share their pretrained judges",
         json_schema_extra={HOST_ONLY: True},
     )
