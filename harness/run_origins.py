@@ -143,9 +143,10 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
 
     conditions = [(c.original_script, c.knobs.n_judges, spec.judge_target(c)) for c in spec.conditions]
     runs = sorted({(script, seed, n_judges) for script, n_judges, _ in conditions for seed in seeds}, key=_order)
-    targets_of = {(script, n_judges): set() for script, n_judges, _ in conditions}
+    # The targets each (script, ensemble size) is pretrained to: its seeds' members, once per target.
+    targets_of: dict[tuple[str, int], set[float]] = {}
     for script, n_judges, target in conditions:
-        targets_of[(script, n_judges)].add(target)
+        targets_of.setdefault((script, n_judges), set()).add(target)
     judge_keys: dict[JudgeSource, tuple[jax.Array, jax.Array]] = {}
     policy_keys, stream_keys = [], []
     for script, seed, n_judges in runs:
