@@ -303,7 +303,16 @@ def command_list(args: argparse.Namespace) -> int:
 
     spec = _grid_and_warnings(_conditions_path(args.conditions))
     if args.all:
-        rows = [{"condition": c.name, **c.knobs.model_dump(), "boundary": c.boundary} for c in spec.conditions]
+        # Resolved: an unset pretraining target is shown as the grid's own.
+        rows = [
+            {
+                "condition": c.name,
+                **c.knobs.model_dump(),
+                "judge_pretrain_target": spec.judge_target(c),
+                "boundary": c.boundary,
+            }
+            for c in spec.conditions
+        ]
         with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 60):
             print(pd.DataFrame(rows).to_string(index=False))
     else:

@@ -198,11 +198,15 @@ def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> Gri
 
 
 def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:
-    """(condition, earlier condition) for each condition whose resolved knobs equal an earlier one's."""
+    """(condition, earlier condition) for each condition whose resolved knobs equal an earlier one's.
+
+    Resolved: an unset judge_pretrain_target is the grid's [pretrain] target (the same judges as setting it).
+    """
     seen: dict[str, str] = {}
     duplicates = []
     for condition in spec.conditions:
-        key = condition.knobs.model_dump_json()
+        resolved = condition.knobs.model_copy(update={"judge_pretrain_target": spec.judge_target(condition)})
+        key = resolved.model_dump_json()
         if key in seen:
             duplicates.append((condition.name, seen[key]))
         else:

@@ -123,6 +123,11 @@ class GridSpec(BaseModel):
     def condition(self, name: str) -> Condition:
         return next(c for c in self.conditions if c.name == name)
 
+    def judge_target(self, condition: Condition) -> float:
+        """The Spearman target `condition`'s judges are pretrained to: its knob, or else the grid's [pretrain] one."""
+        target = condition.knobs.judge_pretrain_target
+        return self.pretrain.target_spearman if target is None else target
+
     def only(self, names: Sequence[str]) -> GridSpec:
         """The same grid restricted to some conditions (in the given order), keeping the claims that still apply."""
         kept = []

@@ -1,8 +1,10 @@
 """Condition knobs, declared once: the validated model, and the per-run arrays generated from it.
 
-Every knob enters the compiled program as an array with one entry per run, so two grids
-that differ only in knob values share one compiled executable. A new knob is one field
-of `Knobs` (with its documentation); `RunKnobs` follows from it.
+Every knob the training loop reads enters the compiled program as an array with one entry
+per run, so two grids that differ only in knob values share one compiled executable. A new
+knob is one field of `Knobs` (with its documentation); `RunKnobs` follows from it. A knob
+that acts before the program runs (on the host, e.g. in pretraining) is marked host-only
+and stays out of `RunKnobs` (see `HOST_ONLY`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ RejectedSide = Literal["policy", "past", "initial"]
 UNIT = "unit"
 INNER_STEPS = "inner policy steps"
 OUTER_ITERATIONS = "outer iterations"
+
+# A knob whose field has json_schema_extra[HOST_ONLY] = True acts on the host only, before the
+# compiled program runs (e.g. how far its judges are pretrained). It is kept out of `RunKnobs`
+# rather than encoded as an array the program never reads: an unused input would still be
+# an argument of every executable, and a knob that may be None has no array value of its own
+# (its meaning, e.g. "the grid's [pretrain] target", belongs to the grid, not the run).
+HOST_ONLY = "host_only"
 
 
 class Knobs(BaseModel):
@@ -127,12 +136,30 @@ class Knobs(BaseModel):
     entropy_bonus: float = Field(0.01, ge=0.0, description="weight of mean log π in the policy loss")
     lr_policy: float = Field(3e-4, gt=0.0, description="Adam learning rate of the policy")
     lr_judge: float = Field(3e-4, gt=0.0, description="Adam learning rate of every judge")
+    judge_pretrain_target: float | None = Field(
+        None,
+        gt=-1.0,
+        le=1.0,
+        description="the Spearman target this condition's judges are pretrained to (unset: the grid's "
+        "[pretrain] target_spearman); conditions with equal targets share their pretrained judges",
+        json_schema_extra={HOST_ONLY: True},
+    )
 
 
 def knob_unit(name: str) -> str | None:
     """What a counting knob counts (INNER_STEPS or OUTER_ITERATIONS); None for a knob that counts nothing."""
     extra = Knobs.model_fields[name].json_schema_extra
     return extra.get(UNIT) if isinstance(extra, dict) else None  # type: ignore[return-value]
+
+
+def host_only(name: str) -> bool:
+    """Whether a knob acts on the host only (see HOST_ONLY), and so has no array in `RunKnobs`."""
+    extra = Knobs.model_fields[name].json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get(HOST_ONLY, False))
+
+
+# The knobs the compiled program reads, in `Knobs` order: the fields of `RunKnobs`.
+PROGRAM_KNOBS = tuple(name for name in Knobs.model_fields if not host_only(name))
 
 
 def choices(name: str) -> tuple[str, ...]:
@@ -152,12 +179,12 @@ def _code(name: str, value: object) -> object:
 
 
 def _run_knobs_class() -> type:
-    fields = {name: jax.Array for name in Knobs.model_fields}
+    fields = dict.fromkeys(PROGRAM_KNOBS, jax.Array)
     namespace = {
         "__annotations__": fields,
         "__module__": __name__,
         "__doc__": "Knob values as arrays with a leading run axis (R,), one field per `Knobs` field "
-        "(categorical knobs as int32 codes, see `choices`).",
+        "the program reads (categorical knobs as int32 codes, see `choices`; host-only knobs absent).",
     }
     return flax.struct.dataclass(type("RunKnobs", (), namespace))
 
@@ -166,10 +193,9 @@ RunKnobs = _run_knobs_class()
 
 
 def stack_knobs(knobs: Sequence[Knobs]) -> Any:
-    """`RunKnobs` with one entry per run, in run order."""
+    """`RunKnobs` with one entry per run, in run order (host-only knobs are not part of it)."""
     arrays = {
-        name: jnp.asarray([_code(name, getattr(k, name)) for k in knobs], _array_dtype(name))
-        for name in Knobs.model_fields
+        name: jnp.asarray([_code(name, getattr(k, name)) for k in knobs], _array_dtype(name)) for name in PROGRAM_KNOBS
     }
     chex.assert_equal_shape(list(arrays.values()))
     return RunKnobs(**arrays)

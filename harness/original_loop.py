@@ -161,9 +161,10 @@ class OriginalLoop:
 
     def pretrained_judges(self, script: original_streams.Script, seed: int) -> list[Params]:
         keys = original_streams.seed_keys(script, seed, self.knobs.n_judges)
-        result = pretrain_judges(
-            keys.judge_init, keys.judge_pretrain, self.world, PretrainSettings(), streams="original"
-        )
+        settings = PretrainSettings()  # the original's fixed pretraining, unless the condition sets its own target
+        if self.knobs.judge_pretrain_target is not None:
+            settings = settings.model_copy(update={"target_spearman": self.knobs.judge_pretrain_target})
+        result = pretrain_judges(keys.judge_init, keys.judge_pretrain, self.world, settings, streams="original")
         if not bool(np.all(np.asarray(result.reached))):
             raise RuntimeError(f"pretraining of {script} seed {seed} did not reach its target")
         return [jax.tree.map(lambda leaf, m=m: leaf[m], result.params) for m in range(self.knobs.n_judges)]

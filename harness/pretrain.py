@@ -1,8 +1,9 @@
 """Judge pretraining: regress scores on noisy q* until the exact rank correlation reaches a target.
 
-Every (seed, member) judge trains in one vmapped program and stops at its own first
-check that meets the target (later periods leave it unchanged), so results do not
-depend on which judges share the batch.
+Every judge trains in one vmapped program and stops at its own first check that meets
+its own target (later periods leave it unchanged), so results do not depend on which
+judges share the batch. Judges from the same keys with different targets follow one
+trajectory and stop at different checks.
 
 Two random streams are available. ``"harness"`` (ours): the judge is initialised as in
 `harness.models` and step s draws its batch from fold_in(data key, s). ``"original"``: the
@@ -41,6 +42,7 @@ class PretrainResult(NamedTuple):
 
 
 class _PretrainState(NamedTuple):
+    target: jax.Array  # the Spearman this judge stops at, float32
     params: Params
     opt_state: optax.OptState
     steps: jax.Array
@@ -52,7 +54,7 @@ class _PretrainState(NamedTuple):
 def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, streams: Streams = "harness") -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
-    (init_keys, data_keys), each (S, P/S, 2) -> the final state of every judge, (S, P/S, ...).
+    (init_keys, data_keys (S, P/S, 2), targets (S, P/S)) -> the final state of every judge, (S, P/S, ...).
     Each shard loops over check periods until its own judges are done. `streams` as in the module docstring.
     """
     vocab, seq_len = world.config.vocab_size, world.config.seq_len
@@ -82,13 +84,14 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, st
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state, chain), None
 
-    def start(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
+    def start(init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array) -> _PretrainState:
         if streams == "original":
             params = init_original_judges(init_keys, vocab, seq_len)
         else:
             params = init_judges(init_keys, vocab, seq_len)
         count = init_keys.shape[0]
         return _PretrainState(
+            targets,
             params,
             jax.vmap(optimizer.init)(params),
             jnp.zeros(count, jnp.int32),
@@ -110,7 +113,7 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, st
             chain = state.chain
         rho = spearman(judge_score_table(params, vocab, seq_len), q_star)
         trained = _PretrainState(
-            params, opt_state, state.steps + settings.check_every, rho, rho >= settings.target_spearman, chain
+            state.target, params, opt_state, state.steps + settings.check_every, rho, rho >= state.target, chain
         )
         finished = state.done | (state.steps >= settings.max_steps)
         return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
@@ -118,11 +121,11 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, st
     def unfinished(state: _PretrainState) -> jax.Array:
         return jnp.any(~state.done & (state.steps < settings.max_steps))
 
-    def pretrain_shard(init_keys: jax.Array, data_keys: jax.Array) -> _PretrainState:
+    def pretrain_shard(init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array) -> _PretrainState:
         # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
-        init_keys, data_keys = init_keys[0], data_keys[0]
+        init_keys, data_keys, targets = init_keys[0], data_keys[0], targets[0]
         state = jax.lax.while_loop(
-            unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys, data_keys)
+            unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys, data_keys, targets)
         )
         return jax.tree.map(lambda leaf: leaf[None], state)
 
@@ -131,7 +134,11 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, st
     # find, and it would ask that constants in the loop carry be marked per-shard.
     return jax.jit(
         jax.shard_map(
-            pretrain_shard, mesh=shard_mesh(n_shards), in_specs=(sharded, sharded), out_specs=sharded, check_vma=False
+            pretrain_shard,
+            mesh=shard_mesh(n_shards),
+            in_specs=(sharded, sharded, sharded),
+            out_specs=sharded,
+            check_vma=False,
         )
     )
 
@@ -143,8 +150,12 @@ def pretrain_judges(
     settings: PretrainSettings,
     max_shards: int = 1,
     streams: Streams = "harness",
+    targets: jax.Array | None = None,
 ) -> PretrainResult:
     """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P.
+
+    targets: float (P,), the Spearman each judge stops at (None: settings.target_spearman for all).
+    The other settings are shared: one program pretrains judges of any mix of targets.
 
     The judges are split into up to `max_shards` shards that train side by side on as many
     devices (see `harness.sharding`); each judge's training depends only on its own keys.
@@ -153,11 +164,15 @@ def pretrain_judges(
     """
     chex.assert_equal_shape([init_keys, data_keys])
     count = init_keys.shape[0]
+    if targets is None:
+        targets = jnp.full(count, settings.target_spearman, jnp.float32)
+    targets = jnp.asarray(targets, jnp.float32)
+    chex.assert_shape(targets, (count,))
     n_shards = min(max_shards, count, len(jax.local_devices()))
     per_shard = -(-count // n_shards)
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
-    state = pretrain_program(world, settings, n_shards, streams)(*to_shards((init_keys, data_keys), index))
+    state = pretrain_program(world, settings, n_shards, streams)(*to_shards((init_keys, data_keys, targets), index))
     state = from_shards(state, np.arange(count))
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)

@@ -205,7 +205,7 @@ class GridProgram:
         self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices), self.pieces)
         self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
         self.world = World(self.spec.world)
-        self.origins: GridOrigins = grid_origins(self.spec, self.shape.max_members)
+        self.origins: GridOrigins = grid_origins(self.spec)
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
         self._executable: IterationExecutable | None = None
@@ -261,7 +261,10 @@ class GridProgram:
         return unravel_rows(judge_layout(self.shape.vocab_size), rows)
 
     def pretrain(self) -> PretrainResult:
-        """Pretrain every judge source of the grid (`origins.judge_sources`), each once."""
+        """Pretrain every judge source of the grid (`origins.judge_sources`), each once, to its own target.
+
+        Raises PretrainingFailed, naming each judge that missed its target and that target, if any did.
+        """
         start = time.perf_counter()
         origins = self.origins
         result = pretrain_judges(
@@ -271,35 +274,41 @@ class GridProgram:
             self.spec.pretrain,
             max_shards=self.max_shards or len(jax.local_devices()),
             streams=self.spec.run.streams,
+            targets=origins.judge_targets,
         )
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start
         failed = np.flatnonzero(~np.asarray(result.reached))
         if len(failed):
-            names = ", ".join(f"{self._judge_name(u)} (Spearman {float(result.spearman[u]):.3f})" for u in failed)
+            names = ", ".join(
+                f"{self._judge_name(u)} (target {origins.judge_sources[u].target:g}, "
+                f"Spearman {float(result.spearman[u]):.3f})"
+                for u in failed
+            )
             raise PretrainingFailed(
-                f"judges did not reach Spearman {self.spec.pretrain.target_spearman} within "
-                f"{self.spec.pretrain.max_steps} steps: {names}"
+                f"judges did not reach their Spearman target within {self.spec.pretrain.max_steps} steps: {names}"
             )
         self.pretrained = result
         return result
 
     def _judge_name(self, source: int) -> str:
-        script, seed, member = self.origins.judge_sources[source]
+        script, seed, member, _ = self.origins.judge_sources[source]
         return f"{script + ' script ' if script else ''}seed {seed} member {member}"
 
     def pretrain_table(self) -> pd.DataFrame:
-        """Steps and final Spearman of each pretrained judge by (seed, member); by script too under original streams."""
+        """Steps and final Spearman of each pretrained judge by (seed, member, target); by script too under original
+        streams. One row per judge source, in `origins.judge_sources` order."""
         assert self.pretrained is not None, "call pretrain() first"
         rows = [
             {
                 **({"script": script} if script else {}),
                 "seed": seed,
                 "member": member,
+                "target": target,
                 "steps": int(self.pretrained.steps[u]),
                 "spearman": float(self.pretrained.spearman[u]),
             }
-            for u, (script, seed, member) in enumerate(self.origins.judge_sources)
+            for u, (script, seed, member, target) in enumerate(self.origins.judge_sources)
         ]
         return pd.DataFrame(rows)
 
@@ -313,6 +322,8 @@ class GridProgram:
         if self.pretrained is None:
             self.pretrain()
         assert self.pretrained is not None
+        # Judges come in source order (a checkpoint's too): one per source of this grid.
+        chex.assert_tree_shape_prefix(self.pretrained.params, (len(self.origins.judge_sources),))
         layout, world, origins = self.layout, self.world, self.origins
         vocab, seq_len = world.config.vocab_size, world.config.seq_len
         log_pi = jax.vmap(lambda policy: policy_log_prob_table(policy, vocab, seq_len))(origins.policy_params)

@@ -107,7 +107,10 @@ def execute(
         pretrained = load_pretrained(payload)  # no need to pretrain again
     else:
         judges = plural(program.shape.max_members, "judge")
-        progress.phase("pretrain", f"{plural(len(spec.run.seeds), 'seed')} × {judges}")
+        sources = program.origins.judge_sources
+        targets = len({source.target for source in sources})
+        per_target = f" at {targets} targets ({plural(len(sources), 'judge')} in all)" if targets > 1 else ""
+        progress.phase("pretrain", f"{plural(len(spec.run.seeds), 'seed')} × {judges}{per_target}")
         program.pretrain()
         progress.phase_done("pretrain", program.times.pretrain)
 

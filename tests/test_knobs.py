@@ -81,7 +81,8 @@ class Trace:
 
     def pretrained(self, member: int = 0) -> chex.ArrayTree:
         """Pretraining's own output for (seed 0, member), independent of the grid's slot layout."""
-        source = self.program.origins.judge_sources.index((None, 0, member))
+        target = self.program.spec.pretrain.target_spearman
+        source = self.program.origins.judge_sources.index((None, 0, member, target))
         return jax.tree.map(lambda x: np.asarray(x[source]), self.program.pretrained.params)
 
 
