@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench reference reference-100 lint format clean
+.PHONY: run test bench reference reference-100 reference-temporal lint format clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ reference: $(STAMP)
 reference-100: $(STAMP)
 	$(BIN)/coevolab run conditions/paper-100.toml --out artifacts/reference/paper-100 --force --no-compile-cache
 	$(BIN)/python -m harness.readme_tables --claims artifacts/reference/paper-100 README.md
+
+# The follow-up work's mechanisms (temporal contrast, anchored rejection, look-ahead, meta-judging, judge strength)
+# at 20 seeds, with exact audits of their training pairs (about 10 minutes on two cores).
+reference-temporal: $(STAMP)
+	$(BIN)/coevolab run conditions/temporal.toml --out artifacts/reference/temporal --force --no-compile-cache
+	$(BIN)/python -m harness.readme_tables --temporal artifacts/reference/temporal README.md
 
 format: $(STAMP)
 	$(BIN)/ruff format .
