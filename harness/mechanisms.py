@@ -143,10 +143,12 @@ def referee_update(
     *,
     vocab: int,
 ) -> Network:
-    """Meta-judging of one judge: the pairs of its batch where it is least certain, |J(a) − J(b)| < margin, are
-    re-judged by a frozen referee row (its pretrained self) and the judge takes one Bradley–Terry step toward the
-    referee's labels on them. No step where no pair is that uncertain."""
-    uncertain = (jnp.abs(pair_margins(judge.params, first, second, vocab)) < margin).astype(jnp.float32)
+    """Meta-judging of one judge: the pairs of two distinct outputs in its batch on which it is least certain,
+    |J(a) − J(b)| < margin, are re-judged by a frozen referee row (its pretrained self), and the judge takes one
+    Bradley–Terry step toward the referee's labels on them. No step where no pair is that uncertain."""
+    # A pair of one output has margin 0 but nothing to judge: it is never re-judged (it would only dilute the step).
+    distinct = jnp.any(first != second, axis=1)
+    uncertain = (distinct & (jnp.abs(pair_margins(judge.params, first, second, vocab)) < margin)).astype(jnp.float32)
     labels = (pair_margins(referee, first, second, vocab) > 0).astype(jnp.float32)
 
     def loss(row: jax.Array) -> jax.Array:

@@ -28,6 +28,7 @@ def estimate_bytes(shape: GridShape) -> int:
     n_outputs = shape.vocab_size**shape.seq_len
     policy, judge = parameter_count(shape.vocab_size)
     state = STATE_COPIES * (shape.n_runs * policy + 2 * shape.n_slots * judge)  # judges: live + pretrained
+    state += shape.n_runs * (shape.history_depth + 1) * policy  # checkpoints for past sides, and π₀ rows
     per_step = (
         ACTIVATION_FACTOR * 3 * HIDDEN_DIM * shape.seq_len * 2 * shape.batch_size * (shape.n_runs + shape.n_slots)
     )

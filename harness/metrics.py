@@ -147,6 +147,14 @@ METRICS: tuple[Metric, ...] = (
         lambda run: run.pairs.label_error,
     ),
     Metric(
+        "pair_label_error_distinct",
+        "pair label error, a ≠ b",
+        "probability",
+        "P(the label prefers the side of lower q* | the pair is two different outputs): pairs of one output are never "
+        "wrong and carry no signal, and after collapse they are most pairs (no two outputs share a q*)",
+        lambda run: run.pairs.label_error / (1.0 - run.pairs.identical),
+    ),
+    Metric(
         "pair_quality_gap",
         "pair q* gap",
         "q*",

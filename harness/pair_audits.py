@@ -30,7 +30,7 @@ class PairAudit:
 
     label_error: P(the label disagrees with q*); quality_gap: E|q*(a) − q*(b)|; judge_gap:
     E|J(a) − J(b)| on the judge's score scale; identical: P(a = b); referee_share: P(the
-    referee re-judges the pair), |J(a) − J(b)| < margin; referee_error: P(the referee's label
+    referee re-judges the pair), a ≠ b with |J(a) − J(b)| < margin; referee_error: P(the referee's label
     disagrees with q* | it re-judges the pair), NaN where it re-judges none.
     """
 
@@ -69,9 +69,11 @@ def audit_pairs(
     contrast_first, self_first = contrast_share * chosen, (1.0 - contrast_share) * policy
     first_blocks = (_blocks(contrast_first, _ROW_BLOCK), _blocks(self_first, _ROW_BLOCK))
     value_blocks = (_blocks(judge, _ROW_BLOCK), _blocks(referee, _ROW_BLOCK), _blocks(q_star, _ROW_BLOCK))
+    outputs = jnp.arange(q_star.shape[0])
+    index_blocks = _blocks(outputs, _ROW_BLOCK)
 
     def row_block(block: tuple[jax.Array, ...]) -> jax.Array:
-        contrast_a, self_a, judge_a, referee_a, q_a = block
+        contrast_a, self_a, judge_a, referee_a, q_a, index_a = block
         margin = judge_a[:, None] - judge[None, :]
         quality = q_a[:, None] - q_star[None, :]
         contrast_weight = contrast_a[:, None] * rejected[None, :]
@@ -80,7 +82,7 @@ def audit_pairs(
         # A label 1[a > b] is wrong where q*(a) < q*(b); a label 0 where q*(a) > q*(b).
         own_wrong = jnp.where(margin > 0, quality < 0, quality > 0)
         wrong = contrast_weight * (quality < 0) + self_weight * own_wrong
-        rejudged = weight * (jnp.abs(margin) < referee_margin)
+        rejudged = weight * ((jnp.abs(margin) < referee_margin) & (index_a[:, None] != outputs[None, :]))
         referee_wrong = jnp.where(referee_a[:, None] - referee[None, :] > 0, quality < 0, quality > 0)
         return jnp.stack(
             [
@@ -92,7 +94,7 @@ def audit_pairs(
             ]
         )
 
-    totals = jnp.sum(jax.lax.map(row_block, (*first_blocks, *value_blocks)), axis=0)
+    totals = jnp.sum(jax.lax.map(row_block, (*first_blocks, *value_blocks, index_blocks)), axis=0)
     label_error, quality_gap, judge_gap, referee_share, referee_wrong = totals
     identical = jnp.sum(contrast_share * chosen * rejected + (1.0 - contrast_share) * policy * policy)
     referee_error = jnp.where(

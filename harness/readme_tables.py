@@ -5,7 +5,9 @@ reproduced end-state table (between START and END), with the grid's run under th
 lab's streams beside ours and its baseline seed by seed when ORIGINAL_DIR is given;
 `python -m harness.readme_tables --claims RUN_DIR README.md`
 rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
-the run's claims.csv. The README's numbers always come from a run, not from typing.
+the run's claims.csv; `--temporal RUN_DIR README.md` the follow-up mechanisms' end state,
+pair audits and claims (between TEMPORAL_START and TEMPORAL_END). The README's numbers
+always come from a run, not from typing.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ import pandas as pd
 
 from harness import report
 from harness.artifacts import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text
+from harness.grid import GridSpec
 from harness.report.markdown import markdown_table
+from harness.report.pairs import pair_source
 from harness.verdicts import VERDICTS
 from harness.wording import plural
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
+TEMPORAL_START, TEMPORAL_END = "<!-- temporal:start -->", "<!-- temporal:end -->"
 # The original lab's own per-iteration records of its published baseline (see its README there).
 ORIGINAL_BASELINE = Path(__file__).resolve().parents[1] / "tests" / "data" / "original_lab" / "baseline"
 
@@ -157,8 +162,8 @@ def rewrite_readme(run_dir: Path, readme: Path, original_dir: Path | None = None
     _replace_block(readme, START, END, block)
 
 
-def claims_block(run_dir: Path) -> str:
-    """The verdicts of a run's claims.csv as a compact table, with where they come from."""
+def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
+    """The verdicts of a run's claims.csv as a compact table, with where they come from and how to regenerate it."""
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     counts = verdicts["verdict"].value_counts()
@@ -183,7 +188,7 @@ def claims_block(run_dir: Path) -> str:
     return (
         f"{plural(len(verdicts), 'claim')} over {plural(seeds, 'seed')} per condition: {tally}. "
         f"From `{run_dir.as_posix()}/report.md`, "
-        f"which states the rule (regenerate: `make reference-100`).\n\n{table.rstrip()}\n\n{wall_time_line(manifest)}"
+        f"which states the rule (regenerate: `{regenerate}`).\n\n{table.rstrip()}\n\n{wall_time_line(manifest)}"
     )
 
 
@@ -191,15 +196,56 @@ def rewrite_claims(run_dir: Path, readme: Path) -> None:
     _replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
 
 
+def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+    """Per condition at the final iteration: its pair source, real quality and alignment (mean ± std over seeds),
+    and the exact label error (all pairs, and pairs of two different outputs) and q* gap of its judge's training
+    pairs (means over seeds)."""
+    final = metrics[metrics["iteration"] == metrics["iteration"].max()]
+    rows = []
+    for condition in grid.conditions:
+        runs = final[final["condition"] == condition.name]
+        rows.append(
+            {
+                "condition": condition.name,
+                "judge's pairs": pair_source(condition.knobs),
+                "quality": f"{runs['policy_quality'].mean():.3f} ± {runs['policy_quality'].std():.3f}",
+                "alignment": f"{runs['judge_alignment'].mean():.3f} ± {runs['judge_alignment'].std():.3f}",
+                "pair label error": runs["pair_label_error"].mean(),
+                "label error, a ≠ b": runs["pair_label_error_distinct"].mean(),
+                "pair q* gap": runs["pair_quality_gap"].mean(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def rewrite_temporal(run_dir: Path, readme: Path) -> None:
+    """The follow-up mechanisms' block: end state with pair audits, then the claims' verdicts."""
+    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    grid = report.read_run_grid(run_dir)
+    if grid is None:
+        raise SystemExit(f"{run_dir}: no grid.json")
+    seeds = metrics["seed"].nunique()
+    block = (
+        f"End state (iteration {metrics['iteration'].max()}), over {plural(seeds, 'seed')}, from "
+        f"`{run_dir.as_posix()}` ([report]({run_dir.as_posix()}/report.md)); pair label error and q* gap are exact "
+        f"over every pair the judge could train on.\n\n{markdown(temporal_table(metrics, grid))}\n\n"
+        f"{claims_block(run_dir, 'make reference-temporal')}"
+    )
+    _replace_block(readme, TEMPORAL_START, TEMPORAL_END, block)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.readme_tables", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run of the published grid (or, with --claims, of paper-100)")
     parser.add_argument("readme", type=Path)
     parser.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
+    parser.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
     parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
     args = parser.parse_args(argv)
     if args.claims:
         rewrite_claims(args.run_dir, args.readme)
+    elif args.temporal:
+        rewrite_temporal(args.run_dir, args.readme)
     else:
         rewrite_readme(args.run_dir, args.readme, args.original)
 

@@ -117,11 +117,12 @@ def test_judge_pair_update_labels_by_the_judge_or_chosen_first(judge_tree, order
 
 
 def test_referee_update_steps_toward_the_referee_on_the_uncertain_pairs_only(judge_tree) -> None:
-    first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B]
+    first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B].at[:3].set(OUTPUTS[:3])  # 3 pairs of one output
     referee_tree = _perturbed(judge_tree, 11)
     margins = np.asarray(_unbiased_scores(judge_tree, first) - _unbiased_scores(judge_tree, second))
-    margin = float(np.median(np.abs(margins)))  # about half the pairs are re-judged
-    uncertain = np.abs(margins) < margin
+    ordered = np.sort(np.abs(margins[3:]))
+    margin = float(ordered[5:7].mean())  # 6 of the other 13 pairs are re-judged; no margin sits at the threshold
+    uncertain = (np.abs(margins) < margin) & (np.arange(B) >= 3)  # a pair of one output is never re-judged
     referee_labels = np.asarray(
         _unbiased_scores(referee_tree, first) > _unbiased_scores(referee_tree, second), np.float32
     )

@@ -24,7 +24,7 @@ def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> 
                 totals["quality_gap"] += weight * abs(q[a] - q[b])
                 totals["judge_gap"] += weight * abs(judge[a] - judge[b])
                 totals["identical"] += weight * (a == b)
-                if abs(judge[a] - judge[b]) < margin:
+                if a != b and abs(judge[a] - judge[b]) < margin:
                     referee_label = referee[a] > referee[b]
                     totals["referee_share"] += weight
                     totals["wrong"] += weight * (q[a] < q[b] if referee_label else q[a] > q[b])

@@ -48,6 +48,7 @@ def test_the_live_policy_as_the_past_side_is_a_coin_and_checkpoints_are_iteratio
     program, metrics, states = trained
     now = metrics[metrics.condition == "temporal-now"]
     np.testing.assert_allclose(now.pair_label_error, (1 - now.pair_identical) / 2, atol=1e-6)
+    np.testing.assert_allclose(now.pair_label_error_distinct, 0.5, atol=1e-5)
     baseline = metrics[metrics.condition == "baseline"]
     assert np.all(baseline.pair_label_error.to_numpy() < 0.45)  # a pretrained judge's own labels beat a coin
     run = _run(program, "temporal")

@@ -8,16 +8,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.artifacts import CLAIMS_FILE
+from harness.artifacts import CLAIMS_FILE, GRID_FILE, METRICS_FILE
 from harness.claims import Claim
+from harness.grid import Condition, GridSpec
+from harness.knobs import Knobs
 from harness.readme_tables import (
     CLAIMS_END,
     CLAIMS_START,
     END,
     ORIGINAL_BASELINE,
     START,
+    TEMPORAL_END,
+    TEMPORAL_START,
     rewrite_claims,
     rewrite_readme,
+    rewrite_temporal,
     wall_time_line,
 )
 from harness.verdicts import verdict_table
@@ -116,3 +121,49 @@ def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:
     assert "stale" not in block
     assert block.lstrip().startswith("1 claim over 30 seeds per condition: 1 holds, 0 not supported, 0 contradicted.")
     assert "| a beats b | b @ 1 | +0.300 [" in block.replace("  ", "").replace("| ", "| ").replace(" |", " |")
+
+
+def test_temporal_block_comes_from_the_runs_metrics_grid_and_verdicts(tmp_path: Path) -> None:
+    conditions = {"baseline": Knobs(), "anchored": Knobs(rejected_from="initial")}
+    grid = GridSpec(name="t", conditions=tuple(Condition(name=n, knobs=k) for n, k in conditions.items()))
+    metrics = pd.DataFrame(
+        [
+            {
+                "condition": name,
+                "seed": seed,
+                "iteration": 2,
+                "policy_quality": 1.0 + shift + 0.1 * seed,
+                "judge_alignment": 0.5,
+                "pair_label_error": 0.2 + shift,
+                "pair_label_error_distinct": 0.4 + shift,
+                "pair_quality_gap": 1.5 - shift,
+            }
+            for name, shift in (("baseline", 0.0), ("anchored", 0.25))
+            for seed in range(3)
+        ]
+    )
+    metrics.to_csv(tmp_path / METRICS_FILE, index=False)
+    (tmp_path / GRID_FILE).write_text(grid.model_dump_json())
+    claim = Claim(
+        name="c",
+        statement="anchored wins",
+        metric="policy_quality",
+        condition="anchored",
+        direction="above",
+        than_condition="baseline",
+    )
+    verdict_table(metrics, [claim]).to_csv(tmp_path / CLAIMS_FILE, index=False)
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{TEMPORAL_START}\nstale\n{TEMPORAL_END}\nrest\n", encoding="utf-8")
+
+    rewrite_temporal(tmp_path, readme)
+
+    text = readme.read_text(encoding="utf-8")
+    block = text.split(TEMPORAL_START)[1].split(TEMPORAL_END)[0]
+    assert "stale" not in block and text.endswith(f"{TEMPORAL_END}\nrest\n")
+    rows = {line.split("|")[1].strip(): line for line in block.splitlines() if line.startswith("| ")}
+    assert "policy > π₀" in rows["anchored"] and "1.350 ± 0.100" in rows["anchored"]
+    assert rows["anchored"].replace(" ", "").endswith("|0.450|0.650|1.250|")
+    assert "policy vs policy, judge-labelled" in rows["baseline"]
+    assert "1 claim over 3 seeds per condition" in block and "make reference-temporal" in block

@@ -23,7 +23,7 @@ from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
 from harness.verdicts import decide, paired_bootstrap_ci
 
-PAIR_METRICS = ("pair_label_error", "pair_quality_gap", "pair_identical")
+PAIR_METRICS = ("pair_label_error", "pair_label_error_distinct", "pair_quality_gap", "pair_identical")
 FIGURE = "figures/pair_audits.png"
 _SOURCE_KNOBS = ("chosen_from", "rejected_from", "temporal_gap", "lookahead_steps", "contrast_mix")
 
@@ -53,7 +53,11 @@ def _mean_ci(values: pd.Series) -> str:
     return f"{num(effect)} [{num(low)}, {num(high)}]"
 
 
+DISTINCT_ERROR = "pair_label_error_distinct"
+
+
 def _at(m: pd.DataFrame, condition: str, iteration: int, column: str) -> pd.Series:
+    """One column of a condition's runs at an iteration, by seed."""
     rows = m[(m["condition"] == condition) & (m["iteration"] == iteration)]
     return rows.set_index("seed")[column]
 
@@ -85,6 +89,7 @@ def pair_table(m: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
             row[f"{label} @1"] = _mean_ci(_at(m, name, 1, column))
             row[f"{label} @{last}"] = _mean_ci(_at(m, name, last, column))
         row[f"identical @{last}"] = _mean_ci(_at(m, name, last, "pair_identical"))
+        row[f"label error, a ≠ b @{last}"] = _mean_ci(_at(m, name, last, DISTINCT_ERROR))
         if grid.condition(name).knobs.referee_margin > 0:
             row[f"re-judged @{last}"] = _mean_ci(_at(m, name, last, "referee_share"))
             row[f"referee error @{last}"] = _mean_ci(_at(m, name, last, "referee_label_error"))
@@ -103,8 +108,10 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
             lines.append(
                 f"- **Is newer better?** `{name}`: the label 'newer > older' is wrong on "
                 f"{num(by_iteration.loc[1])} of pairs after iteration 1, {num(by_iteration.loc[worst])} at its worst "
-                f"(iteration {worst}) and {_mean_ci(_at(m, name, last, 'pair_label_error'))} at iteration {last} "
-                f"(0.5 is a coin; the reference's own labels: {_mean_ci(_at(m, ref, last, 'pair_label_error'))})."
+                f"(iteration {worst}) and {_mean_ci(_at(m, name, last, 'pair_label_error'))} at iteration {last}, "
+                f"{_mean_ci(_at(m, name, last, DISTINCT_ERROR))} of the pairs of two different outputs "
+                f"(0.5 is a coin; the reference's own labels: {_mean_ci(_at(m, ref, last, 'pair_label_error'))}, "
+                f"{_mean_ci(_at(m, ref, last, DISTINCT_ERROR))} of its pairs of two different outputs)."
             )
         if knobs.rejected_from == "initial" and name != ref:
             effect, low, high = _paired(m, name, ref, last, "pair_quality_gap")
@@ -171,8 +178,9 @@ def pair_section(m: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[
         "pairs of outputs under the distribution the condition's judge draws its pairs from, as it stands at the end "
         "of the iteration: **label error** is the probability that a pair's label prefers the side of lower q*, "
         "**q* gap** is E|q*(a) − q*(b)| (the signal the pair carries; the Temporal Self-Rewarding note's 'gap "
-        "narrows'), **identical** the probability that both sides are one output. Means over seeds with 95% "
-        f"bootstrap CIs, at iteration 1 and {last}.",
+        "narrows'), **identical** the probability that both sides are one output (such a pair is never wrong, "
+        "and carries no signal), **label error, a ≠ b** the label error among pairs of two different outputs. "
+        f"Means over seeds with 95% bootstrap CIs, at iteration 1 and {last}.",
         "",
         markdown_table(list(table.columns), table.to_numpy().tolist(), [False, False] + [True] * (table.shape[1] - 2)),
         "",
