@@ -111,20 +111,10 @@ def pair_sides(
     batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
     policy = state.runs.policy
     chosen = rejected = policy.params
-    for index in shape.groups_of("rejected_side"):
-        runs = consts.groups[index].run_ids
-        rejected = apply_where_due(
-            mechanisms.rejected_side,
-            rejected,
-            runs,
-            contrast[runs],
-            lambda runs=runs: (
-                state.runs.policy_history[runs],
-                consts.initial_policies[runs],
-                knobs.rejected_from[runs],
-                knobs.temporal_gap[runs],
-            ),
-        )
+
+    def rejected_arguments(runs: jax.Array) -> tuple:
+        history, initial = state.runs.policy_history[runs], consts.initial_policies[runs]
+        return history, initial, knobs.rejected_from[runs], knobs.temporal_gap[runs]
 
     def lookahead_arguments(runs: jax.Array) -> tuple:
         slots, members = run_judge_slots(shape, consts, knobs)
@@ -136,6 +126,11 @@ def pair_sides(
         judges = state.slots.judge.params[slots[runs]]
         return take(policy, runs), judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs
 
+    for index in shape.groups_of("rejected_side"):
+        runs = consts.groups[index].run_ids
+        rejected = apply_where_due(
+            mechanisms.rejected_side, rejected, runs, contrast[runs], partial(rejected_arguments, runs)
+        )
     for index in shape.groups_of("lookahead"):
         runs = consts.groups[index].run_ids
         unit = partial(mechanisms.lookahead_side, vocab=vocab)
