@@ -146,11 +146,12 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
 
 
 def _figure(m: pd.DataFrame, out_dir: Path) -> Path:
-    """Label error and q* gap of the training pairs over training, one panel per condition, the reference in grey."""
+    """Label error among pairs of two different outputs (those with a signal) and q* gap of the training pairs over
+    training, one panel per condition, the reference in grey."""
     names, ref = conditions(m), reference(m)
     fig = new_figure(2.6 * min(len(names), 4), 2.3 * 2 * -(-len(names) // 4))
     sub = fig.subfigures(2, 1)
-    for subfigure, column in zip(sub, ("pair_label_error", "pair_quality_gap"), strict=True):
+    for subfigure, column in zip(sub, (DISTINCT_ERROR, "pair_quality_gap"), strict=True):
         audit = metric(column)
         axes = panels(subfigure, len(names), 4, sharex=True, sharey=True)
         for ax, name in zip(axes, names, strict=True):
