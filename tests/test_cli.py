@@ -106,7 +106,8 @@ def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
     written = ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]
     for name in [*written, "attractors.csv", "frontier.csv"]:
         assert (out / name).is_file(), name
-    assert len(list((out / "figures").glob("*.png"))) == 8  # 5 of the run's course, attractors, 2 frontier
+    # 5 of the run's course, attractors, 2 frontier, the judge's training pairs
+    assert len(list((out / "figures").glob("*.png"))) == 9
     assert not (out / CHECKPOINT_FILE).exists()
 
     metrics = out / "metrics.csv"
