@@ -103,23 +103,25 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
     for name in conditions(m):
         knobs = grid.condition(name).knobs
         if knobs.rejected_from == "past" and knobs.chosen_from == "policy" and knobs.contrast_mix == 1:
-            by_iteration = m[m["condition"] == name].groupby("iteration")["pair_label_error"].mean()
-            worst = int(by_iteration.iloc[1:].idxmax())
+            by_iteration = m[m["condition"] == name].groupby("iteration")[DISTINCT_ERROR].mean()
             lines.append(
-                f"- **Is newer better?** `{name}`: the label 'newer > older' is wrong on "
-                f"{num(by_iteration.loc[1])} of pairs after iteration 1, {num(by_iteration.loc[worst])} at its worst "
-                f"(iteration {worst}) and {_mean_ci(_at(m, name, last, 'pair_label_error'))} at iteration {last}, "
-                f"{_mean_ci(_at(m, name, last, DISTINCT_ERROR))} of the pairs of two different outputs "
-                f"(0.5 is a coin; the reference's own labels: {_mean_ci(_at(m, ref, last, 'pair_label_error'))}, "
-                f"{_mean_ci(_at(m, ref, last, DISTINCT_ERROR))} of its pairs of two different outputs)."
+                f"- **Is newer better?** `{name}`: among pairs of two different outputs, the label 'newer > older' "
+                f"is wrong on {num(by_iteration.loc[1])} after iteration 1 and "
+                f"{_mean_ci(_at(m, name, last, DISTINCT_ERROR))} at iteration {last} (0.5 is a coin; the reference's "
+                f"own labels: {_mean_ci(_at(m, ref, last, DISTINCT_ERROR))}). Counting the pairs of one output, "
+                f"{_mean_ci(_at(m, name, last, 'pair_identical'))} of all pairs at the end and never wrong, the label "
+                f"error is {_mean_ci(_at(m, name, last, 'pair_label_error'))}."
             )
         if knobs.rejected_from == "initial" and name != ref:
             effect, low, high = _paired(m, name, ref, last, "pair_quality_gap")
+            quality, quality_low, quality_high = _paired(m, name, ref, last, "policy_quality")
             lines.append(
                 f"- **Does anchored rejection keep the gap open?** `{name}`: E|q*(chosen) − q*(rejected)| at iteration "
                 f"{last} is {_mean_ci(_at(m, name, last, 'pair_quality_gap'))} against the reference's "
                 f"{_mean_ci(_at(m, ref, last, 'pair_quality_gap'))} (paired Δ {num(effect, signed=True)} "
-                f"[{num(low, signed=True)}, {num(high, signed=True)}])."
+                f"[{num(low, signed=True)}, {num(high, signed=True)}]); its final real quality differs from the "
+                f"reference's by {num(quality, signed=True)} [{num(quality_low, signed=True)}, "
+                f"{num(quality_high, signed=True)}]."
             )
     slow = _slow_judge(grid)
     if slow is not None and slow in conditions(m):
