@@ -42,8 +42,10 @@ def _pair_audits(
     log_pi: jax.Array,
     slot_tables: jax.Array,
 ) -> PairAudit:
-    """Every judge slot's exact pair audit (`harness.pair_audits`), leading axis J, for the pairs its next update
-    would draw: contrast pairs with probability contrast_mix where the run has them, else self-labelled."""
+    """Every judge slot's exact pair audit (`harness.pair_audits`), leading axis J, of the pairs a judge update
+    draws from the state as it stands: the policy, judges and checkpoints of the iteration just trained (the last
+    step's), the look-ahead drawn with the next step's keys; contrast pairs with probability contrast_mix where
+    the run has them, else self-labelled."""
     vocab, seq_len = shape.vocab_size, shape.seq_len
     contrast = contrast_runs(knobs)
     share = jnp.where(contrast, knobs.contrast_mix, 0.0)
