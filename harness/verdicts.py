@@ -122,9 +122,9 @@ def decide(direction: str, effect: float, low: float, high: float, resolution: f
         return "not supported", "CI reaches past the margin: more seeds needed to tell"
     claimed_low, claimed_high = sorted((sign * low, sign * high))
     if claimed_low > 0 and sign * effect >= resolution:
-        return "holds", "CI excludes 0 on the claimed side, |Δ| ≥ resolution"
+        return "holds", f"CI excludes 0 on the claimed side, |Δ| ≥ {resolution:g}"
     if claimed_high < 0 and sign * effect <= -resolution:
-        return "contradicted", "the opposite effect: CI excludes 0 on the other side, |Δ| ≥ resolution"
+        return "contradicted", f"the opposite effect: CI excludes 0 on the other side, |Δ| ≥ {resolution:g}"
     if within:
         return "not supported", f"no difference (CI within ±{resolution:g})"
     if low > 0 or high < 0:

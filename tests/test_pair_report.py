@@ -40,6 +40,8 @@ def _metrics() -> pd.DataFrame:
                         "pair_quality_gap": 2.0 if name == "anchored" else 1.0 - 0.4 * iteration,
                         "referee_share": 0.3 if name == "referee" else np.nan,
                         "referee_label_error": 0.25 if name == "referee" else np.nan,
+                        "mode_index": 7 if name in ("temporal", "anchored") else seed,
+                        "boundary": False,
                     }
                 )
     return pd.DataFrame(rows)
@@ -64,11 +66,13 @@ def test_table_gives_each_audit_with_its_interval() -> None:
 
 def test_readings_answer_the_three_questions(tmp_path: Path) -> None:
     lines = "\n".join(pair_section(_metrics(), GRID, tmp_path))
-    assert "wrong on 0.300 after iteration 1 and 0.400 [0.400, 0.400] at iteration 2" in lines
+    assert "wrong on 0.300 [0.300, 0.300] after iteration 1, 0.400 at its worst (iteration 2) and 0.400" in lines
     assert "0.500 [0.500, 0.500] of all pairs at the end" in lines
     assert "`anchored`: E|q*(chosen) − q*(rejected)| at iteration 2 is 2.000" in lines
     assert "paired Δ +1.800 [+1.800, +1.800]" in lines and "by -0.200 [-0.200, -0.200]" in lines
-    assert "minus `slow`'s" in lines and "`anchored` -0.700 [-0.700, -0.700] (contradicted)" in lines
+    assert "minus `slow`'s" in lines and "`anchored` -0.700 [-0.700, -0.700] (below)" in lines
+    assert "`referee` -0.500 [-0.500, -0.500] (below)" in lines  # every non-reference condition is compared
+    assert "`temporal`, `anchored` end at the same output on every seed" in lines
     assert (tmp_path / FIGURE).stat().st_size > 0
 
 

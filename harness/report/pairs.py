@@ -17,11 +17,12 @@ import pandas as pd
 from harness.grid import GridSpec
 from harness.knobs import Knobs
 from harness.metrics import QUALITY_RESOLUTION, metric
-from harness.report.data import conditions, num, reference
+from harness.report.data import conditions, mean_std_ci, num, reference
 from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap
 from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
-from harness.verdicts import decide, paired_bootstrap_ci
+from harness.report.tables import VERDICT_WORDS
+from harness.verdicts import paired_bootstrap_ci
 
 PAIR_METRICS = ("pair_label_error", "pair_label_error_distinct", "pair_quality_gap", "pair_identical")
 FIGURE = "figures/pair_audits.png"
@@ -39,18 +40,16 @@ def pair_source(knobs: Knobs) -> str:
         words = f"{chosen} > {rejected[knobs.rejected_from]}"
         if knobs.contrast_mix < 1:
             words += f" on {knobs.contrast_mix:g} of updates"
-    return words + (f"; referee margin {knobs.referee_margin:g}" if knobs.referee_margin > 0 else "")
+    words += f"; referee margin {knobs.referee_margin:g}" if knobs.referee_margin > 0 else ""
+    return words + (" (frozen: never trains on them)" if knobs.freeze_judge else "")
 
 
 def _mean_ci(values: pd.Series) -> str:
-    """Mean over seeds with a 95% bootstrap CI (the claims' method)."""
-    values = values.dropna().to_numpy(dtype=float)
-    if values.size == 0:
+    """Mean over seeds with its 95% Student-t CI, as every mean of the report."""
+    n, mean, _, low, high = mean_std_ci(values, 0.95)
+    if n == 0:
         return "·"
-    if values.size < 2:
-        return num(values[0])
-    effect, low, high = paired_bootstrap_ci(values, None, "mean", 0.95)
-    return f"{num(effect)} [{num(low)}, {num(high)}]"
+    return num(mean) if n < 2 else f"{num(mean)} [{num(low)}, {num(high)}]"
 
 
 DISTINCT_ERROR = "pair_label_error_distinct"
@@ -79,17 +78,30 @@ def _slow_judge(grid: GridSpec) -> str | None:
     return max(plain, key=lambda c: c.knobs.judge_update_every).name if plain else None
 
 
+def _same_end_modes(m: pd.DataFrame, grid: GridSpec) -> list[list[str]]:
+    """Groups of two or more conditions with a contrast pair source whose runs end at the same output seed by seed."""
+    last = int(m["iteration"].max())
+    final = m[m["iteration"] == last].pivot_table(index="condition", columns="seed", values="mode_index")
+    groups: dict[tuple, list[str]] = {}
+    for name in conditions(m):
+        knobs = grid.condition(name).knobs
+        if name in final.index and (knobs.rejected_from != "policy" or knobs.chosen_from != "policy"):
+            groups.setdefault(tuple(final.loc[name]), []).append(name)
+    return [group for group in groups.values() if len(group) > 1]
+
+
 def pair_table(m: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
-    """Per condition: its pair source and the audits at iteration 1 and the final iteration (mean [95% CI])."""
+    """Per condition: its pair source and the audits at iteration 1 and the last (mean [95% Student-t CI])."""
     last = int(m["iteration"].max())
     rows = []
     for name in conditions(m):
         row = {"condition": name, "pairs": pair_source(grid.condition(name).knobs)}
-        for column, label in (("pair_label_error", "label error"), ("pair_quality_gap", "q* gap")):
-            row[f"{label} @1"] = _mean_ci(_at(m, name, 1, column))
-            row[f"{label} @{last}"] = _mean_ci(_at(m, name, last, column))
-        row[f"identical @{last}"] = _mean_ci(_at(m, name, last, "pair_identical"))
+        row["label error, a ≠ b @1"] = _mean_ci(_at(m, name, 1, DISTINCT_ERROR))
         row[f"label error, a ≠ b @{last}"] = _mean_ci(_at(m, name, last, DISTINCT_ERROR))
+        row[f"label error @{last}"] = _mean_ci(_at(m, name, last, "pair_label_error"))
+        row["q* gap @1"] = _mean_ci(_at(m, name, 1, "pair_quality_gap"))
+        row[f"q* gap @{last}"] = _mean_ci(_at(m, name, last, "pair_quality_gap"))
+        row[f"identical @{last}"] = _mean_ci(_at(m, name, last, "pair_identical"))
         if grid.condition(name).knobs.referee_margin > 0:
             row[f"re-judged @{last}"] = _mean_ci(_at(m, name, last, "referee_share"))
             row[f"referee error @{last}"] = _mean_ci(_at(m, name, last, "referee_label_error"))
@@ -104,9 +116,11 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
         knobs = grid.condition(name).knobs
         if knobs.rejected_from == "past" and knobs.chosen_from == "policy" and knobs.contrast_mix == 1:
             by_iteration = m[m["condition"] == name].groupby("iteration")[DISTINCT_ERROR].mean()
+            worst = int(by_iteration.iloc[1:].idxmax())
             lines.append(
                 f"- **Is newer better?** `{name}`: among pairs of two different outputs, the label 'newer > older' "
-                f"is wrong on {num(by_iteration.loc[1])} after iteration 1 and "
+                f"is wrong on {_mean_ci(_at(m, name, 1, DISTINCT_ERROR))} after iteration 1, "
+                f"{num(by_iteration.loc[worst])} at its worst (iteration {worst}) and "
                 f"{_mean_ci(_at(m, name, last, DISTINCT_ERROR))} at iteration {last} (0.5 is a coin; the reference's "
                 f"own labels: {_mean_ci(_at(m, ref, last, DISTINCT_ERROR))}). Counting the pairs of one output, "
                 f"{_mean_ci(_at(m, name, last, 'pair_identical'))} of all pairs at the end and never wrong, the label "
@@ -125,25 +139,32 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
             )
     slow = _slow_judge(grid)
     if slow is not None and slow in conditions(m):
-        beats = []
-        for name in conditions(m):
-            knobs = grid.condition(name).knobs
-            if name == slow or all(
-                getattr(knobs, k) == getattr(DEFAULTS, k) for k in (*_SOURCE_KNOBS, "referee_margin")
-            ):
-                continue
+        roles = m.groupby("condition")["boundary"].first() if "boundary" in m.columns else pd.Series(dtype=bool)
+        others = [n for n in conditions(m) if n not in (slow, ref) and not bool(roles.get(n, False))]
+        rows = []
+        for name in others:
             effect, low, high = _paired(m, name, slow, last, "policy_quality")
-            verdict, _ = decide("above", effect, low, high, QUALITY_RESOLUTION)
-            beats.append(
-                f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}] ({verdict})"
+            differs = abs(effect) >= QUALITY_RESOLUTION and (low > 0 or high < 0)
+            words = VERDICT_WORDS[("above" if effect > 0 else "below") if differs else "none"]
+            rows.append(
+                f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}] ({words})"
             )
-        if beats:
+        if rows:
             lines.append(
-                f"- **Does any beat slower judge updates?** Final real quality minus `{slow}`'s, paired over seeds "
-                f"(95% bootstrap CI; 'holds' means above it by at least {QUALITY_RESOLUTION:g} q*): "
-                + "; ".join(beats)
-                + "."
+                f"- **Does any beat slower judge updates?** Each condition's final real quality minus `{slow}`'s, "
+                "paired over seeds (95% bootstrap CI; above or below only where |Δ| ≥ "
+                f"{QUALITY_RESOLUTION:g} q* and the CI excludes 0): " + "; ".join(rows) + "."
             )
+    first_modes = _same_end_modes(m, grid)
+    if first_modes:
+        lines.append(
+            "- **Same ends.** "
+            + "; ".join(
+                f"{', '.join(f'`{n}`' for n in group)} end at the same output on every seed" for group in first_modes
+            )
+            + ". Before the first checkpoint every past side is π₀, so temporal and anchored pairs coincide during "
+            "the first iteration, and the policy has mostly chosen its end mode by then."
+        )
     return lines
 
 
@@ -162,7 +183,9 @@ def _figure(m: pd.DataFrame, out_dir: Path) -> Path:
             mean_band(ax, m[m["condition"] == name], column, "#1f77b4")
             ax.set_title(wrap(name, 28), fontsize=8)
             integer_x(ax)
-        subfigure.suptitle(f"{audit.label} ({audit.unit}) over outer iterations; grey: {ref}", fontsize=10)
+        subfigure.suptitle(
+            f"{audit.label} ({audit.unit}) over outer iterations: mean over seeds, band ±1 sd; grey: {ref}", fontsize=10
+        )
     return save(fig, out_dir / FIGURE)
 
 
@@ -183,7 +206,9 @@ def pair_section(m: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[
         "**q* gap** is E|q*(a) − q*(b)| (the signal the pair carries; the Temporal Self-Rewarding note's 'gap "
         "narrows'), **identical** the probability that both sides are one output (such a pair is never wrong, "
         "and carries no signal), **label error, a ≠ b** the label error among pairs of two different outputs. "
-        f"Means over seeds with 95% bootstrap CIs, at iteration 1 and {last}.",
+        f"Means over seeds with 95% Student-t CIs, at iteration 1 and {last}. The q* gap counts pairs of one output "
+        "(gap 0), so it closes with collapse as well as with narrowing. A frozen judge's row describes the pairs it "
+        "would train on.",
         "",
         markdown_table(list(table.columns), table.to_numpy().tolist(), [False, False] + [True] * (table.shape[1] - 2)),
         "",
