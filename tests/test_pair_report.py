@@ -66,7 +66,7 @@ def test_table_gives_each_audit_with_its_interval() -> None:
 
 def test_readings_answer_the_three_questions(tmp_path: Path) -> None:
     lines = "\n".join(pair_section(_metrics(), GRID, tmp_path))
-    assert "wrong on 0.300 [0.300, 0.300] after iteration 1, 0.400 at its worst (iteration 2) and 0.400" in lines
+    assert "wrong on 0.300 [0.300, 0.300] after iteration 1, and 0.400 [0.400, 0.400] at iteration 2" in lines
     assert "0.500 [0.500, 0.500] of all pairs at the end" in lines
     assert "`anchored`: E|q*(chosen) − q*(rejected)| at iteration 2 is 2.000" in lines
     assert "paired Δ +1.800 [+1.800, +1.800]" in lines and "by -0.200 [-0.200, -0.200]" in lines

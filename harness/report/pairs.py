@@ -117,10 +117,10 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
         if knobs.rejected_from == "past" and knobs.chosen_from == "policy" and knobs.contrast_mix == 1:
             by_iteration = m[m["condition"] == name].groupby("iteration")[DISTINCT_ERROR].mean()
             worst = int(by_iteration.iloc[1:].idxmax())
+            peak = f"{num(by_iteration.loc[worst])} at its worst (iteration {worst}), " if worst != last else ""
             lines.append(
                 f"- **Is newer better?** `{name}`: among pairs of two different outputs, the label 'newer > older' "
-                f"is wrong on {_mean_ci(_at(m, name, 1, DISTINCT_ERROR))} after iteration 1, "
-                f"{num(by_iteration.loc[worst])} at its worst (iteration {worst}) and "
+                f"is wrong on {_mean_ci(_at(m, name, 1, DISTINCT_ERROR))} after iteration 1, {peak}and "
                 f"{_mean_ci(_at(m, name, last, DISTINCT_ERROR))} at iteration {last} (0.5 is a coin; the reference's "
                 f"own labels: {_mean_ci(_at(m, ref, last, DISTINCT_ERROR))}). Counting the pairs of one output, "
                 f"{_mean_ci(_at(m, name, last, 'pair_identical'))} of all pairs at the end and never wrong, the label "
