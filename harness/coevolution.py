@@ -89,7 +89,7 @@ def policy_step(
 
 
 def contrast_runs(knobs: object) -> jax.Array:
-    """bool (R,): runs whose pairs, when contrast is drawn, have a side other than the policy (`knobs.is_contrast`)."""
+    """bool (R,): runs whose pairs, when contrast is drawn, have a side other than the policy."""
     policy_chosen, policy_rejected = choices("chosen_from").index("policy"), choices("rejected_from").index("policy")
     return (knobs.chosen_from != policy_chosen) | (knobs.rejected_from != policy_rejected)
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.claims import Claim
 from harness.knobs import Knobs, anchor_pair_count, holdout_pair_count, stack_knobs
 from harness.original_streams import Script as OriginalScript
-from harness.schedules import CADENCES, SCHEDULES, Cadence, lookahead_schedule, rejected_side_schedule
+from harness.schedules import CADENCES, SCHEDULES, Cadence
 from harness.streams import Streams
 from harness.world import WorldConfig
 
@@ -276,10 +276,8 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
                 group_shapes.append(GroupShape(mechanism, name, run_ids.size, slot_ids.size, held_out))
 
     anchor_pairs = anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
-    past_gaps = [
-        k.temporal_gap for k in run_knobs if rejected_side_schedule(k, n_outputs) and k.rejected_from == "past"
-    ]
-    lookaheads = [k.lookahead_steps for k in run_knobs if lookahead_schedule(k, n_outputs)]
+    past_gaps = [k.temporal_gap for k in run_knobs if k.rejected_from == "past"]
+    lookaheads = [k.lookahead_steps for k in run_knobs if k.chosen_from == "lookahead"]
     shape = GridShape(
         n_runs=len(run_knobs),
         n_slots=len(slot_run),

@@ -212,8 +212,3 @@ def holdout_pair_count(holdout_fraction: jnp.ndarray | np.ndarray, n_outputs: in
     """Held-out meta pairs: floor(outputs * f); zero means meta-correction is off."""
     fraction = jnp.asarray(holdout_fraction, jnp.float32)
     return jnp.floor(n_outputs * fraction).astype(jnp.int32)
-
-
-def is_contrast(knobs: Knobs) -> bool:
-    """Whether a run's judge trains on contrast pairs (a side other than the policy, labelled chosen > rejected)."""
-    return knobs.chosen_from != "policy" or knobs.rejected_from != "policy"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from harness.knobs import Knobs, holdout_pair_count, is_contrast
+from harness.knobs import Knobs, holdout_pair_count
 
 Cadence = Literal["every_step", "slower"]
 CADENCES: tuple[Cadence, ...] = ("every_step", "slower")
@@ -50,7 +50,7 @@ def meta_correction_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
 def rejected_side_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     """A rejected side other than the policy (past or initial) rides on the judge update, on its cadence."""
     del n_outputs
-    return None if knobs.rejected_from == "policy" or not is_contrast(knobs) else _judge_cadence(knobs)
+    return None if knobs.rejected_from == "policy" else _judge_cadence(knobs)
 
 
 def lookahead_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:

@@ -21,12 +21,11 @@ from harness.report.data import conditions, mean_std_ci, num, reference
 from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap
 from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
-from harness.report.tables import VERDICT_WORDS
+from harness.report.tables import VERDICT_WORDS, difference_direction
 from harness.verdicts import paired_bootstrap_ci
 
 PAIR_METRICS = ("pair_label_error", "pair_label_error_distinct", "pair_quality_gap", "pair_identical")
 FIGURE = "figures/pair_audits.png"
-_SOURCE_KNOBS = ("chosen_from", "rejected_from", "temporal_gap", "lookahead_steps", "contrast_mix")
 
 
 def pair_source(knobs: Knobs) -> str:
@@ -144,8 +143,7 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
         rows = []
         for name in others:
             effect, low, high = _paired(m, name, slow, last, "policy_quality")
-            differs = abs(effect) >= QUALITY_RESOLUTION and (low > 0 or high < 0)
-            words = VERDICT_WORDS[("above" if effect > 0 else "below") if differs else "none"]
+            words = VERDICT_WORDS[difference_direction(effect, low, high)]
             rows.append(
                 f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}] ({words})"
             )

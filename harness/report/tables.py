@@ -171,8 +171,11 @@ def difference_verdict(row: pd.Series) -> str:
     if row["role"] == "reference":
         return "reference"
     mean, low, high = (float(row[f"{DIFF}_{k}"]) for k in ("mean", "ci_low", "ci_high"))
-    if math.isnan(mean):
-        return "n/a"
+    return "n/a" if math.isnan(mean) else difference_direction(mean, low, high)
+
+
+def difference_direction(mean: float, low: float, high: float) -> str:
+    """The difference rule on one paired quality difference and its CI: "above", "below" or "none"."""
     if abs(mean) >= QUALITY_RESOLUTION and (low > 0 or high < 0):  # NaN bounds compare False: no CI, no difference
         return "above" if mean > 0 else "below"
     return "none"
