@@ -59,12 +59,12 @@ def _pair_audits(
         unravel = policy_layout(vocab).unravel
         table = jax.vmap(lambda row: jnp.exp(policy_log_prob_table(unravel(row), vocab, seq_len)))
         chosen, rejected = (table(rows) for rows in pair_sides(shape, consts, knobs, state, keys.contrast, contrast))
-    referees = slot_tables
-    if shape.groups_of("referee"):
+    referees, with_referee = slot_tables, bool(shape.groups_of("referee"))
+    if with_referee:
         unravel_judge = judge_layout(vocab).unravel
         referees = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(consts.pretrained_judges)
     run = consts.slot_run
-    audit = partial(audit_pairs, q_star=consts.q_star)
+    audit = partial(audit_pairs, q_star=consts.q_star, with_referee=with_referee)
     return jax.lax.map(
         lambda slot: audit(*slot),
         (chosen[run], rejected[run], pi[run], share[run], slot_tables, referees, knobs.referee_margin[run]),

@@ -33,12 +33,18 @@ def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> 
     return totals
 
 
-@pytest.mark.parametrize(("n", "share", "margin"), [(40, 0.0, 0.0), (40, 1.0, 0.5), (300, 0.3, 0.8)])
-def test_audit_equals_the_sum_over_every_pair(n: int, share: float, margin: float) -> None:
+@pytest.mark.parametrize(
+    ("n", "share", "margin", "quality_levels"),
+    [(40, 0.0, 0.0, None), (40, 1.0, 0.5, None), (300, 0.3, 0.8, None), (300, 0.0, 0.0, 7), (1, 0.5, 0.5, None)],
+)
+def test_audit_equals_the_sum_over_every_pair(n: int, share: float, margin: float, quality_levels: int | None) -> None:
     rng = np.random.default_rng(n + int(10 * share))
     chosen, rejected, policy = (rng.dirichlet(np.full(n, 0.3)) for _ in range(3))  # uneven, like a trained policy
     judge, referee, q = (rng.normal(size=n) for _ in range(3))
-    judge[:5] = judge[5]  # ties in the judge's scores: label 0, so wrong where q*(a) > q*(b)
+    judge[:5] = judge[min(5, n - 1)]  # ties in the judge's scores: label 0, so wrong where q*(a) > q*(b)
+    if quality_levels:  # ties in q* across the audit's blocks, and outputs tied in both q* and the judge's score
+        q = rng.integers(quality_levels, size=n).astype(float)
+        judge[10:20] = judge[10]
     args = [np.float32(x) for x in (chosen, rejected, policy, share, judge, referee, margin, q)]
     audit = audit_pairs(*map(jnp.asarray, args))
     expected = _brute_force(*(np.asarray(x, np.float64) for x in args))
@@ -55,3 +61,20 @@ def test_two_draws_of_one_distribution_labelled_first_better_are_a_coin() -> Non
     assert float(audit.label_error) == pytest.approx((1 - np.sum(pi**2)) / 2, abs=1e-6)
     assert float(audit.identical) == pytest.approx(np.sum(pi**2), abs=1e-7)
     assert np.isnan(float(audit.referee_error)) and float(audit.referee_share) == 0.0
+
+
+def test_self_labels_error_at_the_worlds_size_equals_a_dense_sum() -> None:
+    # 4,096 outputs, the blocks of the published world; a dense float64 sum over every ordered pair as reference.
+    rng = np.random.default_rng(7)
+    n = 4096
+    policy, judge = rng.dirichlet(np.full(n, 0.05)), np.round(rng.normal(size=n), 2)  # peaked; many score ties
+    q = np.round(rng.normal(size=n), 2)
+    args = [np.float32(x) for x in (policy, policy, policy, 0.0, judge, judge, 0.0, q)]
+    audit = audit_pairs(*map(jnp.asarray, args), with_referee=False)
+    p, j, quality = (np.asarray(x, np.float64) for x in (args[2], args[4], args[7]))
+    weight = p[:, None] * p[None, :]
+    wrong = np.where(j[:, None] > j[None, :], quality[:, None] < quality, quality[:, None] > quality)
+    assert float(audit.label_error) == pytest.approx(np.sum(weight * wrong), rel=2e-5, abs=1e-7)
+    assert float(audit.quality_gap) == pytest.approx(np.sum(weight * np.abs(quality[:, None] - quality)), rel=2e-5)
+    assert float(audit.judge_gap) == pytest.approx(np.sum(weight * np.abs(j[:, None] - j)), rel=2e-5)
+    assert float(audit.referee_share) == 0.0 and np.isnan(float(audit.referee_error))
