@@ -48,6 +48,7 @@ def judge_layout(vocab_size: int) -> RowLayout:
     return _layout_of(init_judge, vocab_size)
 
 
+@jax.jit
 def ravel_rows(tree: Params) -> jax.Array:
     """Networks stacked on a leading axis (N, ...) -> rows (N, P) of their leaves' dtype, leaves in pytree order."""
     return jax.vmap(lambda network: ravel_pytree(network)[0])(tree)

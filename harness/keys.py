@@ -6,6 +6,8 @@ comparisons: same initial policy, same pretrained judges, same sampling noise.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -30,6 +32,13 @@ def judge_keys(seed: jax.Array, member: jax.Array) -> tuple[jax.Array, jax.Array
     return init_key, data_key
 
 
+@jax.jit
+def judge_keys_batch(seeds: jax.Array, members: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`judge_keys` of many judges, seeds and members int32 (n,) each: init keys and data keys (n, 2) each."""
+    return jax.vmap(judge_keys)(seeds, members)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def distinct_pairs(key: jax.Array, n_pairs: int, n_outputs: int) -> jax.Array:
     """Pairs (a, b) of output indices with a != b, uniform over ordered pairs: int32 (n_pairs, 2)."""
     k_first, k_offset = jax.random.split(key)

@@ -7,6 +7,7 @@ unbounded scalar score from its final hidden state.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import chex
@@ -234,6 +235,12 @@ def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.
             hidden = jnp.repeat(hidden, vocab_size, axis=0)
             previous = jnp.tile(jnp.arange(vocab_size, dtype=jnp.int32), n_prefixes)
     return prefix_log_prob
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def policy_log_prob_tables(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
+    """`policy_log_prob_table` of policies stacked on a leading axis (V, ...) -> (V, K**L), as one compiled program."""
+    return jax.vmap(lambda policy: policy_log_prob_table(policy, vocab_size, seq_len))(params)
 
 
 def _judge_prefix_hidden(tables: _GRUTables, vocab_size: int, length: int) -> jax.Array:

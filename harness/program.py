@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import chex
@@ -28,7 +29,7 @@ from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs
 from harness.memory import check_fits
-from harness.models import Params, policy_log_prob_table
+from harness.models import Params, policy_log_prob_tables
 from harness.pretrain import PretrainResult, pretrain_judges
 from harness.run_origins import GridOrigins, grid_origins, holdout_tables
 from harness.sharding import SHARD_AXIS, ShardPlan, from_shards, plan_shards, shard_mesh, to_shards
@@ -166,7 +167,6 @@ def grid_constants(
     placed in its slots as rows, the initial policies' log-probability tables log_pi (one per
     policy source, (V, N)) placed by run, work groups, and each run's held-out pairs."""
     slot_run = jnp.asarray(layout.slot_run, jnp.int32)
-    slot_judges = jax.tree.map(lambda x: x[origins.slot_judge(layout)], judges)
     holdout_pairs, holdout_labels = holdout_tables(layout, world)
     return GridConstants(
         q_star=world.q_star,
@@ -177,7 +177,7 @@ def grid_constants(
         ),
         holdout_pairs=holdout_pairs,
         holdout_labels=holdout_labels,
-        pretrained_judges=ravel_rows(slot_judges),
+        pretrained_judges=ravel_rows(judges)[origins.slot_judge(layout)],
         initial_policies=ravel_rows(origins.policy_params)[origins.run_policy(layout)],
         initial_log_pi=log_pi[origins.run_policy(layout)],
     )
@@ -326,7 +326,7 @@ class GridProgram:
         chex.assert_tree_shape_prefix(self.pretrained.params, (len(self.origins.judge_sources),))
         layout, world, origins = self.layout, self.world, self.origins
         vocab, seq_len = world.config.vocab_size, world.config.seq_len
-        log_pi = jax.vmap(lambda policy: policy_log_prob_table(policy, vocab, seq_len))(origins.policy_params)
+        log_pi = policy_log_prob_tables(origins.policy_params, vocab, seq_len)
         judges = self.pretrained.params
         self.consts = grid_constants(layout, world, origins, judges, log_pi)
         shard_consts = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
@@ -345,16 +345,19 @@ class GridProgram:
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
-        initial = diagnostics_program(self.shape)(self.consts, self.layout.knobs, state)
-
-        start = time.perf_counter()
-        program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
-        if program not in _EXECUTABLES:
-            args = (self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0))
-            _EXECUTABLES[program] = compile_iteration(*program, args)
-        self._executable = _EXECUTABLES[program]
-        self.times.compile = time.perf_counter() - start
-        return state, initial
+        # The iteration-0 diagnostics are a program of their own: compiled and run on a second thread while this
+        # one compiles the iteration program (XLA compiles on one core; a cold start saves their whole time).
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            diagnostics = diagnostics_program(self.shape)
+            initial = beside.submit(lambda: jax.block_until_ready(diagnostics(self.consts, self.layout.knobs, state)))
+            start = time.perf_counter()
+            program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
+            if program not in _EXECUTABLES:
+                args = (self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0))
+                _EXECUTABLES[program] = compile_iteration(*program, args)
+            self._executable = _EXECUTABLES[program]
+            self.times.compile = time.perf_counter() - start
+            return state, initial.result()
 
     def step(self, state: CoevolutionState, iteration: int) -> tuple[CoevolutionState, Diagnostics]:
         """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""

@@ -134,7 +134,7 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
             )
         )
         seed_ids = jnp.asarray([s.seed for s in judges], jnp.int32)
-        init_keys, data_keys = jax.vmap(keys.judge_keys)(seed_ids, jnp.asarray([s.member for s in judges]))
+        init_keys, data_keys = keys.judge_keys_batch(seed_ids, jnp.asarray([s.member for s in judges]))
         policies = tuple((None, seed, None) for seed in seeds)
         seed_array = jnp.asarray(seeds, jnp.int32)
         policy_params = init_policies(jax.vmap(keys.policy_init_key)(seed_array), vocab, seq_len)
