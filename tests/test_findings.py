@@ -77,6 +77,14 @@ def test_frontier_fit_recovers_the_generating_curve() -> None:
         assert fits.loc[condition, "d_max"] < fits.loc[condition, "d_peak"]  # the synthetic runs stop short of it
 
 
+def test_a_barely_bending_frontier_peaks_infinitely_far() -> None:
+    # A straight line with a bend of 1e-4: α/β is about 1e4, so e^(α/β - 1) is beyond any float.
+    d = np.linspace(0.5, 2.0, 20)
+    points = pd.DataFrame({"condition": "flat", "d": d, "quality_gain": gao_curve(d, 1.0, 1e-4)})
+    fit = fit_frontier(points).iloc[0]
+    assert fit["beta"] > 0 and np.isinf(fit["d_peak"]) and np.isinf(fit["peak_gain"])
+
+
 def test_report_sections_and_files(tmp_path: Path) -> None:
     claim = Claim(
         name="slow-above",

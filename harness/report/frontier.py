@@ -60,7 +60,7 @@ def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
     (d*, KL* = d*², R(d*) = β d*) per condition.
 
     The peak exists only for β > 0 (the curve bends down); otherwise its columns are NaN. A peak beyond d_max is an
-    extrapolation: no run of the condition went that far.
+    extrapolation: no run of the condition went that far; one too far for a float (β ≈ 0⁺) is infinite.
     """
     rows = []
     for condition, own in points.groupby("condition", sort=False):
@@ -72,7 +72,9 @@ def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
         (alpha, beta), covariance = scipy.optimize.curve_fit(gao_curve, d, gain, p0=(1.0, 0.0))
         residual = gain - gao_curve(d, alpha, beta)
         total = np.sum((gain - gain.mean()) ** 2)
-        d_peak = math.exp(alpha / beta - 1.0) if beta > 0 else math.nan
+        # A barely bending curve (β → 0⁺) peaks beyond any float: its peak is infinitely far, not an error.
+        with np.errstate(over="ignore"):
+            d_peak = float(np.exp(alpha / beta - 1.0)) if beta > 0 else math.nan
         row |= {
             "alpha": alpha,
             "alpha_se": math.sqrt(covariance[0, 0]),
@@ -86,6 +88,13 @@ def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
         }
         rows.append(row)
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+def _peak_distance(d_peak: float) -> str:
+    """A fitted peak's √KL: fixed decimals, or powers of ten for the huge ones a nearly straight curve gives."""
+    if math.isinf(d_peak):
+        return "∞"
+    return num(d_peak, 2) if not d_peak >= 1e4 else f"{d_peak:.1e}"
 
 
 def fits_markdown(fits: pd.DataFrame) -> str:
@@ -105,7 +114,7 @@ def fits_markdown(fits: pd.DataFrame) -> str:
             f"{num(row.beta)} ± {num(row.beta_se)}",
             num(row.r2, 2),
             num(row.d_max, 2),
-            num(row.d_peak, 2) + (" (beyond reach)" if row.d_peak > row.d_max else ""),
+            _peak_distance(row.d_peak) + (" (beyond reach)" if row.d_peak > row.d_max else ""),
             "—" if row.d_peak > row.d_max else num(row.peak_gain),
         ]
         for row in fits.itertuples(index=False)
