@@ -1,0 +1,73 @@
+"""The command a researcher runs, timed whole: `coevolab run` in a fresh process, cold and warm caches.
+
+Each run is a subprocess (imports, pretraining, compiles, training, report, all of it) with
+its compile cache in a fresh folder: the first finds it empty (cold), the second finds what the
+first wrote (warm). Wall time is the parent's clock; peak memory is the child's maximum resident
+set, from the kernel's accounting of that one process (`os.wait4`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import support
+
+
+def run_command(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Run `coevolab run` with `args`; returns (wall seconds, peak resident memory in GiB). Raises if it fails."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], env=env, cwd=support.ROOT)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        raise subprocess.CalledProcessError(child.returncode, args)
+    return seconds, usage.ru_maxrss / 2**20  # KiB on Linux
+
+
+def _environment(cache: Path) -> dict[str, str]:
+    return {**os.environ, "COEVOLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(support.ROOT)}
+
+
+def _grid(sizes: support.Sizes, hundred: bool) -> list[str]:
+    if sizes.mode == "smoke":
+        return [str(support.ROOT / "conditions" / "smoke.toml"), "--seed-list", "0"]
+    return [str(support.ROOT / "conditions" / ("paper-100.toml" if hundred else "paper.toml"))]
+
+
+def test_published_grid_end_to_end(benchmark, sizes, figures, tmp_path):
+    args = [*_grid(sizes, hundred=False), "--quiet", "--force"]
+    env = _environment(tmp_path / "cache")
+
+    def cold_then_warm() -> dict[str, tuple[float, float]]:
+        return {
+            run: run_command([*args, "--out", str(tmp_path / run)], env)  # the second finds the first's cache
+            for run in ("cold", "warm")
+        }
+
+    results = support.measure(benchmark, cold_then_warm, sizes, rounds=1, warmup=0)[0]
+    what = " ".join(Path(a).name if a.endswith(".toml") else a for a in args)
+    for run, (seconds, memory) in results.items():
+        figures.add(
+            benchmark,
+            f"end to end: published grid, {run} caches",
+            seconds,
+            "s",
+            f"`coevolab run {what}` in a fresh process, {run} compile cache; peak memory {memory:.2f} GiB",
+        )
+
+
+def test_hundred_seeds_end_to_end(benchmark, sizes, figures, tmp_path):
+    """The published grid at 100 seeds (1,800 runs), cold caches: wall time and peak memory."""
+    args = [*_grid(sizes, hundred=True), "--quiet", "--force", "--out", str(tmp_path / "run")]
+    seconds, memory = support.measure(
+        benchmark, lambda: run_command(args, _environment(tmp_path / "cache")), sizes, rounds=1, warmup=0
+    )[0]
+    what = " ".join(Path(a).name if a.endswith(".toml") else a for a in args[:3])
+    note = f"`coevolab run {what}` in a fresh process, cold compile cache"
+    figures.add(benchmark, "end to end: 100 seeds", seconds, "s", note)
+    figures.add(benchmark, "end to end: 100 seeds, peak memory", memory, "GiB", note)
