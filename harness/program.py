@@ -69,10 +69,7 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
             state = train_iteration(shape, consts, knobs, state, iteration)
             return state, diagnose(shape, consts, knobs, state)
 
-        if pieces == 1:  # each device holds one shard: drop the shard axis, run it, put the axis back
-            shard = jax.tree.map(lambda leaf: leaf[0], (consts, knobs, state))
-            return jax.tree.map(lambda leaf: leaf[None], one_shard(shard))
-        return jax.lax.map(one_shard, (consts, knobs, state))
+        return each_shard(one_shard, pieces, (consts, knobs, state))
 
     sharded = P(SHARD_AXIS)
     return jax.jit(
@@ -80,6 +77,28 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
             iterate, mesh=shard_mesh(n_shards // pieces), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded
         )
     )
+
+
+def each_shard(per_shard: Callable, pieces: int, shards: tuple) -> object:
+    """Inside shard_map: `per_shard` applied to each of this device's `pieces` shards (inputs' leading axis), one
+    after another, outputs stacked on a leading axis."""
+    if pieces == 1:  # each device holds one shard: drop the shard axis, run it, put the axis back
+        return jax.tree.map(lambda leaf: leaf[None], per_shard(jax.tree.map(lambda leaf: leaf[0], shards)))
+    return jax.lax.map(per_shard, shards)
+
+
+@functools.cache
+def shard_diagnostics_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
+    """The jitted diagnostics of the shards of one shape, laid out as `iteration_program`'s inputs: (consts, knobs,
+    state) with a leading shard axis -> Diagnostics with the same axis. What the iteration program measures after
+    each iteration, for the state before the first; per shard, so memory follows the shard, not the grid."""
+
+    def diagnose_shards(consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
+        return each_shard(lambda shard: diagnose(shape, *shard), pieces, (consts, knobs, state))
+
+    sharded = P(SHARD_AXIS)
+    mesh = shard_mesh(n_shards // pieces)
+    return jax.jit(jax.shard_map(diagnose_shards, mesh=mesh, in_specs=(sharded,) * 3, out_specs=sharded))
 
 
 @dataclass(frozen=True)
@@ -145,6 +164,7 @@ def clear_program_caches() -> None:
     _EXECUTABLES.clear()
     iteration_program.cache_clear()
     diagnostics_program.cache_clear()
+    shard_diagnostics_program.cache_clear()
     jax.clear_caches()
 
 
@@ -345,19 +365,23 @@ class GridProgram:
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
-        # The iteration-0 diagnostics are a program of their own: compiled and run on a second thread while this
-        # one compiles the iteration program (XLA compiles on one core; a cold start saves their whole time).
+        # The iteration-0 diagnostics are a program of their own, over the same shards as the iteration program's
+        # (so memory follows a shard, not the grid): compiled and run on a second thread while this one compiles the
+        # iteration program (XLA compiles on one core; a cold start saves their whole time).
+        program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
+        shards = self.shard_state(state)
         with ThreadPoolExecutor(max_workers=1) as beside:
-            diagnostics = diagnostics_program(self.shape)
-            initial = beside.submit(lambda: jax.block_until_ready(diagnostics(self.consts, self.layout.knobs, state)))
+            diagnostics = shard_diagnostics_program(*program)
+            initial = beside.submit(
+                lambda: jax.block_until_ready(diagnostics(self._shard_consts, self._shard_knobs, shards))
+            )
             start = time.perf_counter()
-            program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
             if program not in _EXECUTABLES:
-                args = (self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(0))
+                args = (self._shard_consts, self._shard_knobs, shards, jnp.int32(0))
                 _EXECUTABLES[program] = compile_iteration(*program, args)
             self._executable = _EXECUTABLES[program]
             self.times.compile = time.perf_counter() - start
-            return state, initial.result()
+            return state, from_shards(initial.result(), self.plan.run_at)
 
     def step(self, state: CoevolutionState, iteration: int) -> tuple[CoevolutionState, Diagnostics]:
         """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
