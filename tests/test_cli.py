@@ -138,15 +138,20 @@ def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:
     # the machine: after the first checkpoint, five remain.
     grid = tiny_grid(tmp_path, iterations=6, steps=1000)
     out = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A process that starts with SIGINT ignored (as a test worker's children do) keeps ignoring it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # A process that starts with SIGINT ignored (as a shell's background jobs and their children do) keeps ignoring
+    # it; one that starts with a handler gets the default across exec. So the child is started while this process
+    # has one (no code runs in the child between fork and exec, which JAX's threads make unsafe).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.time() + 300
     while not (out / CHECKPOINT_FILE).exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.05)
