@@ -1,8 +1,4 @@
-"""The grid program: batching runs together changes nothing, knob values never recompile, work groups, metrics.
-
-The grids use RunSettings equal to tests/test_diagnostics.py's, so a joint session compiles the
-single-condition iteration programs once.
-"""
+"""The grid program: batching runs together changes nothing, knob values never recompile, work groups, metrics."""
 
 from __future__ import annotations
 
