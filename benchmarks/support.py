@@ -20,12 +20,13 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from harness import coevolution, keys
 from harness.compile_cache import enable_compilation_cache
+from harness.compiled_programs import clear_program_caches, diagnostics_program
 from harness.conditions import load_grid
 from harness.grid import Condition, GridSpec, layout_grid
 from harness.knobs import Knobs
 from harness.models import EMBED_DIM, HIDDEN_DIM, init_judges
 from harness.pretrain import PretrainResult
-from harness.program import GridProgram, clear_program_caches, diagnostics_program
+from harness.program import GridProgram
 from harness.wording import plural
 from harness.world import WorldConfig
 

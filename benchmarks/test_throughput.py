@@ -13,7 +13,7 @@ import time
 import jax
 
 from benchmarks import support
-from harness.program import diagnostics_program
+from harness.compiled_programs import diagnostics_program
 
 
 def pytest_generate_tests(metafunc):

@@ -8,7 +8,6 @@ executable every time), so the host can report progress and checkpoint in betwee
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,12 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from jax.sharding import PartitionSpec as P
 
-from harness import compile_cache
 from harness.batching import WorkGroup
-from harness.coevolution import GridConstants, train_iteration
-from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
+from harness.coevolution import GridConstants
+from harness.compiled_programs import IterationExecutable, iteration_executable, shard_diagnostics_program
+from harness.diagnostics import METRIC_NAMES, Diagnostics
 from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
 from harness.grid import GridLayout, GridShape, GridSpec, layout_grid
 from harness.knobs import RunKnobs
@@ -32,145 +30,13 @@ from harness.memory import check_fits
 from harness.models import Params, policy_log_prob_tables
 from harness.pretrain import PretrainResult, pretrain_judges
 from harness.run_origins import GridOrigins, grid_origins, holdout_tables
-from harness.sharding import SHARD_AXIS, ShardPlan, from_shards, plan_shards, shard_mesh, to_shards
+from harness.sharding import ShardPlan, from_shards, plan_shards, to_shards
 from harness.state import CoevolutionState, initial_state
 from harness.world import World
 
 
 class PretrainingFailed(RuntimeError):
     """Some judges never reached the target rank correlation."""
-
-
-@functools.cache
-def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
-    """The jitted outer iteration for `n_shards` shards of one shape on n_shards / pieces devices side by side.
-
-    (consts, knobs, state, iteration) -> (state, diagnostics); every input but the
-    iteration carries a leading shard axis (S,), split over the devices; each device runs
-    its `pieces` shards one after another (see `harness.sharding`). Knob values,
-    keys and parameters are arguments, so every grid of this shape reuses one
-    executable; a second trace would mean something static leaked into the inputs.
-    """
-
-    # A per-shape counter rather than chex.assert_max_traces, whose counter is keyed on
-    # the definition site and so would be shared by the programs of every grid shape.
-    traces = 0
-
-    def iterate(
-        consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-    ) -> tuple[CoevolutionState, Diagnostics]:
-        nonlocal traces
-        traces += 1
-        if traces > 1:
-            raise AssertionError(f"the iteration program of {shape} was traced again: an input changed shape or dtype")
-
-        def one_shard(shard: tuple[GridConstants, RunKnobs, CoevolutionState]) -> tuple[CoevolutionState, Diagnostics]:
-            consts, knobs, state = shard
-            state = train_iteration(shape, consts, knobs, state, iteration)
-            return state, diagnose(shape, consts, knobs, state)
-
-        return each_shard(one_shard, pieces, (consts, knobs, state))
-
-    sharded = P(SHARD_AXIS)
-    return jax.jit(
-        jax.shard_map(
-            iterate, mesh=shard_mesh(n_shards // pieces), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded
-        )
-    )
-
-
-def each_shard(per_shard: Callable, pieces: int, shards: tuple) -> object:
-    """Inside shard_map: `per_shard` applied to each of this device's `pieces` shards (inputs' leading axis), one
-    after another, outputs stacked on a leading axis."""
-    if pieces == 1:  # each device holds one shard: drop the shard axis, run it, put the axis back
-        return jax.tree.map(lambda leaf: leaf[None], per_shard(jax.tree.map(lambda leaf: leaf[0], shards)))
-    return jax.lax.map(per_shard, shards)
-
-
-@functools.cache
-def shard_diagnostics_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
-    """The jitted diagnostics of the shards of one shape, laid out as `iteration_program`'s inputs: (consts, knobs,
-    state) with a leading shard axis -> Diagnostics with the same axis. What the iteration program measures after
-    each iteration, for the state before the first; per shard, so memory follows the shard, not the grid."""
-
-    def diagnose_shards(consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
-        return each_shard(lambda shard: diagnose(shape, *shard), pieces, (consts, knobs, state))
-
-    sharded = P(SHARD_AXIS)
-    mesh = shard_mesh(n_shards // pieces)
-    return jax.jit(jax.shard_map(diagnose_shards, mesh=mesh, in_specs=(sharded,) * 3, out_specs=sharded))
-
-
-@dataclass(frozen=True)
-class IterationExecutable:
-    """The compiled iteration program, called like `iteration_program`'s: pytrees in, pytrees out.
-
-    The compiled program itself takes and returns flat lists of arrays, so that its
-    traced form can be exported to disk and reloaded (see `compile_cache.exported`).
-    """
-
-    compiled: jax.stages.Compiled
-    in_tree: jax.tree_util.PyTreeDef
-    out_tree: jax.tree_util.PyTreeDef
-
-    def __call__(
-        self, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-    ) -> tuple[CoevolutionState, Diagnostics]:
-        leaves, in_tree = jax.tree.flatten((consts, knobs, state, iteration))
-        if in_tree != self.in_tree:
-            raise ValueError(f"arguments do not match the compiled program: {in_tree} vs {self.in_tree}")
-        return jax.tree.unflatten(self.out_tree, self.compiled(*leaves))
-
-    def as_text(self) -> str:
-        return self.compiled.as_text()
-
-    def cost_analysis(self) -> object:
-        return self.compiled.cost_analysis()
-
-
-def compile_iteration(
-    shape: GridShape, n_shards: int, pieces: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
-) -> IterationExecutable:
-    """Compile `iteration_program(shape, n_shards, pieces)` for `args`; the traced program comes from disk if cached."""
-    leaves, in_tree = jax.tree.flatten(args)
-    # The outputs are a state shaped like the input state and one Diagnostics record.
-    out_tree = jax.tree.structure((args[2], dict.fromkeys(METRIC_NAMES, 0)))
-    program = iteration_program(shape, n_shards, pieces)
-
-    def flat(*leaves: jax.Array) -> list[jax.Array]:
-        outputs = program(*jax.tree.unflatten(in_tree, leaves))
-        assert jax.tree.structure(outputs) == out_tree, "the iteration's outputs changed structure"
-        return jax.tree.leaves(outputs)
-
-    traced = compile_cache.exported("iteration", jax.jit(flat), leaves, f"{shape} {n_shards} {pieces} {in_tree}")
-    # The state's buffers are donated: each step() passes a fresh copy of the shards.
-    first_state_leaf = len(jax.tree.leaves(args[:2]))
-    state_leaves = range(first_state_leaf, first_state_leaf + len(jax.tree.leaves(args[2])))
-
-    def iterate(*leaves: jax.Array) -> list[jax.Array]:  # named so that compile logs say jit(iterate)
-        return traced.call(*leaves)
-
-    compiled = jax.jit(iterate, donate_argnums=tuple(state_leaves)).lower(*leaves).compile()
-    return IterationExecutable(compiled, in_tree, out_tree)
-
-
-# Compiled iteration programs by shape: a later grid of the same shape reuses the
-# executable instead of lowering (and tracing) the program again.
-_EXECUTABLES: dict[tuple[GridShape, int, int], IterationExecutable] = {}
-
-
-def clear_program_caches() -> None:
-    """Forget every traced and compiled program (e.g. to measure a cold compile)."""
-    _EXECUTABLES.clear()
-    iteration_program.cache_clear()
-    diagnostics_program.cache_clear()
-    shard_diagnostics_program.cache_clear()
-    jax.clear_caches()
-
-
-@functools.cache
-def diagnostics_program(shape: GridShape) -> Callable:
-    return jax.jit(functools.partial(diagnose, shape))
 
 
 @dataclass
@@ -376,10 +242,8 @@ class GridProgram:
                 lambda: jax.block_until_ready(diagnostics(self._shard_consts, self._shard_knobs, shards))
             )
             start = time.perf_counter()
-            if program not in _EXECUTABLES:
-                args = (self._shard_consts, self._shard_knobs, shards, jnp.int32(0))
-                _EXECUTABLES[program] = compile_iteration(*program, args)
-            self._executable = _EXECUTABLES[program]
+            args = (self._shard_consts, self._shard_knobs, shards, jnp.int32(0))
+            self._executable = iteration_executable(*program, args)
             self.times.compile = time.perf_counter() - start
             return state, from_shards(initial.result(), self.plan.run_at)
 

@@ -14,13 +14,14 @@ import pytest
 import scipy.special
 import scipy.stats
 
+from harness.compiled_programs import diagnostics_program
 from harness.diagnostics import Diagnostics
 from harness.flat_params import policy_layout, ravel_rows, unravel_rows
 from harness.grid import Condition, GridSpec, RunSettings
 from harness.knobs import Knobs
 from harness.models import Judge, Policy, init_judges, init_policy
 from harness.pretrain import PretrainResult
-from harness.program import GridProgram, diagnostics_program
+from harness.program import GridProgram
 from harness.state import CoevolutionState
 
 K, L = 8, 4
