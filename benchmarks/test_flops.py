@@ -1,8 +1,8 @@
 """Achieved GFLOP/s of the baseline program against the CPU's FP32 peak.
 
 XLA's cost analysis counts a while/scan body once, not once per trip: the compiled
-iteration at steps_per_iteration=S reports body + diagnostics + reset whatever S is
-(checked by compiling the same runs at S=1 too: the two counts agree). So the FLOPs of
+iteration at steps_per_iteration=S reports body + reset whatever S is (checked by
+compiling the same runs at S=1 too: the two counts agree). So the FLOPs of
 one inner step are taken from `coevolution.inner_step` compiled on its own for all the
 grid's runs on one device (the scan body, with the same constants, knobs and state
 shapes; filler runs of the shards excluded), and one iteration's useful work is

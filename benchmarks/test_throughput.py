@@ -2,8 +2,8 @@
 
 Each figure is the median wall time of program.step() calls after the first (warm-up),
 divided by runs × steps_per_iteration. A step() call is one outer iteration: the scan
-of inner steps plus the per-iteration exact diagnostics, which steps_per_iteration=100
-makes a small share.
+of inner steps (one program), then the per-iteration exact diagnostics (a second one),
+which steps_per_iteration=100 makes a small share.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import time
 import jax
 
 from benchmarks import support
-from harness.compiled_programs import diagnostics_program
 
 
 def pytest_generate_tests(metafunc):
@@ -22,13 +21,12 @@ def pytest_generate_tests(metafunc):
 
 
 def _diagnostics_seconds(stepper: support.Stepper, repeats: int) -> float:
-    """Median wall time of the per-iteration diagnostics alone (the same program step() runs after its scan)."""
-    program = stepper.program
-    diagnose = diagnostics_program(program.shape)
+    """Median wall time of the per-iteration diagnostics alone (`program.diagnose`: what step() runs after its
+    iteration program)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(diagnose(program.consts, program.layout.knobs, stepper.state))
+        jax.block_until_ready(stepper.program.diagnose(stepper.state))
         times.append(time.perf_counter() - start)
     return support.median(times)
 

@@ -1,8 +1,12 @@
-"""The compiled programs of a grid: one outer iteration, and the diagnostics of a state, over shards.
+"""The compiled programs of a grid: one outer iteration of training, and the diagnostics of a state, over shards.
 
 Each is cached by the grid's static shape, so every grid of one shape shares one traced and
 compiled executable; knob values, keys and parameters are arguments. The iteration program can
 be exported to disk and reloaded (`harness.compile_cache`) so a rerun skips tracing.
+
+They are two programs, not one: the diagnostics measure the state before the first iteration
+as well as after each, so as a program of their own they are compiled once (beside the
+iteration program, on a second thread) instead of twice.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from jax.sharding import PartitionSpec as P
 
 from harness import compile_cache
 from harness.coevolution import GridConstants, train_iteration
-from harness.diagnostics import METRIC_NAMES, Diagnostics, diagnose
+from harness.diagnostics import Diagnostics, diagnose
 from harness.grid import GridShape
 from harness.knobs import RunKnobs
 from harness.sharding import SHARD_AXIS, shard_mesh
@@ -27,7 +31,7 @@ from harness.state import CoevolutionState
 def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
     """The jitted outer iteration for `n_shards` shards of one shape on n_shards / pieces devices side by side.
 
-    (consts, knobs, state, iteration) -> (state, diagnostics); every input but the
+    (consts, knobs, state, iteration) -> state after the iteration; every input but the
     iteration carries a leading shard axis (S,), split over the devices; each device runs
     its `pieces` shards one after another (see `harness.sharding`). Knob values,
     keys and parameters are arguments, so every grid of this shape reuses one
@@ -40,16 +44,14 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
 
     def iterate(
         consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-    ) -> tuple[CoevolutionState, Diagnostics]:
+    ) -> CoevolutionState:
         nonlocal traces
         traces += 1
         if traces > 1:
             raise AssertionError(f"the iteration program of {shape} was traced again: an input changed shape or dtype")
 
-        def one_shard(shard: tuple[GridConstants, RunKnobs, CoevolutionState]) -> tuple[CoevolutionState, Diagnostics]:
-            consts, knobs, state = shard
-            state = train_iteration(shape, consts, knobs, state, iteration)
-            return state, diagnose(shape, consts, knobs, state)
+        def one_shard(shard: tuple[GridConstants, RunKnobs, CoevolutionState]) -> CoevolutionState:
+            return train_iteration(shape, *shard, iteration)
 
         return each_shard(one_shard, pieces, (consts, knobs, state))
 
@@ -72,8 +74,8 @@ def each_shard(per_shard: Callable, pieces: int, shards: tuple) -> object:
 @functools.cache
 def shard_diagnostics_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
     """The jitted diagnostics of the shards of one shape, laid out as `iteration_program`'s inputs: (consts, knobs,
-    state) with a leading shard axis -> Diagnostics with the same axis. What the iteration program measures after
-    each iteration, for the state before the first; per shard, so memory follows the shard, not the grid."""
+    state) with a leading shard axis -> Diagnostics with the same axis: every metric of the state before the first
+    iteration and after each. Per shard, so memory follows the shard, not the grid."""
 
     def diagnose_shards(consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
         return each_shard(lambda shard: diagnose(shape, *shard), pieces, (consts, knobs, state))
@@ -97,7 +99,7 @@ class IterationExecutable:
 
     def __call__(
         self, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-    ) -> tuple[CoevolutionState, Diagnostics]:
+    ) -> CoevolutionState:
         leaves, in_tree = jax.tree.flatten((consts, knobs, state, iteration))
         if in_tree != self.in_tree:
             raise ValueError(f"arguments do not match the compiled program: {in_tree} vs {self.in_tree}")
@@ -115,13 +117,12 @@ def compile_iteration(
 ) -> IterationExecutable:
     """Compile `iteration_program(shape, n_shards, pieces)` for `args`; the traced program comes from disk if cached."""
     leaves, in_tree = jax.tree.flatten(args)
-    # The outputs are a state shaped like the input state and one Diagnostics record.
-    out_tree = jax.tree.structure((args[2], dict.fromkeys(METRIC_NAMES, 0)))
+    out_tree = jax.tree.structure(args[2])  # the output is a state shaped like the input state
     program = iteration_program(shape, n_shards, pieces)
 
     def flat(*leaves: jax.Array) -> list[jax.Array]:
         outputs = program(*jax.tree.unflatten(in_tree, leaves))
-        assert jax.tree.structure(outputs) == out_tree, "the iteration's outputs changed structure"
+        assert jax.tree.structure(outputs) == out_tree, "the iteration's output changed structure"
         return jax.tree.leaves(outputs)
 
     traced = compile_cache.exported("iteration", jax.jit(flat), leaves, f"{shape} {n_shards} {pieces} {in_tree}")

@@ -95,6 +95,7 @@ class GridProgram:
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
         self._executable: IterationExecutable | None = None
+        self._diagnostics: Callable | None = None  # shard_diagnostics_program of this grid's shards
         self._shard_consts: GridConstants | None = None
         self._shard_knobs: RunKnobs | None = None
 
@@ -231,30 +232,35 @@ class GridProgram:
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
-        # The iteration-0 diagnostics are a program of their own, over the same shards as the iteration program's
-        # (so memory follows a shard, not the grid): compiled and run on a second thread while this one compiles the
-        # iteration program (XLA compiles on one core; a cold start saves their whole time).
+        # The diagnostics are a program of their own, over the same shards as the iteration program's (so memory
+        # follows a shard, not the grid): compiled, and run on the initial state, on a second thread while this one
+        # compiles the iteration program (XLA compiles on one core; a cold start saves their whole time).
         program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
         shards = self.shard_state(state)
+        self._diagnostics = shard_diagnostics_program(*program)
         with ThreadPoolExecutor(max_workers=1) as beside:
-            diagnostics = shard_diagnostics_program(*program)
-            initial = beside.submit(
-                lambda: jax.block_until_ready(diagnostics(self._shard_consts, self._shard_knobs, shards))
-            )
+            initial = beside.submit(lambda: jax.block_until_ready(self._diagnose_shards(shards)))
             start = time.perf_counter()
             args = (self._shard_consts, self._shard_knobs, shards, jnp.int32(0))
             self._executable = iteration_executable(*program, args)
             self.times.compile = time.perf_counter() - start
-            return state, from_shards(initial.result(), self.plan.run_at)
+            return state, initial.result()
+
+    def _diagnose_shards(self, shards: CoevolutionState) -> Diagnostics:
+        """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
+        assert self._diagnostics is not None, "call start() first"
+        return from_shards(self._diagnostics(self._shard_consts, self._shard_knobs, shards), self.plan.run_at)
+
+    def diagnose(self, state: CoevolutionState) -> Diagnostics:
+        """Every metric of every run of `state`: what `step` measures after its iteration."""
+        return self._diagnose_shards(self.shard_state(state))
 
     def step(self, state: CoevolutionState, iteration: int) -> tuple[CoevolutionState, Diagnostics]:
         """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
         assert self._executable is not None, "call start() first"
         start = time.perf_counter()
-        shards, diagnostics = self._executable(
-            self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(iteration)
-        )
-        state, diagnostics = self.unshard_state(shards), from_shards(diagnostics, self.plan.run_at)
+        shards = self._executable(self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(iteration))
+        state, diagnostics = self.unshard_state(shards), self._diagnose_shards(shards)
         self.times.train += time.perf_counter() - start
         return state, diagnostics
 
