@@ -1,8 +1,9 @@
 """The compiled grid program: pretrain judges, then train every run of a grid together.
 
 `GridProgram` owns the host side: it lays out the grid, pretrains the judges, builds
-the initial state, and drives one compiled executable per outer iteration (the same
-executable every time), so the host can report progress and checkpoint in between.
+the initial state, and runs the grid's two compiled programs (`harness.compiled_programs`)
+once per outer iteration, training then diagnostics, the same executables every time, so
+the host can report progress and checkpoint in between.
 """
 
 from __future__ import annotations
