@@ -20,8 +20,9 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from harness import coevolution, keys
 from harness.compile_cache import enable_compilation_cache
-from harness.compiled_programs import clear_program_caches, diagnostics_program
+from harness.compiled_programs import clear_program_caches
 from harness.conditions import load_grid
+from harness.diagnostics import diagnose
 from harness.grid import Condition, GridSpec, layout_grid
 from harness.knobs import Knobs
 from harness.models import EMBED_DIM, HIDDEN_DIM, init_judges
@@ -341,7 +342,9 @@ def inner_step_flops(program: GridProgram, state: Any) -> float:
 
 def diagnostics_flops(program: GridProgram, state: Any) -> float:
     assert program.consts is not None
-    compiled = diagnostics_program(program.shape).lower(program.consts, program.layout.knobs, abstract(state)).compile()
+    # The whole grid's diagnostics in one program (fillers excluded), not the shards step() runs.
+    whole_grid = jax.jit(functools.partial(diagnose, program.shape))
+    compiled = whole_grid.lower(program.consts, program.layout.knobs, abstract(state)).compile()
     return xla_flops(compiled)
 
 

@@ -156,11 +156,5 @@ def clear_program_caches() -> None:
     """Forget every traced and compiled program (e.g. to measure a cold compile)."""
     _EXECUTABLES.clear()
     iteration_program.cache_clear()
-    diagnostics_program.cache_clear()
     shard_diagnostics_program.cache_clear()
     jax.clear_caches()
-
-
-@functools.cache
-def diagnostics_program(shape: GridShape) -> Callable:
-    return jax.jit(functools.partial(diagnose, shape))

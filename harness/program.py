@@ -96,7 +96,6 @@ class GridProgram:
         self.pretrained: PretrainResult | None = None
         self.consts: GridConstants | None = None
         self._executable: IterationExecutable | None = None
-        self._diagnostics: Callable | None = None  # shard_diagnostics_program of this grid's shards
         self._shard_consts: GridConstants | None = None
         self._shard_knobs: RunKnobs | None = None
 
@@ -238,7 +237,6 @@ class GridProgram:
         # compiles the iteration program (XLA compiles on one core; a cold start saves their whole time).
         program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
         shards = self.shard_state(state)
-        self._diagnostics = shard_diagnostics_program(*program)
         with ThreadPoolExecutor(max_workers=1) as beside:
             initial = beside.submit(lambda: jax.block_until_ready(self._diagnose_shards(shards)))
             start = time.perf_counter()
@@ -249,8 +247,9 @@ class GridProgram:
 
     def _diagnose_shards(self, shards: CoevolutionState) -> Diagnostics:
         """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
-        assert self._diagnostics is not None, "call start() first"
-        return from_shards(self._diagnostics(self._shard_consts, self._shard_knobs, shards), self.plan.run_at)
+        assert self._shard_consts is not None, "call start() first"
+        diagnose = shard_diagnostics_program(self.shard_shape, self.plan.n_shards, self.plan.pieces)
+        return from_shards(diagnose(self._shard_consts, self._shard_knobs, shards), self.plan.run_at)
 
     def diagnose(self, state: CoevolutionState) -> Diagnostics:
         """Every metric of every run of `state`: what `step` measures after its iteration."""

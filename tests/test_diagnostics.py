@@ -14,7 +14,6 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from harness.compiled_programs import diagnostics_program
 from harness.diagnostics import Diagnostics
 from harness.flat_params import policy_layout, ravel_rows, unravel_rows
 from harness.grid import Condition, GridSpec, RunSettings
@@ -102,14 +101,14 @@ def _reference(program: GridProgram, state: CoevolutionState) -> dict[str, np.nd
 def ensemble() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
     program, initial = _started(Knobs(n_judges=3))
     state = _with_policies(initial)
-    diagnostics = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state)
+    diagnostics = program.diagnose(state)
     return program, state, diagnostics, {**_reference(program, state), "pi_initial": _reference(program, initial)["pi"]}
 
 
 @pytest.fixture(scope="module")
 def meta() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
     program, state = _started(Knobs(meta_holdout_fraction=0.05))
-    diagnostics = diagnostics_program(program.shape)(program.consts, program.layout.knobs, state)
+    diagnostics = program.diagnose(state)
     return program, state, diagnostics, _reference(program, state)
 
 
@@ -182,10 +181,9 @@ def test_non_finite_parameters_are_flagged(ensemble) -> None:
     program, state, _, _ = ensemble
     # A NaN in the last judge slot (run 1's member 2) and nowhere else.
     judges = state.slots.judge.params.at[-1, -1].set(jnp.nan)
-    diagnose = diagnostics_program(program.shape)
-    bad = diagnose(program.consts, program.layout.knobs, _with_judge_rows(state, judges))
+    bad = program.diagnose(_with_judge_rows(state, judges))
     np.testing.assert_array_equal(np.asarray(bad["finite"]), [True, False])
     # And in run 0's policy.
     policies = state.runs.policy.params.at[0, 0].set(jnp.inf)
-    bad = diagnose(program.consts, program.layout.knobs, _with_policy_rows(state, policies))
+    bad = program.diagnose(_with_policy_rows(state, policies))
     np.testing.assert_array_equal(np.asarray(bad["finite"]), [False, True])
