@@ -234,7 +234,7 @@ class GridProgram:
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
         # The diagnostics are a program of their own, over the same shards as the iteration program's (so memory
         # follows a shard, not the grid): compiled, and run on the initial state, on a second thread while this one
-        # compiles the iteration program (XLA compiles on one core; a cold start saves their whole time).
+        # compiles the iteration program, so a cold start does not wait for the two compiles in turn.
         program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
         shards = self.shard_state(state)
         with ThreadPoolExecutor(max_workers=1) as beside:
