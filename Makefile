@@ -33,18 +33,18 @@ bench: $(STAMP)
 reference: $(STAMP)
 	$(BIN)/coevolab run conditions/paper.toml --out artifacts/reference/paper --force --no-compile-cache
 	$(BIN)/coevolab run conditions/paper-original.toml --out artifacts/reference/paper-original --force --no-compile-cache
-	$(BIN)/python -m harness.readme_tables artifacts/reference/paper README.md --original artifacts/reference/paper-original
+	$(BIN)/python -m tools.readme_tables artifacts/reference/paper README.md --original artifacts/reference/paper-original
 
 # The published grid at 100 seeds and the verdicts on its claims (about an hour on two cores).
 reference-100: $(STAMP)
 	$(BIN)/coevolab run conditions/paper-100.toml --out artifacts/reference/paper-100 --force --no-compile-cache
-	$(BIN)/python -m harness.readme_tables --claims artifacts/reference/paper-100 README.md
+	$(BIN)/python -m tools.readme_tables --claims artifacts/reference/paper-100 README.md
 
 # The follow-up work's mechanisms (temporal contrast, anchored rejection, look-ahead, meta-judging, judge strength)
 # at 20 seeds, with exact audits of their training pairs (about 10 minutes on two cores).
 reference-temporal: $(STAMP)
 	$(BIN)/coevolab run conditions/temporal.toml --out artifacts/reference/temporal --force --no-compile-cache
-	$(BIN)/python -m harness.readme_tables --temporal artifacts/reference/temporal README.md
+	$(BIN)/python -m tools.readme_tables --temporal artifacts/reference/temporal README.md
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -24,9 +24,9 @@ import jax
 import pytest
 
 from benchmarks import support
-from harness.artifacts import PACKAGES
-from harness.pretrain import PretrainResult
-from harness.sharding import use_every_cpu_core
+from harness.common.run_files import PACKAGES
+from harness.grid.pretrain import PretrainResult
+from harness.grid.sharding import use_every_cpu_core
 
 # The benchmark process starts here: one CPU device per core, as the command line does.
 use_every_cpu_core()

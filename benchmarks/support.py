@@ -18,18 +18,18 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.compilation_cache import compilation_cache
 
-from harness import coevolution, keys
-from harness.compile_cache import enable_compilation_cache
-from harness.compiled_programs import clear_program_caches
-from harness.conditions import load_grid
-from harness.diagnostics import diagnose
-from harness.grid import Condition, GridSpec, layout_grid
-from harness.knobs import Knobs
-from harness.models import EMBED_DIM, HIDDEN_DIM, init_judges
-from harness.pretrain import PretrainResult
-from harness.program import GridProgram
-from harness.wording import plural
-from harness.world import WorldConfig
+from harness.common.wording import plural
+from harness.engine import keys
+from harness.engine.knobs import Knobs
+from harness.engine.models import EMBED_DIM, HIDDEN_DIM, init_judges
+from harness.engine.world import WorldConfig
+from harness.grid.compile_cache import enable_compilation_cache
+from harness.grid.conditions import load_grid
+from harness.grid.diagnostics import diagnose
+from harness.grid.executables import clear_program_caches
+from harness.grid.layout import Condition, GridSpec, layout_grid, training_step
+from harness.grid.pretrain import PretrainResult
+from harness.grid.trainer import GridProgram
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "conditions" / "paper.toml"
@@ -213,7 +213,7 @@ def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
     if members > pool_members:
         raise ValueError(f"grid needs {members} judges per seed, pool has {pool_members}")
     index = jnp.asarray([seed % pool_seeds for seed in spec.run.seeds])
-    # A grid's judge sources are (seed, member), seed-major (harness.run_origins).
+    # A grid's judge sources are (seed, member), seed-major (harness.grid.origins).
     return jax.tree.map(lambda leaf: leaf[index][:, :members].reshape(-1, *leaf.shape[2:]), pool)
 
 
@@ -333,7 +333,7 @@ def inner_step_flops(program: GridProgram, state: Any) -> float:
     """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
     assert program.consts is not None
     compiled = (
-        jax.jit(functools.partial(coevolution.inner_step, program.shape))
+        jax.jit(functools.partial(training_step.inner_step, program.shape))
         .lower(program.consts, program.layout.knobs, abstract(state), jax.ShapeDtypeStruct((), jnp.int32))
         .compile()
     )
@@ -349,7 +349,8 @@ def diagnostics_flops(program: GridProgram, state: Any) -> float:
 
 
 def gru_forward_flops(batch: int, in_width: int, out_width: int, seq_len: int, heads: int) -> int:
-    """Matmul FLOPs (2 per multiply-add) of one fused GRU pass over `seq_len` positions, as harness.models runs it.
+    """Matmul FLOPs (2 per multiply-add) of one fused GRU pass over `seq_len` positions,
+    as harness.engine.models runs it.
 
     Per call: the embedding folded into the input kernels, (in_width, E) @ (E, 3H).
     Per position: one-hot (b, in_width) @ (in_width, 3H); hidden (b, H) @ (H, 3H) except at

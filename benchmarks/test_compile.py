@@ -9,8 +9,8 @@ are cleared (`compiled_programs.clear_program_caches()`).
 from __future__ import annotations
 
 from benchmarks import support
-from harness.grid import GridSpec
-from harness.pretrain import PretrainResult
+from harness.grid.layout import GridSpec
+from harness.grid.pretrain import PretrainResult
 
 
 def _compile_afresh(spec: GridSpec, pool: PretrainResult) -> float:

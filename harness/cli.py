@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from harness.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
-from harness.wording import plural
+from harness.common.wording import plural
+from harness.grid.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
 
 if TYPE_CHECKING:
-    from harness.grid import GridSpec
+    from harness.grid.layout import GridSpec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # The published grid, found beside the package (this repository), so `coevolab list` works from any directory.
@@ -165,7 +165,7 @@ class RichProgress(PlainProgress):
 
 
 def _progress(quiet: bool):  # noqa: ANN202 - one of three progress classes
-    from harness.runner import SilentProgress
+    from harness.experiment.runner import SilentProgress
 
     if quiet:
         return SilentProgress()
@@ -182,8 +182,8 @@ def existing_directory(path: Path, what: str) -> Path:
 
 
 def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
-    from harness.artifacts import METRICS_FILE, fresh_run_dir
-    from harness.checkpoint import has_checkpoint
+    from harness.common.run_files import METRICS_FILE, fresh_run_dir
+    from harness.experiment.checkpoint import has_checkpoint
 
     if args.resume:
         run_dir = existing_directory(Path(args.resume), "--resume")
@@ -210,7 +210,7 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
 
 
 def _interrupted_message(run_dir: Path) -> str:
-    from harness.checkpoint import has_checkpoint
+    from harness.experiment.checkpoint import has_checkpoint
 
     if has_checkpoint(run_dir):
         return f"\ninterrupted; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
@@ -218,7 +218,7 @@ def _interrupted_message(run_dir: Path) -> str:
 
 
 def _grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) -> GridSpec:
-    from harness.conditions import duplicate_conditions, load_grid
+    from harness.grid.conditions import duplicate_conditions, load_grid
 
     spec = load_grid(path, seeds=seeds)
     for condition, same_as in duplicate_conditions(spec):
@@ -238,10 +238,10 @@ def _conditions_path(given: str | None) -> Path:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    from harness.compile_cache import enable_compilation_cache
-    from harness.grid import layout_grid
-    from harness.memory import check_fits
-    from harness.runner import execute, load_spec
+    from harness.experiment.runner import execute, load_spec
+    from harness.grid.compile_cache import enable_compilation_cache
+    from harness.grid.layout import layout_grid
+    from harness.grid.memory import check_fits
 
     seeds = args.seeds if args.seeds is not None else args.seed_list
     if args.resume:
@@ -273,7 +273,7 @@ def command_report(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from harness.artifacts import METRICS_FILE
+    from harness.common.run_files import METRICS_FILE
     from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
@@ -299,7 +299,7 @@ def _knob_changes(knobs: dict, defaults: dict) -> str:
 def command_list(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.knobs import Knobs
+    from harness.engine.knobs import Knobs
 
     spec = _grid_and_warnings(_conditions_path(args.conditions))
     if args.all:
@@ -375,13 +375,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()  # before the heavy imports, so the run's phases account for them
     args = build_parser().parse_args(argv)
     args.started = started
-    from harness.sharding import use_every_cpu_core
+    from harness.grid.sharding import use_every_cpu_core
 
     use_every_cpu_core()  # before JAX starts: one shard per core
-    from harness.checkpoint import CheckpointMismatch
-    from harness.conditions import ConditionFileError
-    from harness.memory import GridTooLarge
-    from harness.program import PretrainingFailed
+    from harness.experiment.checkpoint import CheckpointMismatch
+    from harness.grid.conditions import ConditionFileError
+    from harness.grid.memory import GridTooLarge
+    from harness.grid.trainer import PretrainingFailed
 
     try:
         return args.handler(args)

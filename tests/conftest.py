@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.compile_cache import CACHE_DIR_ENV
-from harness.conditions import load_grid
-from harness.program import GridProgram
-from harness.sharding import use_every_cpu_core
+from harness.grid.compile_cache import CACHE_DIR_ENV
+from harness.grid.conditions import load_grid
+from harness.grid.sharding import use_every_cpu_core
+from harness.grid.trainer import GridProgram
 
 # The test process starts here: one CPU device per core, before any JAX operation, as the command line does.
 use_every_cpu_core()

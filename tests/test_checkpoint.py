@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.artifacts import CHECKPOINT_FILE
-from harness.compile_cache import CACHE_DIR_ENV
-from harness.metrics import METRICS
-from harness.state import LAYOUT_VERSION
+from harness.common.run_files import CHECKPOINT_FILE
+from harness.engine.metrics import METRICS
+from harness.engine.state import LAYOUT_VERSION
+from harness.grid.compile_cache import CACHE_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = """

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.claims import Claim
-from harness.conditions import ConditionFileError, load_grid
-from harness.verdicts import MIN_SEEDS, decide, paired_bootstrap_ci, verdict_table
+from harness.grid.conditions import ConditionFileError, load_grid
+from harness.inference.claims import Claim
+from harness.inference.verdicts import MIN_SEEDS, decide, paired_bootstrap_ci, verdict_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.artifacts import CHECKPOINT_FILE
-from harness.compile_cache import CACHE_DIR_ENV
-from harness.conditions import load_grid
-from harness.program import GridProgram
+from harness.common.run_files import CHECKPOINT_FILE
+from harness.grid.compile_cache import CACHE_DIR_ENV
+from harness.grid.conditions import load_grid
+from harness.grid.trainer import GridProgram
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """

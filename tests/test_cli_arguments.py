@@ -71,7 +71,7 @@ def test_single_seed_other_than_zero(tmp_path: Path) -> None:
     grid.write_text("[conditions.a]\n")
     args = cli.build_parser().parse_args(["run", str(grid), "--seed-list", "3"])
     assert args.seed_list == (3,) and args.seeds is None
-    from harness.conditions import load_grid
+    from harness.grid.conditions import load_grid
 
     assert load_grid(grid, seeds=args.seed_list).run.seeds == (3,)
     assert load_grid(grid, seeds=cli.seed_count("3")).run.seeds == (0, 1, 2)

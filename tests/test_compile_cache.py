@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from harness import compile_cache
-from harness.compile_cache import enable_compilation_cache, exported
+from harness.grid import compile_cache
+from harness.grid.compile_cache import enable_compilation_cache, exported
 
 
 @pytest.fixture

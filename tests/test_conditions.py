@@ -10,9 +10,9 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.conditions import ConditionFileError, load_grid, parse_grid
-from harness.grid import GridSpec
-from harness.knobs import MAX_JUDGES, Knobs
+from harness.engine.knobs import MAX_JUDGES, Knobs
+from harness.grid.conditions import ConditionFileError, load_grid, parse_grid
+from harness.grid.layout import GridSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

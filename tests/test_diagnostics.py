@@ -1,4 +1,4 @@
-"""Exact diagnostics (harness.diagnostics.diagnose) against numpy/scipy recomputations from flax's modules.
+"""Exact diagnostics (harness.grid.diagnostics.diagnose) against numpy/scipy recomputations from flax's modules.
 
 The grids here start from random (not pretrained) judges, so no pretraining runs; their shapes match
 grids of tests/test_grid_program.py, so a joint session compiles each iteration program once.
@@ -14,14 +14,14 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from harness.diagnostics import Diagnostics
-from harness.flat_params import policy_layout, ravel_rows, unravel_rows
-from harness.grid import Condition, GridSpec, RunSettings
-from harness.knobs import Knobs
-from harness.models import Judge, Policy, init_judges, init_policy
-from harness.pretrain import PretrainResult
-from harness.program import GridProgram
-from harness.state import CoevolutionState
+from harness.engine.flat_params import policy_layout, ravel_rows, unravel_rows
+from harness.engine.knobs import Knobs
+from harness.engine.models import Judge, Policy, init_judges, init_policy
+from harness.engine.state import CoevolutionState
+from harness.grid.diagnostics import Diagnostics
+from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.pretrain import PretrainResult
+from harness.grid.trainer import GridProgram
 
 K, L = 8, 4
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
@@ -39,7 +39,7 @@ def _random_judges(key: jax.Array) -> chex.ArrayTree:
 
 
 def _fake_pretrained(max_members: int) -> PretrainResult:
-    # One judge source per (seed, member), seed-major, as `harness.run_origins` orders them.
+    # One judge source per (seed, member), seed-major, as `harness.grid.origins` orders them.
     params = jax.tree.map(
         lambda x: x[:, :max_members].reshape(-1, *x.shape[2:]), _random_judges(jax.random.PRNGKey(11))
     )

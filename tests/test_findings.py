@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from harness.claims import Claim
-from harness.grid import Condition, GridSpec, RunSettings
-from harness.knobs import Knobs
+from harness.engine.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.inference.claims import Claim
 from harness.report import attractors, write_report
 from harness.report.attractors import escape_table
-from harness.report.data import GridFacts
 from harness.report.frontier import fit_frontier, frontier_points, gao_curve
+from harness.report.metrics_table import GridFacts
 from harness.report.tables import mode_shares, modes_markdown
 
 MODES = {"↑ ↑ ↑ ↑": 1.748, "↑ ↑ ↑ ↗": 1.999, "↓ ↑ ↑ ↑": 1.419}

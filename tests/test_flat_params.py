@@ -1,4 +1,4 @@
-"""Networks as flat parameter rows (harness.flat_params) against numpy concatenation and tree-shaped optax."""
+"""Networks as flat parameter rows (harness.engine.flat_params) against numpy concatenation and tree-shaped optax."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import optax
 import pytest
 
-from harness.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
-from harness.memory import parameter_count
-from harness.models import init_judges, init_policies
-from harness.state import adam_step, fresh_networks
+from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
+from harness.engine.models import init_judges, init_policies
+from harness.engine.state import adam_step, fresh_networks
+from harness.grid.memory import parameter_count
 
 K, L, N = 8, 4, 3
 POLICY_WIDTH, JUDGE_WIDTH = parameter_count(K)  # counted by hand from the layer sizes

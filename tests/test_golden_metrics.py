@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.metrics import METRICS
+from harness.engine.metrics import METRICS
 
 # Every registered metric; counts and the mode compare exactly (mode_quality is q* of the mode, so exact too).
 EXACT_METRICS = [m.name for m in METRICS if m.kind == "int"] + ["mode_quality"]

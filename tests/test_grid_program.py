@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.compiled_programs import iteration_program
-from harness.conditions import load_grid
-from harness.diagnostics import METRIC_NAMES
-from harness.grid import Condition, GridSpec, RunSettings, layout_grid
-from harness.knobs import Knobs
-from harness.pretrain import PretrainResult
-from harness.program import GridProgram
+from harness.engine.knobs import Knobs
+from harness.grid.conditions import load_grid
+from harness.grid.diagnostics import METRIC_NAMES
+from harness.grid.executables import iteration_program
+from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid
+from harness.grid.pretrain import PretrainResult
+from harness.grid.trainer import GridProgram
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)

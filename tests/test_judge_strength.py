@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness import keys
-from harness import program as program_module
-from harness.conditions import duplicate_conditions, parse_grid
-from harness.grid import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
-from harness.knobs import Knobs, RunKnobs
-from harness.models import init_judges, judge_score_table, policy_log_prob_table
-from harness.pretrain import PretrainResult, pretrain_judges
-from harness.program import GridProgram, PretrainingFailed, grid_constants
-from harness.run_origins import JudgeSource, grid_origins
-from harness.world import World, WorldConfig
+from harness.engine import keys
+from harness.engine.knobs import Knobs, RunKnobs
+from harness.engine.models import init_judges, judge_score_table, policy_log_prob_table
+from harness.engine.world import World, WorldConfig
+from harness.grid import trainer as program_module
+from harness.grid.conditions import duplicate_conditions, parse_grid
+from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
+from harness.grid.origins import JudgeSource, grid_origins
+from harness.grid.pretrain import PretrainResult, pretrain_judges
+from harness.grid.trainer import GridProgram, PretrainingFailed, grid_constants
 
 VOCAB, SEQ_LEN = 8, 4
 SETTINGS = PretrainSettings(check_every=25, max_steps=2000, batch_size=32)

@@ -15,11 +15,11 @@ import numpy as np
 import optax
 import pytest
 
-from harness import keys
-from harness.grid import Condition, GridSpec, RunSettings
-from harness.knobs import Knobs
-from harness.pretrain import pretrain_judges
-from harness.program import GridProgram
+from harness.engine import keys
+from harness.engine.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.pretrain import pretrain_judges
+from harness.grid.trainer import GridProgram
 
 STEPS = 20
 ITERATIONS = 2

@@ -1,7 +1,7 @@
-"""Each mechanism of harness.mechanisms, for one network, against a hand-written reference on one network.
+"""Each mechanism of harness.engine.mechanisms, for one network, against a hand-written reference on one network.
 
 The references use flax's own modules (Policy.apply, Judge.apply) on parameter trees, optax's Adam on
-trees, and numpy; none of them touches the grid, flat rows or the fused GRU of harness.models.
+trees, and numpy; none of them touches the grid, flat rows or the fused GRU of harness.engine.models.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import numpy as np
 import optax
 import pytest
 
-from harness import mechanisms
-from harness.batching import apply_where_due
-from harness.flat_params import judge_layout, policy_layout, ravel_rows
-from harness.keys import distinct_pairs
-from harness.knobs import Knobs, choices, stack_knobs
-from harness.models import Judge, Policy, init_judge, init_policy
-from harness.state import Network, fresh_network, fresh_networks
-from harness.streams import sampling_noise
-from harness.world import enumerate_outputs
+from harness.engine import mechanisms
+from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows
+from harness.engine.keys import distinct_pairs
+from harness.engine.knobs import Knobs, choices, stack_knobs
+from harness.engine.models import Judge, Policy, init_judge, init_policy
+from harness.engine.state import Network, fresh_network, fresh_networks
+from harness.engine.streams import sampling_noise
+from harness.engine.world import enumerate_outputs
+from harness.grid.batching import apply_where_due
 
 K, L, B = 8, 4, 16
 LR = 1e-2

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.grid import Condition, GridSpec
-from harness.knobs import Knobs
-from harness.report.data import prepare
+from harness.engine.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec
 from harness.report.identical import explain, identical_groups
-from harness.report.meta import ends_with_twin, meta_section, meta_table, meta_twins
+from harness.report.meta_correction import ends_with_twin, meta_section, meta_table, meta_twins
+from harness.report.metrics_table import prepare
 
 SLOW = Knobs(judge_update_every=10)
 GRID = GridSpec(

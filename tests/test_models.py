@@ -1,4 +1,4 @@
-"""The fused GRU evaluation in harness.models against flax's own modules, and the sampler against exp(log π)."""
+"""The fused GRU evaluation in harness.engine.models against flax's own modules, and the sampler against exp(log π)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness import models
-from harness.models import EMBED_DIM, HIDDEN_DIM, Judge, Policy
-from harness.world import enumerate_outputs
+from harness.engine import models
+from harness.engine.models import EMBED_DIM, HIDDEN_DIM, Judge, Policy
+from harness.engine.world import enumerate_outputs
 
 # Jitted once per module: eager dispatch would compile every primitive separately.
 judge_scores = jax.jit(models.judge_scores, static_argnums=2)
@@ -106,7 +106,7 @@ def _lapack_batch_dims(lowered_text: str) -> list[int]:
 
 @pytest.mark.parametrize("initialise", [models.init_policies, models.init_judges])
 def test_batched_initialisation_equals_one_at_a_time_without_batched_lapack(initialise) -> None:
-    """Batched LAPACK deadlocks jaxlib 0.10.2's CPU pool (see harness.models), so the
+    """Batched LAPACK deadlocks jaxlib 0.10.2's CPU pool (see harness.engine.models), so the
     batched initialisers must hold only unbatched QR calls, and still equal one-at-a-time
     flax initialisation key by key."""
     keys = jax.random.split(jax.random.PRNGKey(5), 3)

@@ -1,7 +1,7 @@
 """The compiled grid under the original lab's streams follows the original run for run.
 
 Two independent oracles: the original's own per-iteration metrics of its published baseline
-(tests/data/original_lab/baseline, seeds 0-4), and `harness.original_loop`, a one-run-at-a-time
+(tests/data/original_lab/baseline, seeds 0-4), and `tests.original_loop`, a one-run-at-a-time
 restatement of the original's loop, for the mechanisms the original recorded no runs of
 (ensembles, anchors, slow judges, meta-correction, resets). Every run shares one grid with
 runs of other conditions, so agreement also shows that a run does not depend on its neighbours.
@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import keys, original_streams
-from harness.grid import Condition, GridSpec, RunSettings
-from harness.knobs import Knobs
-from harness.models import init_judges, judge_score_table, policy_log_prob_table
-from harness.original_loop import OriginalLoop, OriginalRunSettings
-from harness.pretrain import PretrainResult
-from harness.program import GridProgram, grid_constants
+from harness.engine import keys
+from harness.engine.knobs import Knobs
+from harness.engine.models import init_judges, judge_score_table, policy_log_prob_table
+from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.pretrain import PretrainResult
+from harness.grid.trainer import GridProgram, grid_constants
+from harness.original import streams as original_streams
+from tests.original_loop import OriginalLoop, OriginalRunSettings
 
 DATA = Path(__file__).resolve().parent / "data" / "original_lab"
 METRICS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")

@@ -3,7 +3,7 @@
 The oracle is tests/data/original_lab (the original, commit 4b1e799, run unmodified):
 held-out pairs, initial policy and judge tables, for both of its scripts, seeds 0-4 and every
 ensemble member it recorded; and its published baseline metrics, run for run, from the restated
-loop (`harness.original_loop`). Pretrained judges and the compiled grid under these streams are
+loop (`tests.original_loop`). Pretrained judges and the compiled grid under these streams are
 checked in tests/test_original_engine.py.
 """
 
@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import original_streams
-from harness.knobs import Knobs
-from harness.models import judge_score_table, policy_log_prob_table
-from harness.original_loop import OriginalLoop
-from harness.world import World
+from harness.engine.knobs import Knobs
+from harness.engine.models import judge_score_table, policy_log_prob_table
+from harness.engine.world import World
+from harness.original import streams as original_streams
+from tests.original_loop import OriginalLoop
 
 DATA = Path(__file__).resolve().parent / "data" / "original_lab"
 SEEDS = range(5)

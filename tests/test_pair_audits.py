@@ -1,4 +1,4 @@
-"""The exact pair audits (harness.pair_audits) against a brute-force numpy sum over every ordered pair."""
+"""The exact pair audits (harness.engine.pair_audits) against a brute-force numpy sum over every ordered pair."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.pair_audits import audit_pairs
+from harness.engine.pair_audits import audit_pairs
 
 
 def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> dict[str, float]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.grid import Condition, GridSpec
-from harness.knobs import Knobs
+from harness.engine.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec
 from harness.report.pairs import FIGURE, pair_section, pair_source, pair_table
 
 CONDITIONS = {

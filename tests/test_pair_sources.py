@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from harness.coevolution import judge_updates, pair_sides, pair_tokens
-from harness.grid import Condition, GridSpec, RunSettings
-from harness.knobs import Knobs
-from harness.program import GridProgram
-from harness.streams import StepKeys
+from harness.engine.knobs import Knobs
+from harness.engine.streams import StepKeys
+from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.trainer import GridProgram
+from harness.grid.training_step import judge_updates, pair_sides, pair_tokens
 
 SETTINGS = RunSettings(seeds=(0,), iterations=2, steps_per_iteration=5, batch_size=32)
 CONDITIONS = {

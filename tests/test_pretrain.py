@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness import program
-from harness.grid import Condition, GridSpec, PretrainSettings, RunSettings
-from harness.knobs import Knobs
-from harness.models import judge_score_table
-from harness.pretrain import PretrainResult, pretrain_judges
-from harness.program import GridProgram, PretrainingFailed
+from harness.engine.knobs import Knobs
+from harness.engine.models import judge_score_table
+from harness.grid import trainer
+from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
+from harness.grid.pretrain import PretrainResult, pretrain_judges
+from harness.grid.trainer import GridProgram, PretrainingFailed
 
 SEED = 3  # its judges 0 and 1 stop at different checks under SETTINGS, so the cuts below differ in who fails
 SETTINGS = PretrainSettings(target_spearman=0.6, check_every=25, max_steps=1000, batch_size=32)
@@ -81,7 +81,7 @@ def test_stops_at_first_check_meeting_target(
         recorded.append(pretrain_judges(*args, **kwargs))
         return recorded[-1]
 
-    monkeypatch.setattr(program, "pretrain_judges", recording_pretrain)
+    monkeypatch.setattr(trainer, "pretrain_judges", recording_pretrain)
     checked = set()
     for cut in cuts:
         capped = _grid(SETTINGS.model_copy(update={"max_steps": cut}))

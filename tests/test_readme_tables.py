@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.artifacts import CLAIMS_FILE, GRID_FILE, METRICS_FILE
-from harness.claims import Claim
-from harness.grid import Condition, GridSpec
-from harness.knobs import Knobs
-from harness.readme_tables import (
+from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
+from harness.engine.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec
+from harness.inference.claims import Claim
+from harness.inference.verdicts import verdict_table
+from tools.readme_tables import (
     CLAIMS_END,
     CLAIMS_START,
     END,
@@ -25,7 +26,6 @@ from harness.readme_tables import (
     rewrite_temporal,
     wall_time_line,
 )
-from harness.verdicts import verdict_table
 
 MANIFEST = {
     "wall_seconds": {"pretrain": 8.04, "compile": 18.46, "train": 95.0, "report": 3.5},

@@ -13,13 +13,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from scipy import stats
 
-from harness import metrics as registry
-from harness.claims import Claim
+from harness.engine import metrics as registry
+from harness.inference.claims import Claim
+from harness.inference.verdicts import claim_verdict, paired_bootstrap_ci
 from harness.report import make_figures, run_summary, summarize, summary_markdown, write_report
 from harness.report.figures import ends, gap, trends
 from harness.report.figures.ends import bulk_range
 from harness.report.tables import difference_verdict
-from harness.verdicts import claim_verdict, paired_bootstrap_ci
 
 METRIC_COLUMNS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")
 

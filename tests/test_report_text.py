@@ -14,17 +14,17 @@ import pandas as pd
 import pytest
 from test_report import make_metrics
 
-from harness import metrics as registry
-from harness.grid import Condition, GridSpec
-from harness.knobs import Knobs
-from harness.metrics import QUALITY_RESOLUTION
+from harness.engine import metrics as registry
+from harness.engine.knobs import Knobs
+from harness.engine.metrics import QUALITY_RESOLUTION
+from harness.engine.world import World
+from harness.grid.layout import Condition, GridSpec
 from harness.report import mode_shares, summarize, write_report
-from harness.report.data import belief_gap, prepare
 from harness.report.figures import boundaries_title
 from harness.report.identical import explain, identical_groups
+from harness.report.metrics_table import belief_gap, prepare
 from harness.report.readings import reading_modes
 from harness.report.tables import difference_rule, difference_verdict
-from harness.world import World
 
 
 def with_modes(metrics: pd.DataFrame, modes: dict[tuple[str, int], tuple[str, float]]) -> pd.DataFrame:

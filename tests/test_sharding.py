@@ -13,13 +13,13 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.conditions import load_grid
-from harness.grid import Condition, GridSpec, RunSettings, layout_grid, work_kind
-from harness.knobs import Knobs
-from harness.pretrain import pretrain_program
-from harness.program import GridProgram
-from harness.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
-from harness.world import World
+from harness.engine.knobs import Knobs
+from harness.engine.world import World
+from harness.grid.conditions import load_grid
+from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid, work_kind
+from harness.grid.pretrain import pretrain_program
+from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
+from harness.grid.trainer import GridProgram
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = load_grid(ROOT / "conditions" / "paper.toml")

@@ -1,4 +1,4 @@
-"""harness.stats rank statistics against scipy."""
+"""harness.engine.rank_stats rank statistics against scipy."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness import stats
+from harness.engine import rank_stats
 
-spearman = jax.jit(stats.spearman)
-average_ranks = jax.jit(stats.average_ranks)
+spearman = jax.jit(rank_stats.spearman)
+average_ranks = jax.jit(rank_stats.average_ranks)
 
 
 def _cases() -> list[tuple[str, np.ndarray, np.ndarray]]:

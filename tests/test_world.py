@@ -10,7 +10,7 @@ import numpy as np
 import pydantic
 import pytest
 
-from harness.world import MAX_OUTPUTS, World, WorldConfig, enumerate_outputs, output_index
+from harness.engine.world import MAX_OUTPUTS, World, WorldConfig, enumerate_outputs, output_index
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 data: validation, roles, the resolution, the belief gap; tables: per-run and per-condition summaries, the difference
 rule, end-mode shares, markdown; identical: conditions whose results coincide; grid_info: q*'s scale, mechanisms and
 knobs from the run's grid.json; figures: the PNGs; readings: the text; this module writes them all into a run
-directory. Everything is driven by the metric registry (`harness.metrics`). The reference condition for paired
+directory. Everything is driven by the metric registry (`harness.engine.metrics`). The reference condition for paired
 differences is "baseline" if present, else the first condition of the table. Nothing here writes the metrics table
 itself.
 """
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.artifacts import GRID_FILE, METRICS_FILE, atomic_write_bytes
-from harness.grid import GridSpec
-from harness.report.data import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
+from harness.common.run_files import GRID_FILE, METRICS_FILE, atomic_write_bytes
+from harness.common.wording import plural
+from harness.grid.layout import GridSpec
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_groups, identical_section
 from harness.report.markdown import markdown_table
-from harness.report.meta import meta_section
+from harness.report.meta_correction import meta_section
+from harness.report.metrics_table import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
 from harness.report.pairs import pair_section
 from harness.report.readings import (
     how_to_read,
@@ -41,7 +42,6 @@ from harness.report.tables import (
     summary_document,
     summary_markdown,
 )
-from harness.wording import plural
 
 __all__ = [
     "FIGURE_KEYS",
@@ -86,7 +86,7 @@ def write_report(
     identical results, the end-mode table and every figure (relative link) with one line of reading derived from the
     data. grid_name names the grid in headings. grid (the run's grid.json), when given, adds q*'s scale, each
     mechanism's description, the knobs the grid sets and the knob differences of identical conditions, and the
-    grid's claims (harness.claims) a verdicts section and claims.csv; it must describe the table's conditions.
+    grid's claims (harness.inference.claims) a verdicts section and claims.csv; it must describe the table's conditions.
     Attractors (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow
     the end modes. The output depends only on the arguments (same inputs, same bytes). metrics.csv
     is never written.

@@ -15,13 +15,13 @@ import pandas as pd
 import scipy.stats
 import seaborn as sns
 
-from harness.metrics import QUALITY_RESOLUTION
-from harness.report.data import GridFacts, conditions, num
+from harness.common.wording import plural
+from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.report.figures.common import new_figure, save
 from harness.report.identical import distinct
 from harness.report.markdown import markdown_table
+from harness.report.metrics_table import GridFacts, conditions, num
 from harness.report.tables import mode_label, split_modes
-from harness.wording import plural
 
 ESCAPE_COLUMNS = [
     "condition",

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.artifacts import CLAIMS_FILE
-from harness.claims import Claim
+from harness.common.run_files import CLAIMS_FILE
+from harness.common.wording import plural
+from harness.inference.claims import Claim
+from harness.inference.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
-from harness.report.data import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
 from harness.report.markdown import markdown_table
+from harness.report.metrics_table import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 from harness.report.tables import PAIRED_CI
-from harness.verdicts import MIN_SEEDS, VERDICTS, verdict_table
-from harness.wording import plural
 
 Writer = Callable[[str, str | bytes], None]
 

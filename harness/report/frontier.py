@@ -17,10 +17,10 @@ import pandas as pd
 import scipy.optimize
 import scipy.special
 
-from harness.metrics import metric
-from harness.report.data import QUALITY, GridFacts, conditions, live, num
+from harness.engine.metrics import metric
 from harness.report.figures.common import new_figure, panels, save, wrap
 from harness.report.markdown import markdown_table
+from harness.report.metrics_table import QUALITY, GridFacts, conditions, live, num
 
 KL = metric("kl_from_initial")
 PERCEIVED = metric("judge_perceived_quality")

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.grid import GridSpec
-from harness.knobs import Knobs, knob_unit
-from harness.report.data import num
-from harness.wording import plural
-from harness.world import World
+from harness.common.wording import plural
+from harness.engine.knobs import Knobs, knob_unit
+from harness.engine.world import World
+from harness.grid.layout import GridSpec
+from harness.report.metrics_table import num
 
 DEFAULTS = Knobs()
 
@@ -109,7 +109,7 @@ def knob_lines(grid: GridSpec, names: list[str]) -> list[str]:
     )
     steps = plural(grid.run.steps_per_iteration, "inner policy step")
     lines = [
-        f"- **Knobs** this grid sets (the rest keep their defaults; documented in `harness/knobs.py`). An outer "
+        f"- **Knobs** this grid sets (the rest keep their defaults; documented in `harness/engine/knobs.py`). An outer "
         f"iteration is {steps}" + (f"; {counts}." if counts else ".")
     ]
     lines += [f"  - `{knob}`: {Knobs.model_fields[knob].description}." for knob in knobs]

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness import metrics as registry
-from harness.grid import GridSpec
-from harness.report.data import conditions, num, power_of_ten
+from harness.common.wording import plural
+from harness.engine import metrics as registry
+from harness.grid.layout import GridSpec
 from harness.report.grid_info import knob_value
-from harness.report.meta import CORRECTIONS, corrections, fired_phrase
-from harness.wording import plural
+from harness.report.meta_correction import CORRECTIONS, corrections, fired_phrase
+from harness.report.metrics_table import conditions, num, power_of_ten
 
 # Relative and absolute: the same computation at another position of a batched program may round differently in
 # float32 (about 1e-7 relative); anything a mechanism changes moves far more than this.

@@ -2,8 +2,8 @@
 
 Each condition's pairs come from its pair source (`Knobs.chosen_from`, `Knobs.rejected_from`): two policy samples
 labelled by the judge, or a contrast (a past checkpoint, π₀ or a look-ahead copy against the policy) labelled
-chosen > rejected. The audits (`harness.pair_audits`) are exact sums over every pair, so the section reads them as
-means over seeds with bootstrap CIs, and answers the follow-up work's questions in numbers: how often "newer is
+chosen > rejected. The audits (`harness.engine.pair_audits`) are exact sums over every pair, so the section reads
+them as means over seeds with bootstrap CIs, and answers the follow-up work's questions in numbers: how often "newer is
 better" is wrong as training proceeds, whether anchored rejection keeps the chosen–rejected gap open, and whether
 any pair source beats slower judge updates.
 """
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.grid import GridSpec
-from harness.knobs import Knobs
-from harness.metrics import QUALITY_RESOLUTION, metric
-from harness.report.data import conditions, mean_std_ci, num, reference
+from harness.engine.knobs import Knobs
+from harness.engine.metrics import QUALITY_RESOLUTION, metric
+from harness.grid.layout import GridSpec
+from harness.inference.verdicts import paired_bootstrap_ci
 from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap
 from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
+from harness.report.metrics_table import conditions, mean_std_ci, num, reference
 from harness.report.tables import VERDICT_WORDS, difference_direction
-from harness.verdicts import paired_bootstrap_ci
 
 PAIR_METRICS = ("pair_label_error", "pair_label_error_distinct", "pair_quality_gap", "pair_identical")
 FIGURE = "figures/pair_audits.png"

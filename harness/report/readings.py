@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import metrics as registry
-from harness.grid import GridSpec
-from harness.metrics import QUALITY_RESOLUTION
-from harness.report.data import (
+from harness.engine import metrics as registry
+from harness.engine.metrics import QUALITY_RESOLUTION
+from harness.grid.layout import GridSpec
+from harness.report.figures import boundaries_title, shown_in_boundaries_figure
+from harness.report.grid_info import condition_lines, knob_lines, q_star_line
+from harness.report.identical import counted_once, distinct
+from harness.report.metrics_table import (
     ALIGNMENT,
     PERCEIVED,
     QUALITY,
@@ -19,9 +22,6 @@ from harness.report.data import (
     plural,
     series,
 )
-from harness.report.figures import boundaries_title, shown_in_boundaries_figure
-from harness.report.grid_info import condition_lines, knob_lines, q_star_line
-from harness.report.identical import counted_once, distinct
 from harness.report.tables import (
     DIFF,
     FELL_FROM_PEAK,

@@ -7,9 +7,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import metrics as registry
-from harness.metrics import QUALITY_RESOLUTION
-from harness.report.data import (
+from harness.common.wording import plural
+from harness.engine import metrics as registry
+from harness.engine.metrics import QUALITY_RESOLUTION
+from harness.inference.verdicts import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci
+from harness.report.markdown import markdown_table
+from harness.report.metrics_table import (
     QUALITY,
     GridFacts,
     conditions,
@@ -22,9 +25,6 @@ from harness.report.data import (
     reference,
     roles,
 )
-from harness.report.markdown import markdown_table
-from harness.verdicts import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci
-from harness.wording import plural
 
 # Columns of the end-mode table: the most common end modes of the grid, the rest summed as "other".
 MODE_COLUMNS = 4
@@ -150,9 +150,9 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 def paired_difference(differences: pd.Series, confidence: float) -> tuple[int, float, float, float]:
     """(n, mean, ci_low, ci_high) of seed-paired differences over their finite values.
 
-    The CI is the claims' percentile bootstrap (`harness.verdicts.paired_bootstrap_ci`), so a summary row and a claim
-    on the same comparison give the same interval. NaN bounds with fewer than 2 pairs (one pair has no spread to
-    resample); NaN mean too without pairs.
+    The CI is the claims' percentile bootstrap (`harness.inference.verdicts.paired_bootstrap_ci`), so a summary row
+    and a claim on the same comparison give the same interval. NaN bounds with fewer than 2 pairs (one pair has no
+    spread to resample); NaN mean too without pairs.
     """
     v = differences.to_numpy(dtype=float)
     v = v[np.isfinite(v)]

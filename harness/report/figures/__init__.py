@@ -17,7 +17,6 @@ import matplotlib as mpl
 import pandas as pd
 import seaborn as sns
 
-from harness.report.data import grid_facts, prepare, reference
 from harness.report.figures.ends import fig_all_conditions, fig_end_state
 from harness.report.figures.gap import fig_inside_vs_outside
 from harness.report.figures.trends import (
@@ -26,6 +25,7 @@ from harness.report.figures.trends import (
     fig_headline,
     shown_in_boundaries_figure,
 )
+from harness.report.metrics_table import grid_facts, prepare, reference
 from harness.report.tables import summarize
 
 FIGURE_KEYS: tuple[str, ...] = ("headline", "boundaries_and_best", "all_conditions", "end_state", "inside_vs_outside")

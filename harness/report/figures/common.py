@@ -14,8 +14,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.artifacts import atomic_write_bytes
-from harness.metrics import Metric
+from harness.common.run_files import atomic_write_bytes
+from harness.engine.metrics import Metric
 
 DPI = 120
 # Fixed PNG metadata (no matplotlib version), so the same table renders to the same bytes.

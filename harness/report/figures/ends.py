@@ -12,17 +12,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from harness.metrics import QUALITY_RESOLUTION
-from harness.report.data import (
-    ALIGNMENT,
-    QUALITY,
-    GridFacts,
-    final_runs,
-    headline_metrics,
-    num,
-    plural,
-    roles,
-)
+from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.report.figures.common import (
     ROLE_COLOURS,
     ROLE_MARKERS,
@@ -36,6 +26,16 @@ from harness.report.figures.common import (
     panels,
     role_suffix,
     save,
+)
+from harness.report.metrics_table import (
+    ALIGNMENT,
+    QUALITY,
+    GridFacts,
+    final_runs,
+    headline_metrics,
+    num,
+    plural,
+    roles,
 )
 
 # Share of an axis' width between two count labels above end_state's axes before the second moves up a row.

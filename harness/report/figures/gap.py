@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.data import belief_gap
 from harness.report.figures.common import ROLE_COLOURS, dashes, integer_x, new_figure, panels, role_suffix, save, wrap
+from harness.report.metrics_table import belief_gap
 
 GAP_AXIS_LABEL = "belief gap (q*)"
 

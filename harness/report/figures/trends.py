@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.data import ITERATION_LABEL, QUALITY, GridFacts, headline_metrics, live, plural, roles, series
 from harness.report.figures.common import (
     ROLE_COLOURS,
     dashes,
@@ -21,6 +20,16 @@ from harness.report.figures.common import (
     role_suffix,
     save,
     wrap,
+)
+from harness.report.metrics_table import (
+    ITERATION_LABEL,
+    QUALITY,
+    GridFacts,
+    headline_metrics,
+    live,
+    plural,
+    roles,
+    series,
 )
 from harness.report.tables import difference_verdict
 

@@ -1,0 +1,1 @@
+"""Leaf helpers every layer may use: the files of a run directory (atomic writes, manifest) and wording."""

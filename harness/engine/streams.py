@@ -1,0 +1,130 @@
+"""Random streams as a grid setting: every random draw of a training step, under either kind.
+
+``"harness"`` (ours, the default): a run's draws at global step s come from
+fold_in(training key of its seed, s), split four ways by what they draw, so every
+condition of a seed sees the same noise (paired comparisons) and a step's draws do not
+depend on earlier ones.
+
+``"original"``: the original lab's (github.com/jmamath/co-evolution-lab, commit 4b1e799;
+tests/data/original_lab/STREAMS.md): each run carries one key that every draw splits in
+turn, so how far it has advanced depends on the run's own schedule:
+
+- every step: (key, policy batch) = split(key);
+- a step with a judge update: (key, x_a, x_b) = split(key, 3), two batches of B;
+- with anchors, per judge in member order: (key, first, second) = split(key, 3);
+- sampling splits its key once per position, (key, draw) = split(key), a chain.
+
+Both kinds are written for one run and carried in `RunState.stream_key`: the harness's
+never changes (the seed's training key), the original's advances. Drawing is split from
+key bookkeeping so that the expensive draws run only for the runs that use them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from harness.engine.keys import distinct_pairs
+from harness.engine.models import position_gumbel_noise
+
+Streams = Literal["harness", "original"]
+STREAMS: tuple[Streams, ...] = ("harness", "original")
+
+# The harness's per-step keys, by what they draw.
+_POLICY_SAMPLE, _JUDGE_PAIRS, _ANCHOR_PAIRS, _CONTRAST = range(4)
+# The original lab has no contrast pairs: their key folds this into its judge-pair key, leaving its chain as it was.
+_ORIGINAL_CONTRAST_FOLD = 0x7E5A
+
+
+class StepKeys(NamedTuple):
+    """One run's keys for one inner step (each (2,) unless said).
+
+    policy: draws the policy batch; judge_pairs: the judge's pair batch; anchors (M, 2):
+    member m's anchor pairs (M = the grid's largest ensemble); contrast: whether a judge
+    update uses contrast pairs (`Knobs.contrast_mix`) and the look-ahead copy's batches;
+    next: the run's stream key after the step.
+    """
+
+    policy: jax.Array
+    judge_pairs: jax.Array
+    anchors: jax.Array
+    contrast: jax.Array
+    next: jax.Array
+
+
+def step_keys(
+    streams: Streams,
+    stream_key: jax.Array,
+    step: jax.Array,
+    update_due: jax.Array,
+    anchored: jax.Array,
+    n_judges: jax.Array,
+    max_members: int,
+) -> StepKeys:
+    """The keys of one run's step `step` (global count) from its stream key.
+
+    update_due, anchored: whether this step updates the judge, and whether the run has
+    anchors; n_judges: its ensemble size. Only the original's keys depend on them.
+    """
+    if streams == "harness":
+        keys = jax.random.split(jax.random.fold_in(stream_key, step), 4)
+        anchors = jnp.broadcast_to(keys[_ANCHOR_PAIRS], (max_members, 2))  # a run's judges share its anchor pairs
+        return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], anchors, keys[_CONTRAST], stream_key)
+    if streams != "original":
+        raise ValueError(f"unknown streams {streams!r}; expected one of {STREAMS}")
+    after_policy, policy = jax.random.split(stream_key)
+    after_pairs = jax.random.split(after_policy, 3)[0]
+
+    def member_key(key: jax.Array, member: jax.Array) -> tuple[jax.Array, jax.Array]:
+        # Member m's anchor draws split the key m-th; members past the ensemble leave it alone.
+        advanced = jax.random.split(key, 3)[0]
+        return jnp.where(member < n_judges, advanced, key), key
+
+    after_anchors, anchors = jax.lax.scan(member_key, after_pairs, jnp.arange(max_members))
+    after_update = jnp.where(anchored, after_anchors, after_pairs)
+    contrast = jax.random.fold_in(after_policy, _ORIGINAL_CONTRAST_FOLD)
+    return StepKeys(policy, after_policy, anchors, contrast, jnp.where(update_due, after_update, after_policy))
+
+
+def _position_chain(key: jax.Array, seq_len: int) -> jax.Array:
+    """The original sampler's per-position draw keys: (key, draw_p) = split(key) for p = 0..L-1 -> (L, 2)."""
+
+    def position(key: jax.Array, _: None) -> tuple[jax.Array, jax.Array]:
+        key, draw = jax.random.split(key)
+        return key, draw
+
+    return jax.lax.scan(position, key, None, length=seq_len)[1]
+
+
+def sampling_noise(streams: Streams, key: jax.Array, batch: int, vocab: int, seq_len: int) -> jax.Array:
+    """Gumbel noise of one batch of B sequences, float32 (L, B, K): position p's token is argmax(logits + noise[p])."""
+    position_keys = jax.random.split(key, seq_len) if streams == "harness" else _position_chain(key, seq_len)
+    return position_gumbel_noise(position_keys, batch, vocab)
+
+
+def judge_pair_noise(streams: Streams, key: jax.Array, batch: int, vocab: int, seq_len: int) -> jax.Array:
+    """Noise of the judge's pair batch, (L, 2B, K): rows :B are the first of each pair, B: the second."""
+    if streams == "harness":
+        return sampling_noise(streams, key, 2 * batch, vocab, seq_len)
+    _, first, second = jax.random.split(key, 3)
+    return jnp.concatenate(
+        [sampling_noise(streams, first, batch, vocab, seq_len), sampling_noise(streams, second, batch, vocab, seq_len)],
+        axis=1,
+    )
+
+
+def anchor_pairs(streams: Streams, key: jax.Array, batch: int, max_pairs: int, n_outputs: int) -> jax.Array:
+    """One judge's anchor pairs, int32 (max_pairs, 2); a run uses the first count of them.
+
+    Harness: pairs of distinct outputs, a prefix of one draw of `batch` pairs. Original:
+    each side drawn on its own, with replacement (a pair may repeat an output). Either
+    way the first pairs do not depend on `max_pairs`, the grid's padding.
+    """
+    if streams == "harness":
+        return distinct_pairs(key, batch, n_outputs)[:max_pairs]
+    _, first_key, second_key = jax.random.split(key, 3)
+    first = jax.random.randint(first_key, (max_pairs,), 0, n_outputs)
+    second = jax.random.randint(second_key, (max_pairs,), 0, n_outputs)
+    return jnp.stack([first, second], axis=1).astype(jnp.int32)

@@ -1,0 +1,186 @@
+"""A whole run of a grid into a directory: pretrain, compile, train with checkpoints, write artifacts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from harness import report
+from harness.common.run_files import (
+    CHECKPOINT_FILE,
+    GRID_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    atomic_write_text,
+    manifest,
+    write_json,
+)
+from harness.common.wording import plural
+from harness.experiment.checkpoint import (
+    Checkpoint,
+    has_checkpoint,
+    load_checkpoint,
+    load_pretrained,
+    read_checkpoint,
+    save_checkpoint,
+)
+from harness.grid.layout import GridSpec
+from harness.grid.trainer import GridProgram
+
+
+class Progress(Protocol):
+    """What a run reports as it goes; the command line renders it."""
+
+    def phase(self, name: str, detail: str = "") -> None: ...
+    def phase_done(self, name: str, seconds: float) -> None: ...
+    def iterations(self, done: int, total: int) -> None: ...
+    def iteration_done(self, iteration: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class SilentProgress:
+    def phase(self, name: str, detail: str = "") -> None:
+        pass
+
+    def phase_done(self, name: str, seconds: float) -> None:
+        pass
+
+    def iterations(self, done: int, total: int) -> None:
+        pass
+
+    def iteration_done(self, iteration: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class RunOutcome:
+    """Where a run wrote its artifacts, its metrics, and its diverged runs (condition, seed, first bad iteration)."""
+
+    run_dir: Path
+    metrics: pd.DataFrame
+    diverged: pd.DataFrame
+
+
+def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    bad = metrics[metrics["diverged"]]
+    return bad.groupby(["condition", "seed"], sort=False)["iteration"].min().rename("first_bad_iteration").reset_index()
+
+
+def load_spec(run_dir: Path) -> GridSpec:
+    return GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
+
+
+def execute(
+    spec: GridSpec,
+    run_dir: Path,
+    progress: Progress | None = None,
+    resume: bool = False,
+    started: float | None = None,
+) -> RunOutcome:
+    """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
+
+    started: time.perf_counter() when the process began its work (the command line passes it), so that the
+    recorded phases add up to the whole wall clock; time before execute() is the "startup" phase.
+    """
+    progress = progress or SilentProgress()
+    entered = time.perf_counter()
+    started = entered if started is None else started
+    started_at = dt.datetime.now(dt.UTC)
+    if not resume:
+        atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    program = GridProgram(spec)
+    total = spec.run.iterations
+
+    resuming = resume and has_checkpoint(run_dir)
+    pretrained = payload = None
+    if resuming:
+        progress.phase("restore", f"checkpoint in {run_dir}")
+        payload = read_checkpoint(run_dir)
+        pretrained = load_pretrained(payload)  # no need to pretrain again
+    else:
+        judges = plural(program.shape.max_members, "judge")
+        sources = program.origins.judge_sources
+        targets = len({source.target for source in sources})
+        per_target = f" at {targets} targets ({plural(len(sources), 'judge')} in all)" if targets > 1 else ""
+        progress.phase("pretrain", f"{plural(len(spec.run.seeds), 'seed')} × {judges}{per_target}")
+        program.pretrain()
+        progress.phase_done("pretrain", program.times.pretrain)
+
+    plan = program.plan
+    progress.phase(
+        "compile",
+        f"{plural(program.shape.n_runs, 'run')}, {plural(program.shape.n_slots, 'judge')}, one program"
+        + (
+            f" over {plural(plan.devices, 'device')}, {plural(plan.pieces, 'shard')} of "
+            f"{plural(plan.shape.n_runs, 'run')} each"
+            if plan.n_shards > 1
+            else ""
+        ),
+    )
+    state, initial = program.start(pretrained)
+    checkpoint = load_checkpoint(payload, state) if payload is not None else None
+    if checkpoint:
+        state, records, done = checkpoint.state, checkpoint.records, checkpoint.completed_iterations
+    else:
+        records, done = [initial], 0
+    progress.phase_done("compile", program.times.compile)
+
+    checkpoint_seconds = 0.0
+    progress.iterations(done, total)
+    for iteration in range(done, total):
+        state, diagnostics = program.step(state, iteration)
+        records.append(diagnostics)
+        saving = time.perf_counter()
+        save_checkpoint(run_dir, Checkpoint(iteration + 1, program.pretrained, state, records))
+        checkpoint_seconds += time.perf_counter() - saving
+        progress.iteration_done(iteration)
+    progress.phase_done("train", program.times.train)
+
+    metrics = program.metrics_table(records)
+    atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
+    progress.phase("report", str(run_dir))
+    report_start = time.perf_counter()
+    # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
+    report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
+    report_seconds = time.perf_counter() - report_start
+    progress.phase_done("report", report_seconds)
+    times = {
+        "startup": entered - started,  # imports and reading the condition file, before this function
+        "pretrain": program.times.pretrain,
+        "compile": program.times.compile,
+        "train": program.times.train,
+        "checkpoint": checkpoint_seconds,
+        "report": report_seconds,
+    }
+    # Setting up the program, iteration-0 diagnostics and the metrics table: what no phase above measures, so that
+    # the phases add up to the wall clock (writing the manifest below, a few milliseconds, is the only gap).
+    times["other"] = max(0.0, time.perf_counter() - started - sum(times.values()))
+    progress.phase_done("other (setup, iteration-0 diagnostics, metrics table)", times["other"])
+    progress.phase("total", f"{sum(times.values()):.1f}s = " + " + ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+    write_json(
+        run_dir / MANIFEST_FILE,
+        manifest(
+            spec.model_dump(mode="json"),
+            times,
+            started_at,
+            resumed_from_iteration=checkpoint.completed_iterations if checkpoint else None,
+            runs=len(spec.conditions) * len(spec.run.seeds),
+            # Devices run side by side, each its shards in turn; fillers pad the shards to one shape.
+            devices=program.plan.devices,
+            shards=program.plan.n_shards,
+            filler_runs=program.plan.fillers,
+            pretrain=program.pretrain_table().to_dict(orient="records"),
+        ),
+    )
+    # Finished: metrics.csv holds everything the checkpoint did.
+    (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+    progress.close()
+    return RunOutcome(run_dir, metrics, diverged_runs(metrics))

@@ -1,0 +1,214 @@
+"""Condition files: TOML in, a validated GridSpec out.
+
+A file has optional [run], [world] and [pretrain] tables, one [conditions.NAME]
+table per condition and optional [claims.NAME] tables (see `harness.inference.claims`). A knob
+given as a list sweeps: one condition per value, named `NAME[knob=value]`; several lists
+expand to their product, except the knobs named in `zip`, whose lists advance together.
+`extends = "other.toml"` (relative to the file) starts from another file: its tables are
+merged key by key, and a condition or claim of the same name replaces the base's. Every
+mistake becomes a ConditionFileError naming the file, the condition and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from harness.engine.knobs import Knobs
+from harness.engine.world import WorldConfig
+from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
+from harness.inference.claims import Claim
+
+_SECTIONS: dict[str, type[BaseModel]] = {"run": RunSettings, "world": WorldConfig, "pretrain": PretrainSettings}
+_CONDITION_FIELDS = ("description", "boundary", "original_script")
+_ZIP = "zip"
+_EXTENDS = "extends"
+_NAMED_TABLES = ("conditions", "claims")  # merged by name under `extends`
+
+
+class ConditionFileError(ValueError):
+    """A condition file that cannot become a grid; the message names file, condition and key."""
+
+    def __init__(self, file: str, message: str, condition: str | None = None, key: str | None = None) -> None:
+        self.file, self.condition, self.key = file, condition, key
+        where = [file]
+        if condition is not None:
+            where.append(f"condition '{condition}'")
+        if key is not None:
+            where.append(f"key '{key}'")
+        super().__init__(f"{': '.join([', '.join(where), message])}")
+
+
+def _unknown_key_message(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(valid)}"
+    return f"unknown key{hint}"
+
+
+def _validate(
+    model: type[BaseModel], values: Mapping[str, Any], file: str, condition: str | None, prefix: str = ""
+) -> Any:
+    """Build `model` from `values`, turning the first validation problem into a ConditionFileError."""
+    valid = list(model.model_fields)
+    for key in values:
+        if key not in model.model_fields:
+            raise ConditionFileError(file, _unknown_key_message(key, valid), condition, prefix + key)
+    try:
+        return model(**values)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        key = ".".join(str(part) for part in problem["loc"] if not isinstance(part, int)) or None
+        # A whole-model rule (no field) is blamed on the section it came from.
+        located = prefix + key if key else prefix.rstrip(".") or None
+        # pydantic prefixes a validator's own message with "Value error, "; the reader needs only the message.
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        raise ConditionFileError(file, message, condition, located) from None
+
+
+def _format_value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Condition]:
+    """One condition table -> its conditions: a list-valued knob sweeps, several lists take the product."""
+    if not isinstance(table, Mapping):
+        raise ConditionFileError(file, "a condition must be a table of knobs", name)
+    extras = {k: table[k] for k in _CONDITION_FIELDS if k in table}
+    knob_values = {k: v for k, v in table.items() if k not in (*_CONDITION_FIELDS, _ZIP)}
+    valid = [*Knobs.model_fields, *_CONDITION_FIELDS, _ZIP]
+    for key in knob_values:
+        if key not in Knobs.model_fields:
+            raise ConditionFileError(file, _unknown_key_message(key, valid), name, key)
+    swept = [k for k, v in knob_values.items() if isinstance(v, list)]
+    for key in swept:
+        if not knob_values[key]:
+            raise ConditionFileError(file, "a sweep needs at least one value", name, key)
+    zipped = table.get(_ZIP, [])
+    if not isinstance(zipped, list) or not all(isinstance(k, str) and k in swept for k in zipped):
+        raise ConditionFileError(file, "zip must list knobs that are given as lists", name, _ZIP)
+    if len({len(knob_values[k]) for k in zipped}) > 1:
+        raise ConditionFileError(file, "zipped knobs need lists of the same length", name, _ZIP)
+    # Axes of the product: each free list, plus one axis that walks the zipped lists together.
+    axes = [[(k, v) for v in knob_values[k]] for k in swept if k not in zipped]
+    if zipped:
+        axes.append(list(zip(*([(k, v) for v in knob_values[k]] for k in zipped), strict=True)))
+    conditions = []
+    for combination in itertools.product(*axes):
+        chosen = dict(pair for item in combination for pair in (item if isinstance(item[0], tuple) else [item]))
+        values = dict(knob_values) | chosen
+        combination = [chosen[k] for k in swept]
+        label = (
+            name
+            if not swept
+            else f"{name}[{','.join(f'{k}={_format_value(v)}' for k, v in zip(swept, combination, strict=True))}]"
+        )
+        knobs = _validate(Knobs, values, file, label)
+        conditions.append(_validate(Condition, {"name": label, "knobs": knobs, **extras}, file, label))
+    return conditions
+
+
+def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) -> GridSpec:
+    """A parsed TOML document -> GridSpec."""
+    valid_sections = [*_SECTIONS, *_NAMED_TABLES]
+    for section in document:
+        if section not in valid_sections:
+            raise ConditionFileError(file, _unknown_key_message(section, valid_sections), key=section)
+    settings = {}
+    for section, model in _SECTIONS.items():
+        table = document.get(section, {})
+        if not isinstance(table, Mapping):
+            raise ConditionFileError(file, f"[{section}] must be a table", key=section)
+        settings[section] = _validate(model, table, file, None, prefix=f"{section}.")
+    tables = document.get("conditions", {})
+    if not isinstance(tables, Mapping) or not tables:
+        raise ConditionFileError(file, "no conditions: add at least one [conditions.NAME] table", key="conditions")
+    conditions = [c for cname, table in tables.items() for c in expand_condition(cname, table, file)]
+    names = [c.name for c in conditions]
+    for repeated in names:
+        if names.count(repeated) > 1:
+            raise ConditionFileError(file, "two conditions have this name (after sweep expansion)", repeated)
+    claim_tables = document.get("claims", {})
+    if not isinstance(claim_tables, Mapping):
+        raise ConditionFileError(file, "[claims] must hold [claims.NAME] tables", key="claims")
+    claims = []
+    for claim_name, table in claim_tables.items():
+        if not isinstance(table, Mapping):
+            raise ConditionFileError(file, "a claim must be a table", key=f"claims.{claim_name}")
+        claim = _validate(Claim, {**table, "name": claim_name}, file, None, prefix=f"claims.{claim_name}.")
+        try:
+            claim.check_against(names, settings["run"].iterations)
+        except ValueError as error:
+            raise ConditionFileError(file, str(error), key=f"claims.{claim_name}") from None
+        claims.append(claim)
+    return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), claims=tuple(claims), **settings)
+
+
+def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` over `base`: settings tables merged key by key, named tables (conditions, claims) by name."""
+    merged = dict(base)
+    for section, table in override.items():
+        if isinstance(table, Mapping) and isinstance(base.get(section), Mapping):
+            merged[section] = {**base[section], **table}
+        else:
+            merged[section] = table
+    return merged
+
+
+def _read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A condition file's TOML with its `extends` chain resolved."""
+    file = str(path)
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConditionFileError(file, "no such file") from None
+    except IsADirectoryError:
+        raise ConditionFileError(file, "is a directory, not a condition file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise ConditionFileError(file, f"cannot read: {reason}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConditionFileError(file, f"not valid TOML: {error}") from None
+    if _EXTENDS not in document:
+        return document
+    base_name = document.pop(_EXTENDS)
+    if not isinstance(base_name, str):
+        raise ConditionFileError(file, "extends must name a condition file", key=_EXTENDS)
+    base_path = (path.parent / base_name).resolve()
+    if base_path in seen or base_path == path.resolve():
+        raise ConditionFileError(file, f"extends {base_name} forms a cycle", key=_EXTENDS)
+    return _merged(_read_document(base_path, (*seen, path.resolve())), document)
+
+
+def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
+    """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
+    path = Path(path)
+    file = str(path)
+    document = _read_document(path)
+    if seeds is not None:
+        run = dict(document.get("run", {})) if isinstance(document.get("run", {}), Mapping) else {}
+        run["seeds"] = seeds if isinstance(seeds, int) else list(seeds)
+        document = {**document, "run": run}
+    return parse_grid(document, file)
+
+
+def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:
+    """(condition, earlier condition) for each condition whose resolved knobs equal an earlier one's.
+
+    Resolved: an unset judge_pretrain_target is the grid's [pretrain] target (the same judges as setting it).
+    """
+    seen: dict[str, str] = {}
+    duplicates = []
+    for condition in spec.conditions:
+        resolved = condition.knobs.model_copy(update={"judge_pretrain_target": spec.judge_target(condition)})
+        key = resolved.model_dump_json()
+        if key in seen:
+            duplicates.append((condition.name, seen[key]))
+        else:
+            seen[key] = condition.name
+    return duplicates

@@ -1,0 +1,197 @@
+"""Where every run starts: its pretrained judges, initial policy, stream key and held-out pairs.
+
+Under the harness's streams (`harness.engine.keys`) a run's origin depends only on its seed: every
+condition of a seed starts from the same policy and judges (paired comparisons). Under
+the original lab's (`harness.original.streams`) it depends on the entry script that ran
+the condition, and the policy and stream key also on the ensemble size, as in the original.
+
+The distinct judges and policies a grid needs are its *sources*; runs and judge slots
+point into them, so each is initialised (and each judge pretrained) once. A judge source
+also names the Spearman target it is pretrained to (`GridSpec.judge_target`): conditions
+with different targets get different judges from the same keys (the same initialisation
+and data, stopped at a different check); conditions with equal targets share them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from harness.engine import keys
+from harness.engine.models import init_policies
+from harness.engine.world import World
+from harness.grid.layout import GridLayout, GridSpec
+from harness.original import streams as original_streams
+
+
+class JudgeSource(NamedTuple):
+    """A pretrained judge: its keys' (script, seed, member) and its pretraining target.
+
+    The harness's streams do not use the script: it is None there.
+    """
+
+    script: str | None
+    seed: int
+    member: int
+    target: float
+
+
+# A policy source: (script, seed, n_judges); the harness's streams use neither the script
+# nor the ensemble size: both are None there.
+PolicySource = tuple[str | None, int, int | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class GridOrigins:
+    """The sources of a grid: judges (pretrained once each) and policies, in a fixed order.
+
+    judge_sources[u] names judge u; judge_init_keys, judge_data_keys (U, 2) are its
+    pretraining keys and judge_targets float32 (U,) its target. policy_sources[v] names
+    policy v; policy_params (V, ...) and stream_keys (V, 2) are its initial parameters and its runs' first stream key.
+    """
+
+    spec: GridSpec
+    judge_sources: tuple[JudgeSource, ...]
+    judge_init_keys: jax.Array
+    judge_data_keys: jax.Array
+    judge_targets: jax.Array
+    policy_sources: tuple[PolicySource, ...]
+    policy_params: object
+    stream_keys: jax.Array
+
+    def _run_script(self, layout: GridLayout) -> list[str | None]:
+        if self.spec.run.streams == "harness":
+            return [None] * layout.shape.n_runs
+        return [self.spec.conditions[c].original_script for c in layout.run_condition]
+
+    def run_policy(self, layout: GridLayout) -> np.ndarray:
+        """Each run's policy source, int (R,)."""
+        index = {source: v for v, source in enumerate(self.policy_sources)}
+        seeds = np.asarray(layout.seeds)[layout.run_seed_index]
+        n_judges = np.asarray(layout.knobs.n_judges)
+        original = self.spec.run.streams == "original"
+        return np.array(
+            [
+                index[(script, int(seed), int(members) if original else None)]
+                for script, seed, members in zip(self._run_script(layout), seeds, n_judges, strict=True)
+            ]
+        )
+
+    def slot_judge(self, layout: GridLayout) -> np.ndarray:
+        """Each judge slot's judge source, int (J,): its run's script and seed, its member, its condition's target."""
+        index = {source: u for u, source in enumerate(self.judge_sources)}
+        scripts, seeds = self._run_script(layout), np.asarray(layout.seeds)[layout.run_seed_index]
+        targets = [self.spec.judge_target(self.spec.conditions[c]) for c in layout.run_condition]
+        return np.array(
+            [
+                index[JudgeSource(scripts[run], int(seeds[run]), int(member), targets[run])]
+                for run, member in zip(layout.slot_run, layout.slot_member, strict=True)
+            ]
+        )
+
+
+def _script_index(script: str | None) -> int:
+    return -1 if script is None else original_streams.SCRIPTS.index(script)
+
+
+def _order(source: tuple) -> tuple:
+    """Original-stream policy sources by script (in `SCRIPTS` order), then seed, then ensemble size."""
+    script, seed, number = source
+    return _script_index(script), seed, number
+
+
+def _judge_order(source: JudgeSource) -> tuple:
+    """Judge sources by script (in `SCRIPTS` order), then target, then seed and member: with one target, the
+    order of sources before targets were per condition (so checkpoints written then still line up)."""
+    return _script_index(source.script), source.target, source.seed, source.member
+
+
+def grid_origins(spec: GridSpec) -> GridOrigins:
+    """Every judge and policy source the grid `spec` needs, with their keys and initial policies.
+
+    Each target's judges are those of its conditions: under the harness's streams, every seed's
+    members up to the largest ensemble of a condition with that target.
+    """
+    vocab, seq_len = spec.world.vocab_size, spec.world.seq_len
+    seeds = spec.run.seeds
+    if spec.run.streams == "harness":
+        members_of: dict[float, int] = {}
+        for condition in spec.conditions:
+            target = spec.judge_target(condition)
+            members_of[target] = max(members_of.get(target, 0), condition.knobs.n_judges)
+        judges = tuple(
+            sorted(
+                (
+                    JudgeSource(None, seed, member, target)
+                    for target, count in members_of.items()
+                    for seed in seeds
+                    for member in range(count)
+                ),
+                key=_judge_order,
+            )
+        )
+        seed_ids = jnp.asarray([s.seed for s in judges], jnp.int32)
+        init_keys, data_keys = keys.judge_keys_batch(seed_ids, jnp.asarray([s.member for s in judges]))
+        policies = tuple((None, seed, None) for seed in seeds)
+        seed_array = jnp.asarray(seeds, jnp.int32)
+        policy_params = init_policies(jax.vmap(keys.policy_init_key)(seed_array), vocab, seq_len)
+        stream_keys = jax.vmap(keys.training_key)(seed_array)
+        return GridOrigins(spec, judges, init_keys, data_keys, _targets(judges), policies, policy_params, stream_keys)
+
+    conditions = [(c.original_script, c.knobs.n_judges, spec.judge_target(c)) for c in spec.conditions]
+    runs = sorted({(script, seed, n_judges) for script, n_judges, _ in conditions for seed in seeds}, key=_order)
+    # The targets each (script, ensemble size) is pretrained to: its seeds' members, once per target.
+    targets_of: dict[tuple[str, int], set[float]] = {}
+    for script, n_judges, target in conditions:
+        targets_of.setdefault((script, n_judges), set()).add(target)
+    judge_keys: dict[JudgeSource, tuple[jax.Array, jax.Array]] = {}
+    policy_keys, stream_keys = [], []
+    for script, seed, n_judges in runs:
+        seed_keys = original_streams.seed_keys(script, seed, n_judges)
+        for member in range(n_judges):
+            for target in targets_of[(script, n_judges)]:
+                source = JudgeSource(script, seed, member, target)
+                judge_keys[source] = (seed_keys.judge_init[member], seed_keys.judge_pretrain[member])
+        policy_keys.append(seed_keys.policy_init)
+        stream_keys.append(seed_keys.loop)
+    judges = tuple(sorted(judge_keys, key=_judge_order))
+    return GridOrigins(
+        spec,
+        judges,
+        jnp.stack([judge_keys[s][0] for s in judges]),
+        jnp.stack([judge_keys[s][1] for s in judges]),
+        _targets(judges),
+        tuple(runs),
+        original_streams.init_original_policies(jnp.stack(policy_keys), vocab, seq_len),
+        jnp.stack(stream_keys),
+    )
+
+
+def _targets(judges: tuple[JudgeSource, ...]) -> jax.Array:
+    return jnp.asarray([source.target for source in judges], jnp.float32)
+
+
+def holdout_tables(layout: GridLayout, world: World) -> tuple[jax.Array, jax.Array]:
+    """Each run's held-out meta pairs int32 (R, H, 2) and labels 1[q*(a) > q*(b)] (R, H), H = the grid's largest count.
+
+    Which draw a run uses is its `meta_holdout_seed`; the pairs a run uses are the first
+    floor(outputs * meta_holdout_fraction) of that draw. Harness streams: distinct pairs
+    from PRNGKey(keys.HOLDOUT_KEY + seed). Original streams: the original's draw with
+    replacement from PRNGKey(seed) (its own is seed 0).
+    """
+    count = max(layout.shape.max_holdout_pairs, 1)
+    n_outputs = world.n_outputs
+    draws = {}
+    for seed in sorted({int(s) for s in np.asarray(layout.knobs.meta_holdout_seed)}):
+        if layout.spec.run.streams == "harness":
+            # A prefix of any longer draw (threefry's bits are partitionable), so drawing `count` is exact.
+            draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), count, n_outputs)
+        else:
+            draws[seed] = original_streams.holdout_pairs(count, n_outputs, seed)
+    pairs = jnp.stack([draws[int(s)] for s in np.asarray(layout.knobs.meta_holdout_seed)])
+    labels = (world.q_star[pairs[..., 0]] > world.q_star[pairs[..., 1]]).astype(jnp.float32)
+    return pairs, labels

@@ -1,0 +1,179 @@
+"""Judge pretraining: regress scores on noisy q* until the exact rank correlation reaches a target.
+
+Every judge trains in one vmapped program and stops at its own first check that meets
+its own target (later periods leave it unchanged), so results do not depend on which
+judges share the batch. Judges from the same keys with different targets follow one
+trajectory and stop at different checks.
+
+Two random streams are available. ``"harness"`` (ours): the judge is initialised as in
+`harness.engine.models` and step s draws its batch from fold_in(data key, s). ``"original"``: the
+original lab's (see `harness.original.streams`): its initialisation, and a key chain that
+every step splits three ways, (next key, batch-index key, label-noise key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import PartitionSpec as P
+
+from harness.engine.models import Params, init_judges, judge_score_table, judge_scores
+from harness.engine.rank_stats import spearman
+from harness.engine.streams import Streams
+from harness.engine.world import World
+from harness.grid.layout import PretrainSettings
+from harness.grid.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
+from harness.original.streams import init_original_judges, pretrain_step_keys
+
+
+class PretrainResult(NamedTuple):
+    """Per judge (leading axis P): params, steps taken, Spearman at the last check, target reached."""
+
+    params: Params
+    steps: jax.Array
+    spearman: jax.Array
+    reached: jax.Array
+
+
+class _PretrainState(NamedTuple):
+    target: jax.Array  # the Spearman this judge stops at, float32
+    params: Params
+    opt_state: optax.OptState
+    steps: jax.Array
+    spearman: jax.Array
+    done: jax.Array
+    chain: jax.Array  # "original" streams: the key the next step splits; "harness": the data key, unused
+
+
+def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, streams: Streams = "harness") -> Callable:
+    """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
+
+    (init_keys, data_keys (S, P/S, 2), targets (S, P/S)) -> the final state of every judge, (S, P/S, ...).
+    Each shard loops over check periods until its own judges are done. `streams` as in the module docstring.
+    """
+    vocab, seq_len = world.config.vocab_size, world.config.seq_len
+    optimizer = optax.adam(settings.learning_rate)
+    outputs, q_star = world.outputs, world.q_star
+
+    def loss_fn(params: Params, key: jax.Array) -> jax.Array:
+        k_index, k_noise = jax.random.split(key)
+        return batch_loss(params, k_index, k_noise)
+
+    def batch_loss(params: Params, k_index: jax.Array, k_noise: jax.Array) -> jax.Array:
+        index = jax.random.randint(k_index, (settings.batch_size,), 0, world.n_outputs)
+        noise = settings.label_noise * jax.random.normal(k_noise, (settings.batch_size,))
+        scores = judge_scores(params, outputs[index], vocab)
+        return jnp.mean(optax.squared_error(scores, q_star[index] + noise))
+
+    def train_step(state: tuple[Params, optax.OptState], step_key: jax.Array) -> tuple:
+        params, opt_state = state
+        grads = jax.grad(loss_fn)(params, step_key)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), None
+
+    def original_step(state: tuple[Params, optax.OptState, jax.Array], _: None) -> tuple:
+        params, opt_state, chain = state
+        chain, k_index, k_noise = pretrain_step_keys(chain)
+        grads = jax.grad(batch_loss)(params, k_index, k_noise)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state, chain), None
+
+    def start(init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array) -> _PretrainState:
+        if streams == "original":
+            params = init_original_judges(init_keys, vocab, seq_len)
+        else:
+            params = init_judges(init_keys, vocab, seq_len)
+        count = init_keys.shape[0]
+        return _PretrainState(
+            targets,
+            params,
+            jax.vmap(optimizer.init)(params),
+            jnp.zeros(count, jnp.int32),
+            jnp.full(count, jnp.nan, jnp.float32),
+            jnp.zeros(count, jnp.bool_),
+            data_keys,
+        )
+
+    def chunk(state: _PretrainState, data_key: jax.Array) -> _PretrainState:
+        """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
+        if streams == "original":
+            carry = (state.params, state.opt_state, state.chain)
+            (params, opt_state, chain), _ = jax.lax.scan(original_step, carry, None, length=settings.check_every)
+        else:
+            step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(
+                state.steps + jnp.arange(settings.check_every)
+            )
+            (params, opt_state), _ = jax.lax.scan(train_step, (state.params, state.opt_state), step_keys)
+            chain = state.chain
+        rho = spearman(judge_score_table(params, vocab, seq_len), q_star)
+        trained = _PretrainState(
+            state.target, params, opt_state, state.steps + settings.check_every, rho, rho >= state.target, chain
+        )
+        finished = state.done | (state.steps >= settings.max_steps)
+        return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
+
+    def unfinished(state: _PretrainState) -> jax.Array:
+        return jnp.any(~state.done & (state.steps < settings.max_steps))
+
+    def pretrain_shard(init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array) -> _PretrainState:
+        # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
+        init_keys, data_keys, targets = init_keys[0], data_keys[0], targets[0]
+        state = jax.lax.while_loop(
+            unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys, data_keys, targets)
+        )
+        return jax.tree.map(lambda leaf: leaf[None], state)
+
+    sharded = P(SHARD_AXIS)
+    # check_vma=False: shards never communicate, so there is nothing for the check to
+    # find, and it would ask that constants in the loop carry be marked per-shard.
+    return jax.jit(
+        jax.shard_map(
+            pretrain_shard,
+            mesh=shard_mesh(n_shards),
+            in_specs=(sharded, sharded, sharded),
+            out_specs=sharded,
+            check_vma=False,
+        )
+    )
+
+
+def pretrain_judges(
+    init_keys: jax.Array,
+    data_keys: jax.Array,
+    world: World,
+    settings: PretrainSettings,
+    max_shards: int = 1,
+    streams: Streams = "harness",
+    targets: jax.Array | None = None,
+) -> PretrainResult:
+    """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P.
+
+    targets: float (P,), the Spearman each judge stops at (None: settings.target_spearman for all).
+    The other settings are shared: one program pretrains judges of any mix of targets.
+
+    The judges are split into up to `max_shards` shards that train side by side on as many
+    devices (see `harness.grid.sharding`); each judge's training depends only on its own keys.
+    streams="original" follows the original lab: pass its init and pretraining keys
+    (`harness.original.streams.seed_keys`) to get its judges.
+    """
+    chex.assert_equal_shape([init_keys, data_keys])
+    count = init_keys.shape[0]
+    if targets is None:
+        targets = jnp.full(count, settings.target_spearman, jnp.float32)
+    targets = jnp.asarray(targets, jnp.float32)
+    chex.assert_shape(targets, (count,))
+    n_shards = min(max_shards, count, len(jax.local_devices()))
+    per_shard = -(-count // n_shards)
+    # Fillers repeat the last judge.
+    index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
+    state = pretrain_program(world, settings, n_shards, streams)(*to_shards((init_keys, data_keys, targets), index))
+    state = from_shards(state, np.arange(count))
+    result = PretrainResult(state.params, state.steps, state.spearman, state.done)
+    chex.assert_tree_all_finite(result.params)
+    return result

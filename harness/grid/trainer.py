@@ -1,0 +1,298 @@
+"""The compiled grid program: pretrain judges, then train every run of a grid together.
+
+`GridProgram` owns the host side: it lays out the grid, pretrains the judges, builds
+the initial state, and runs the grid's two compiled programs (`harness.grid.executables`)
+once per outer iteration, training then diagnostics, the same executables every time, so
+the host can report progress and checkpoint in between.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
+from harness.engine.knobs import RunKnobs
+from harness.engine.models import Params, policy_log_prob_tables
+from harness.engine.state import CoevolutionState, initial_state
+from harness.engine.world import World
+from harness.grid.batching import WorkGroup
+from harness.grid.diagnostics import METRIC_NAMES, Diagnostics
+from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
+from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
+from harness.grid.memory import check_fits
+from harness.grid.origins import GridOrigins, grid_origins, holdout_tables
+from harness.grid.pretrain import PretrainResult, pretrain_judges
+from harness.grid.sharding import ShardPlan, from_shards, plan_shards, to_shards
+from harness.grid.training_step import GridConstants
+
+
+class PretrainingFailed(RuntimeError):
+    """Some judges never reached the target rank correlation."""
+
+
+@dataclass
+class PhaseTimes:
+    pretrain: float = 0.0
+    compile: float = 0.0
+    train: float = 0.0
+
+
+def grid_constants(
+    layout: GridLayout, world: World, origins: GridOrigins, judges: Params, log_pi: jax.Array
+) -> GridConstants:
+    """The constants of a layout's runs: the pretrained judges (one per judge source of `origins`)
+    placed in its slots as rows, the initial policies' log-probability tables log_pi (one per
+    policy source, (V, N)) placed by run, work groups, and each run's held-out pairs."""
+    slot_run = jnp.asarray(layout.slot_run, jnp.int32)
+    holdout_pairs, holdout_labels = holdout_tables(layout, world)
+    return GridConstants(
+        q_star=world.q_star,
+        slot_run=slot_run,
+        run_first_slot=jnp.asarray(np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs)), jnp.int32),
+        groups=tuple(
+            WorkGroup(*(jnp.asarray(ids, jnp.int32) for ids in dataclasses.astuple(group))) for group in layout.groups
+        ),
+        holdout_pairs=holdout_pairs,
+        holdout_labels=holdout_labels,
+        pretrained_judges=ravel_rows(judges)[origins.slot_judge(layout)],
+        initial_policies=ravel_rows(origins.policy_params)[origins.run_policy(layout)],
+        initial_log_pi=log_pi[origins.run_policy(layout)],
+    )
+
+
+@dataclass
+class GridProgram:
+    """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`).
+
+    The state passed in and out is the whole grid's (runs and slots in layout order);
+    inside `step()` the runs are split into `plan.n_shards` shards (see `harness.grid.sharding`),
+    at most `max_shards`, by default one per device.
+    """
+
+    spec: GridSpec
+    max_shards: int | None = None
+    pieces: int | None = None
+    layout: GridLayout = field(init=False)
+    world: World = field(init=False)
+    times: PhaseTimes = field(default_factory=PhaseTimes)
+
+    def __post_init__(self) -> None:
+        self.layout = layout_grid(self.spec)
+        devices = len(jax.local_devices())
+        self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices), self.pieces)
+        self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
+        self.world = World(self.spec.world)
+        self.origins: GridOrigins = grid_origins(self.spec)
+        self.pretrained: PretrainResult | None = None
+        self.consts: GridConstants | None = None
+        self._executable: IterationExecutable | None = None
+        self._shard_consts: GridConstants | None = None
+        self._shard_knobs: RunKnobs | None = None
+
+    @property
+    def shape(self) -> GridShape:
+        """The whole grid's shape (its runs and slots, without shard padding)."""
+        return self.layout.shape
+
+    @property
+    def shard_shape(self) -> GridShape:
+        """The shape of each shard: what selects the compiled iteration program."""
+        return self.plan.shape
+
+    @staticmethod
+    def _regroup(
+        state: CoevolutionState,
+        by_run: Callable[[chex.ArrayTree], chex.ArrayTree],
+        by_slot: Callable[[chex.ArrayTree], chex.ArrayTree],
+        step: jax.Array,
+    ) -> CoevolutionState:
+        """The state with its per-run part passed through `by_run`, its per-slot part through `by_slot`."""
+        return CoevolutionState(runs=by_run(state.runs), slots=by_slot(state.slots), step=step)
+
+    def shard_state(self, state: CoevolutionState) -> CoevolutionState:
+        """The grid's state -> the shards' (leading axis S, split over the devices)."""
+        plan = self.plan
+        return self._regroup(
+            state,
+            lambda tree: to_shards(tree, plan.shard_runs, plan.devices),
+            lambda tree: to_shards(tree, plan.shard_slots, plan.devices),
+            to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards), plan.devices),
+        )
+
+    def unshard_state(self, state: CoevolutionState) -> CoevolutionState:
+        """The shards' state -> the grid's, fillers dropped."""
+        plan = self.plan
+        return self._regroup(
+            state,
+            lambda tree: from_shards(tree, plan.run_at),
+            lambda tree: from_shards(tree, plan.slot_at),
+            jnp.asarray(np.asarray(state.step)[0]),
+        )
+
+    def policy_params(self, state: CoevolutionState) -> Params:
+        """Every run's policy as a parameter pytree with a leading run axis (for inspection and tests)."""
+        return unravel_rows(policy_layout(self.shape.vocab_size), state.runs.policy.params)
+
+    def judge_params(self, rows: jax.Array) -> Params:
+        """Judge rows (J, P) (e.g. `state.slots.judge.params`) as a parameter pytree with a leading slot axis."""
+        return unravel_rows(judge_layout(self.shape.vocab_size), rows)
+
+    def pretrain(self) -> PretrainResult:
+        """Pretrain every judge source of the grid (`origins.judge_sources`), each once, to its own target.
+
+        Raises PretrainingFailed, naming each judge that missed its target and that target, if any did.
+        """
+        start = time.perf_counter()
+        origins = self.origins
+        result = pretrain_judges(
+            origins.judge_init_keys,
+            origins.judge_data_keys,
+            self.world,
+            self.spec.pretrain,
+            max_shards=self.max_shards or len(jax.local_devices()),
+            streams=self.spec.run.streams,
+            targets=origins.judge_targets,
+        )
+        jax.block_until_ready(result)
+        self.times.pretrain = time.perf_counter() - start
+        failed = np.flatnonzero(~np.asarray(result.reached))
+        if len(failed):
+            names = ", ".join(
+                f"{self._judge_name(u)} (target {origins.judge_sources[u].target:g}, "
+                f"Spearman {float(result.spearman[u]):.3f})"
+                for u in failed
+            )
+            raise PretrainingFailed(
+                f"judges did not reach their Spearman target within {self.spec.pretrain.max_steps} steps: {names}"
+            )
+        self.pretrained = result
+        return result
+
+    def _judge_name(self, source: int) -> str:
+        script, seed, member, _ = self.origins.judge_sources[source]
+        return f"{script + ' script ' if script else ''}seed {seed} member {member}"
+
+    def pretrain_table(self) -> pd.DataFrame:
+        """Steps and final Spearman of each pretrained judge by (seed, member, target); by script too under original
+        streams. One row per judge source, in `origins.judge_sources` order."""
+        assert self.pretrained is not None, "call pretrain() first"
+        rows = [
+            {
+                **({"script": script} if script else {}),
+                "seed": seed,
+                "member": member,
+                "target": target,
+                "steps": int(self.pretrained.steps[u]),
+                "spearman": float(self.pretrained.spearman[u]),
+            }
+            for u, (script, seed, member, target) in enumerate(self.origins.judge_sources)
+        ]
+        return pd.DataFrame(rows)
+
+    def start(self, pretrained: PretrainResult | None = None) -> tuple[CoevolutionState, Diagnostics]:
+        """Initial state of every run and its iteration-0 diagnostics; compiles the iteration program.
+
+        pretrained: judges from an earlier `pretrain()` (e.g. a checkpoint); pretrains if absent.
+        """
+        if pretrained is not None:
+            self.pretrained = pretrained
+        if self.pretrained is None:
+            self.pretrain()
+        assert self.pretrained is not None
+        # Judges come in source order (a checkpoint's too): one per source of this grid.
+        chex.assert_tree_shape_prefix(self.pretrained.params, (len(self.origins.judge_sources),))
+        layout, world, origins = self.layout, self.world, self.origins
+        vocab, seq_len = world.config.vocab_size, world.config.seq_len
+        log_pi = policy_log_prob_tables(origins.policy_params, vocab, seq_len)
+        judges = self.pretrained.params
+        self.consts = grid_constants(layout, world, origins, judges, log_pi)
+        shard_consts = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
+        self._shard_consts = to_shards(
+            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts),
+            np.arange(self.plan.n_shards),
+            self.plan.devices,
+        )
+        self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
+        run_policy = origins.run_policy(layout)
+        state = initial_state(
+            self.consts.initial_policies,
+            self.consts.pretrained_judges,
+            origins.stream_keys[run_policy],
+            self.shard_shape.history_depth,
+        )
+        chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
+        chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
+        # The diagnostics are a program of their own, over the same shards as the iteration program's (so memory
+        # follows a shard, not the grid): compiled, and run on the initial state, on a second thread while this one
+        # compiles the iteration program, so a cold start does not wait for the two compiles in turn.
+        program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
+        shards = self.shard_state(state)
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            initial = beside.submit(lambda: jax.block_until_ready(self._diagnose_shards(shards)))
+            start = time.perf_counter()
+            args = (self._shard_consts, self._shard_knobs, shards, jnp.int32(0))
+            self._executable = iteration_executable(*program, args)
+            self.times.compile = time.perf_counter() - start
+            return state, initial.result()
+
+    def _diagnose_shards(self, shards: CoevolutionState) -> Diagnostics:
+        """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
+        assert self._shard_consts is not None, "call start() first"
+        diagnose = shard_diagnostics_program(self.shard_shape, self.plan.n_shards, self.plan.pieces)
+        return from_shards(diagnose(self._shard_consts, self._shard_knobs, shards), self.plan.run_at)
+
+    def diagnose(self, state: CoevolutionState) -> Diagnostics:
+        """Every metric of every run of `state`: what `step` measures after its iteration."""
+        return self._diagnose_shards(self.shard_state(state))
+
+    def step(self, state: CoevolutionState, iteration: int) -> tuple[CoevolutionState, Diagnostics]:
+        """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
+        assert self._executable is not None, "call start() first"
+        start = time.perf_counter()
+        shards = self._executable(self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(iteration))
+        state, diagnostics = self.unshard_state(shards), self._diagnose_shards(shards)
+        self.times.train += time.perf_counter() - start
+        return state, diagnostics
+
+    def run(self, on_iteration: Callable[[int], None] | None = None) -> pd.DataFrame:
+        """Pretrain, compile and train every iteration; returns the tidy metrics table."""
+        state, diagnostics = self.start()
+        records = [diagnostics]
+        for iteration in range(self.spec.run.iterations):
+            state, diagnostics = self.step(state, iteration)
+            records.append(diagnostics)
+            if on_iteration:
+                on_iteration(iteration)
+        self.final_state = state
+        return self.metrics_table(records)
+
+    def metrics_table(self, records: list[Diagnostics]) -> pd.DataFrame:
+        """Tidy metrics: one row per condition × seed × iteration (record k = after iteration k; 0 = start)."""
+        labels = self.layout.run_labels()
+        frames = []
+        for iteration, record in enumerate(records):
+            columns = {name: np.asarray(record[name]) for name in METRIC_NAMES}
+            frame = pd.DataFrame(columns)
+            frame.insert(0, "iteration", iteration)
+            frame.insert(0, "seed", [seed for _, seed in labels])
+            frame.insert(0, "condition", [name for name, _ in labels])
+            frame["mode_sequence"] = [self.world.render(int(i)) for i in columns["mode_index"]]
+            frames.append(frame)
+        order = {c.name: i for i, c in enumerate(self.spec.conditions)}
+        table = pd.concat(frames, ignore_index=True).sort_values(
+            ["condition", "seed", "iteration"], key=lambda col: col.map(order) if col.name == "condition" else col
+        )
+        boundary = {c.name: c.boundary for c in self.spec.conditions}
+        table["boundary"] = table["condition"].map(boundary)
+        table["diverged"] = ~table.groupby(["condition", "seed"])["finite"].cummin().astype(bool)
+        return table.reset_index(drop=True)

@@ -1,0 +1,211 @@
+"""The metrics table as the report reads it: validation, grid facts, roles, the resolution, the belief gap and
+number formatting.
+
+A metrics table has one row per condition × seed × iteration (0 = before training) with a column per registered
+metric (`harness.engine.metrics.METRICS`) and optionally boundary (the condition is a reference bound, not a practical
+method), diverged (the run's parameters were non-finite at or before this iteration) and mode_sequence (the glyphs of
+the policy's most probable output). Rows with diverged == True are left out of every mean and plot but still counted;
+other non-finite values are treated as missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from harness.common.wording import plural
+from harness.engine import metrics as registry
+from harness.engine.metrics import Metric, metric
+
+REFERENCE_NAME = "baseline"
+ITERATION_LABEL = "outer iteration (0 = before training)"
+
+# The quantity conditions are ranked, compared and paired on; and the one the end-state figure sets it against.
+# Every CSV the report writes: 9 significant digits, enough to round-trip float32 values.
+CSV_FLOAT_FORMAT = "%.9g"
+
+QUALITY: Metric = metric("policy_quality")
+ALIGNMENT: Metric = metric("judge_alignment")
+# What the loop believes, set against QUALITY in the belief gap.
+PERCEIVED: Metric = metric("judge_perceived_quality")
+
+
+def float_metrics(m: pd.DataFrame) -> tuple[Metric, ...]:
+    """Registered float metrics present in the table, registry order: what summaries are computed over."""
+    return tuple(x for x in registry.METRICS if x.kind == "float" and x.name in m.columns)
+
+
+def headline_metrics(m: pd.DataFrame) -> tuple[Metric, ...]:
+    """Headline metrics present in the table (all are, after prepare())."""
+    return tuple(x for x in registry.HEADLINE_METRICS if x.name in m.columns)
+
+
+def prepare(metrics: pd.DataFrame) -> pd.DataFrame:
+    """A validated copy: flags as bool, float metrics with non-finite -> NaN, rows in grid order."""
+    required = ("condition", "seed", "iteration", *(x.name for x in registry.HEADLINE_METRICS))
+    missing = [c for c in required if c not in metrics.columns]
+    if missing:
+        raise ValueError(f"metrics table lacks columns {missing}")
+    if metrics.empty:
+        raise ValueError("metrics table is empty")
+    m = metrics.copy()
+    m["condition"] = m["condition"].astype(str)
+    for flag in ("boundary", "diverged"):
+        # Hand-built tables may omit the flags; a missing flag means "no".
+        m[flag] = m[flag].fillna(False).astype(bool) if flag in m.columns else False
+    for x in float_metrics(m):
+        values = pd.to_numeric(m[x.name], errors="coerce").astype(float)
+        m[x.name] = values.where(np.isfinite(values))
+    order = {name: i for i, name in enumerate(dict.fromkeys(m["condition"]))}
+    m["_order"] = m["condition"].map(order)
+    m = m.sort_values(["_order", "seed", "iteration"], kind="stable").drop(columns="_order")
+    return m.reset_index(drop=True)
+
+
+def conditions(m: pd.DataFrame) -> list[str]:
+    """Conditions in grid order (order of first appearance)."""
+    return list(dict.fromkeys(m["condition"]))
+
+
+def reference(m: pd.DataFrame) -> str:
+    names = conditions(m)
+    return REFERENCE_NAME if REFERENCE_NAME in names else names[0]
+
+
+def roles(m: pd.DataFrame) -> dict[str, str]:
+    """Role per condition; the reference keeps its role even if it is flagged as a boundary."""
+    ref = reference(m)
+    boundary = m.groupby("condition", sort=False)["boundary"].any()
+    return {c: "reference" if c == ref else ("boundary" if boundary[c] else "mechanism") for c in conditions(m)}
+
+
+def live(m: pd.DataFrame) -> pd.DataFrame:
+    """Rows that enter means and plots: diverged rows are excluded (they are counted elsewhere)."""
+    return m[~m["diverged"]]
+
+
+def final_runs(m: pd.DataFrame) -> pd.DataFrame:
+    """Each run's row at its condition's final iteration, if that row is not diverged."""
+    last = m.groupby("condition", sort=False)["iteration"].transform("max")
+    return live(m[m["iteration"] == last])
+
+
+def series(m: pd.DataFrame, condition: str, column: str) -> pd.Series:
+    """Mean over seeds of a column per iteration, for one condition, diverged rows excluded."""
+    data = live(m[m["condition"] == condition]).dropna(subset=[column])
+    return data.groupby("iteration")[column].mean().sort_index()
+
+
+@dataclass(frozen=True)
+class GridFacts:
+    """What every table and figure heading states: which grid, which seeds, which iteration."""
+
+    name: str | None
+    n_conditions: int
+    seeds: tuple[int, ...]
+    final_iteration: int
+    n_runs: int
+    diverged_runs: int
+
+    @property
+    def seed_text(self) -> str:
+        """ "seeds 0–4" for a contiguous range, else the list; with the count."""
+        s = self.seeds
+        if len(s) > 2 and list(s) == list(range(s[0], s[-1] + 1)):
+            listed = f"{s[0]}–{s[-1]}"
+        else:
+            listed = ", ".join(str(x) for x in s)
+        return f"{plural(len(s), 'seed')} ({listed})"
+
+    @property
+    def grid_text(self) -> str:
+        named = f"grid `{self.name}`: " if self.name else ""
+        return f"{named}{plural(self.n_conditions, 'condition')} × {self.seed_text}"
+
+    def heading(self, what: str = "final iteration") -> str:
+        """One line naming grid, seeds and iteration, for under a table's heading."""
+        return f"{self.grid_text}; {what} {self.final_iteration}."
+
+
+def grid_facts(m: pd.DataFrame, name: str | None = None) -> GridFacts:
+    runs = m.groupby(["condition", "seed"], sort=False)["diverged"].any()
+    return GridFacts(
+        name=name,
+        n_conditions=m["condition"].nunique(),
+        seeds=tuple(sorted(int(s) for s in m["seed"].unique())),
+        final_iteration=int(m["iteration"].max()),
+        n_runs=len(runs),
+        diverged_runs=int(runs.sum()),
+    )
+
+
+def mean_std_ci(values: Iterable[float], confidence: float) -> tuple[int, float, float, float, float]:
+    """(n, mean, std ddof=1, ci_low, ci_high) over the finite values; Student-t CI (scipy), NaN where n < 2.
+
+    The interval of a mean over seeds; paired differences take the claims' bootstrap instead (tables.paired_difference).
+    Identical values give a zero-width interval.
+    """
+    v = np.asarray(list(values), dtype=float)
+    v = v[np.isfinite(v)]
+    n = int(v.size)
+    if n == 0:
+        return 0, math.nan, math.nan, math.nan, math.nan
+    mean = float(v.mean())
+    if n == 1:
+        return 1, mean, math.nan, math.nan, math.nan
+    std = float(v.std(ddof=1))
+    if std == 0.0:
+        return n, mean, 0.0, mean, mean
+    low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=stats.sem(v))
+    return n, mean, std, float(low), float(high)
+
+
+def power_of_ten(value: float) -> str:
+    """A tolerance as people write it: 1e-05 -> "1e-5", 0.0002 -> "2e-4"."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def num(value: object, digits: int = 3, signed: bool = False) -> str:
+    """A number with fixed decimals ("+" for positives when signed), "0.000" for anything that rounds to zero, or
+    "n/a" when missing or non-finite."""
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "n/a"
+    if not math.isfinite(x):
+        return "n/a"
+    if round(x, digits) == 0.0:
+        # -1e-5 is not "-0.000": a value that rounds to zero has no sign worth printing.
+        return f"{0.0:.{digits}f}"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def belief_gap(m: pd.DataFrame) -> pd.DataFrame:
+    """The belief gap per condition × iteration: mean over seeds of (perceived(t) − perceived(0)) − (real(t) − real(0)).
+
+    Per run, perceived is judge-perceived and real is real quality, and 0 is the run's first iteration with both
+    finite (iteration 0 unless it is missing), so the gap is 0 there by construction and depends on no later
+    iteration. Judges are pretrained by regression on q*, so both changes start in q* units; self-labelled updates
+    can stretch a judge's scale, which the gap counts as belief. Diverged rows are left out. Columns: condition,
+    iteration, gap, gap_std (over seeds, NaN with one seed); empty without judge-perceived quality.
+    """
+    columns = ["condition", "iteration", "gap", "gap_std"]
+    if PERCEIVED.name not in m.columns:
+        return pd.DataFrame(columns=columns)
+    ok = live(m).dropna(subset=[QUALITY.name, PERCEIVED.name]).sort_values(["condition", "seed", "iteration"])
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    runs = ok.groupby(["condition", "seed"], sort=False)
+    start_perceived, start_real = runs[PERCEIVED.name].transform("first"), runs[QUALITY.name].transform("first")
+    ok = ok.assign(gap=(ok[PERCEIVED.name] - start_perceived) - (ok[QUALITY.name] - start_real))
+    out = ok.groupby(["condition", "iteration"])["gap"].agg(gap="mean", gap_std=lambda g: g.std(ddof=1))
+    out = out.reset_index()
+    order = {c: i for i, c in enumerate(conditions(m))}
+    out = out.sort_values(["condition", "iteration"], key=lambda s: s.map(order) if s.name == "condition" else s)
+    return out.reset_index(drop=True)[columns]

@@ -1,0 +1,254 @@
+"""The README's generated blocks, rendered from real runs' files.
+
+`python -m tools.readme_tables RUN_DIR README.md [--original ORIGINAL_DIR]` rewrites the
+reproduced end-state table (between START and END), with the grid's run under the original
+lab's streams beside ours and its baseline seed by seed when ORIGINAL_DIR is given;
+`python -m tools.readme_tables --claims RUN_DIR README.md`
+rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
+the run's claims.csv; `--temporal RUN_DIR README.md` the follow-up mechanisms' end state,
+pair audits and claims (between TEMPORAL_START and TEMPORAL_END). The README's numbers
+always come from a run, not from typing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness import report
+from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text
+from harness.common.wording import plural
+from harness.grid.layout import GridSpec
+from harness.inference.verdicts import VERDICTS
+from harness.report.markdown import markdown_table
+from harness.report.pairs import pair_source
+
+START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
+CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
+TEMPORAL_START, TEMPORAL_END = "<!-- temporal:start -->", "<!-- temporal:end -->"
+# The original lab's own per-iteration records of its published baseline (see its README there).
+ORIGINAL_BASELINE = Path(__file__).resolve().parents[1] / "tests" / "data" / "original_lab" / "baseline"
+
+# End-state means over seeds 0–4 reported by the original lab (quality, alignment), and
+# the condition (or family, of which the best is reported) each row corresponds to here.
+PUBLISHED: list[tuple[str, str, float, float]] = [
+    ("Baseline", "baseline", 1.594, 0.449),
+    ("Frozen judge", "frozen", 1.610, 0.718),
+    ("Slower judge updates (every 10)", "slow-judge[judge_update_every=10]", 1.912, 0.674),
+    ("Slower updates + meta (every 10, 5%)", "slow-meta[judge_update_every=10,meta_update_every=10]", 1.977, 0.715),
+    ("Judge ensemble (best of 3, 5)", "ensemble[", 1.747, 0.480),
+    ("Periodic reset (best of 3, 5)", "reset[", 1.770, 0.718),
+    ("Anchor 10% (oracle)", "anchor[anchor_fraction=0.1]", 2.214, 0.993),
+]
+
+
+def _mean_std(row: pd.Series, metric: str) -> str:
+    return f"{row[f'{metric}_mean']:.3f} ± {row[f'{metric}_std']:.3f}"
+
+
+def _published_row(summary: pd.DataFrame, match: str) -> pd.Series | None:
+    """The condition a published row corresponds to (the best by final quality for a family); None if absent."""
+    candidates = (
+        summary[summary.index == match] if not match.endswith("[") else summary[summary.index.str.startswith(match)]
+    )
+    if candidates.empty:
+        return None
+    return candidates.loc[candidates["policy_quality_mean"].idxmax()]
+
+
+def comparison_table(metrics: pd.DataFrame, original: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Published end-state numbers beside ours (mean ± std over seeds at the last iteration): under our own
+    streams (`metrics`) and, when given, under the original lab's (`original`, the same grid run with
+    streams = "original"). A family's row is its best condition by final quality, chosen in each run."""
+    runs = {"ours": report.summarize(metrics).set_index("condition")}
+    if original is not None:
+        runs = {"original streams": report.summarize(original).set_index("condition"), **runs}
+    rows = []
+    for label, match, quality, alignment in PUBLISHED:
+        chosen = {name: _published_row(summary, match) for name, summary in runs.items()}
+        if any(row is None for row in chosen.values()):
+            continue
+        names = {run: str(found.name) for run, found in chosen.items()}
+        condition = names["ours"]
+        if names.get("original streams", condition) != condition:  # a family's best can differ between the runs
+            condition = f"{names['original streams']} (ours: {condition})"
+        row = {"published row": label, "condition": condition, "published quality": quality}
+        row |= {f"quality, {name}": _mean_std(found, "policy_quality") for name, found in chosen.items()}
+        row["published alignment"] = alignment
+        row |= {f"alignment, {name}": _mean_std(found, "judge_alignment") for name, found in chosen.items()}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def baseline_by_seed(original: pd.DataFrame, theirs: pd.DataFrame) -> pd.DataFrame:
+    """The original's own baseline runs beside ours under its streams, seed by seed, at the last iteration.
+
+    original: our metrics table of a grid run with the original's streams; theirs: the original's records
+    (columns seed, iteration, policy_quality, judge_alignment; its iteration t is our t + 1).
+    """
+    last = int(original["iteration"].max())
+    ours = original[(original["condition"] == "baseline") & (original["iteration"] == last)].set_index("seed")
+    theirs = theirs[theirs["iteration"] == last - 1].set_index("seed")
+    rows = []
+    for seed in sorted(set(ours.index) & set(theirs.index)):
+        rows.append(
+            {
+                "seed": int(seed),
+                "original's quality": float(theirs.loc[seed, "policy_quality"]),
+                "our quality": float(ours.loc[seed, "policy_quality"]),
+                "original's alignment": float(theirs.loc[seed, "judge_alignment"]),
+                "our alignment": float(ours.loc[seed, "judge_alignment"]),
+                "our end mode": f"{ours.loc[seed, 'mode_sequence']} (q* {ours.loc[seed, 'mode_quality']:.3f})",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The comparison table in the project's one markdown-table layout (numbers right-aligned, 3 decimals)."""
+    rows = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row] for row in table.itertuples(index=False)]
+    right = [table[c].dtype.kind == "f" for c in table.columns]
+    return markdown_table(list(table.columns), rows, right=right).rstrip("\n")
+
+
+def wall_time_line(manifest: dict) -> str:
+    """How long the run took and where, from its manifest."""
+    seconds, machine = manifest["wall_seconds"], manifest["machine"]
+    phases = ", ".join(f"{phase} {value:.1f} s" for phase, value in seconds.items())
+    shards, devices = manifest.get("shards", 1), manifest.get("devices", manifest.get("shards", 1))
+    if shards == 1:
+        split = "one shard"
+    elif shards == devices:
+        split = f"{shards} shards side by side"
+    else:
+        split = f"{shards} shards, {shards // devices} after one another on each of {devices} devices"
+    compiled = "" if manifest.get("compile_cache") is None else " (compile cache on)"
+    return (
+        f"That run took {sum(seconds.values()):.0f} s ({phases}){compiled} on {machine['cores']} cores of an "
+        f"{machine['cpu']}, as {split}."
+    )
+
+
+def _replace_block(readme: Path, start: str, end: str, block: str) -> None:
+    text = readme.read_text(encoding="utf-8")
+    if start not in text or end not in text:
+        raise SystemExit(f"{readme}: markers {start} / {end} not found")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    atomic_write_text(readme, head + start + "\n" + block + "\n" + end + tail)
+
+
+def rewrite_readme(run_dir: Path, readme: Path, original_dir: Path | None = None) -> None:
+    """Rewrite the reproduced table from a run of the published grid, and its run under the original's streams."""
+    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    seeds = sorted(int(seed) for seed in metrics["seed"].unique())
+    original = pd.read_csv(original_dir / METRICS_FILE) if original_dir else None
+    sources = f"`{run_dir.as_posix()}`" + (f" and `{original_dir.as_posix()}`" if original_dir else "")
+    block = (
+        f"End state (iteration {metrics['iteration'].max()}), mean ± std over seeds {seeds}, from {sources} "
+        f"(regenerate: `make reference`).\n\n{markdown(comparison_table(metrics, original))}\n\n"
+        f"{wall_time_line(manifest)}"
+    )
+    if original is not None:
+        theirs = pd.concat(pd.read_json(path, lines=True) for path in sorted(ORIGINAL_BASELINE.glob("seed_*.jsonl")))
+        block += (
+            "\n\nThe baseline seed by seed: the original lab's own runs (`tests/data/original_lab/baseline`) beside "
+            f"ours under its streams.\n\n{markdown(baseline_by_seed(original, theirs))}"
+        )
+    _replace_block(readme, START, END, block)
+
+
+def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
+    """The verdicts of a run's claims.csv as a compact table, with where they come from and how to regenerate it."""
+    verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    counts = verdicts["verdict"].value_counts()
+    tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v != "untested")
+    rows = [
+        [
+            f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}",
+            row.other_side,
+            f"{row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]",
+            "n/a" if pd.isna(row.p_improvement) else f"{row.p_improvement:.2f}",
+            f"**{row.verdict}**",
+            row.why,
+        ]
+        for row in verdicts.itertuples(index=False)
+    ]
+    table = markdown_table(
+        ["Claim", "Compared with", "Δ [95% CI]", "P(better)", "Verdict", "Why"],
+        rows,
+        right=[False, False, True, True, False, False],
+    )
+    seeds = int(verdicts["seeds"].max())
+    return (
+        f"{plural(len(verdicts), 'claim')} over {plural(seeds, 'seed')} per condition: {tally}. "
+        f"From `{run_dir.as_posix()}/report.md`, "
+        f"which states the rule (regenerate: `{regenerate}`).\n\n{table.rstrip()}\n\n{wall_time_line(manifest)}"
+    )
+
+
+def rewrite_claims(run_dir: Path, readme: Path) -> None:
+    _replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
+
+
+def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+    """Per condition at the final iteration: its pair source, real quality and alignment (mean ± std over seeds),
+    and the exact label error (all pairs, and pairs of two different outputs) and q* gap of its judge's training
+    pairs (means over seeds)."""
+    final = metrics[metrics["iteration"] == metrics["iteration"].max()]
+    rows = []
+    for condition in grid.conditions:
+        runs = final[final["condition"] == condition.name]
+        rows.append(
+            {
+                "condition": condition.name,
+                "judge's pairs": pair_source(condition.knobs),
+                "quality": f"{runs['policy_quality'].mean():.3f} ± {runs['policy_quality'].std():.3f}",
+                "alignment": f"{runs['judge_alignment'].mean():.3f} ± {runs['judge_alignment'].std():.3f}",
+                "pair label error": runs["pair_label_error"].mean(),
+                "label error, a ≠ b": runs["pair_label_error_distinct"].mean(),
+                "pair q* gap": runs["pair_quality_gap"].mean(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def rewrite_temporal(run_dir: Path, readme: Path) -> None:
+    """The follow-up mechanisms' block: end state with pair audits, then the claims' verdicts."""
+    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    grid = report.read_run_grid(run_dir)
+    if grid is None:
+        raise SystemExit(f"{run_dir}: no grid.json")
+    seeds = metrics["seed"].nunique()
+    block = (
+        f"End state (iteration {metrics['iteration'].max()}), over {plural(seeds, 'seed')}, from "
+        f"`{run_dir.as_posix()}` ([report]({run_dir.as_posix()}/report.md)); pair label error and q* gap are exact "
+        f"over every pair the judge could train on.\n\n{markdown(temporal_table(metrics, grid))}\n\n"
+        f"{claims_block(run_dir, 'make reference-temporal')}"
+    )
+    _replace_block(readme, TEMPORAL_START, TEMPORAL_END, block)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.readme_tables", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run of the published grid (or, with --claims, of paper-100)")
+    parser.add_argument("readme", type=Path)
+    parser.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
+    parser.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
+    parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
+    args = parser.parse_args(argv)
+    if args.claims:
+        rewrite_claims(args.run_dir, args.readme)
+    elif args.temporal:
+        rewrite_temporal(args.run_dir, args.readme)
+    else:
+        rewrite_readme(args.run_dir, args.readme, args.original)
+
+
+if __name__ == "__main__":
+    main()
