@@ -29,7 +29,7 @@ from harness.grid.diagnostics import diagnose
 from harness.grid.executables import clear_program_caches
 from harness.grid.layout import Condition, GridSpec, layout_grid, training_step
 from harness.grid.pretrain import PretrainResult
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "conditions" / "paper.toml"
@@ -189,7 +189,7 @@ def judge_pool(sizes: Sizes) -> PretrainResult:
     if sizes.pretrain_judges:
         pool_spec = grid.model_copy(update={"conditions": (Condition(name="pool", knobs=Knobs(n_judges=members)),)})
         # Its judge sources are (seed, member), seed-major.
-        flat = GridProgram(pool_spec).pretrain()
+        flat = GridTrainer(pool_spec).pretrain()
         return jax.tree.map(lambda x: x.reshape(len(seeds), members, *x.shape[1:]), flat)
     world, member_ids = grid.world, jnp.arange(members)
     init_keys = jax.vmap(lambda s: jax.vmap(lambda m: keys.judge_keys(s, m)[0])(member_ids))(jnp.asarray(seeds))
@@ -219,17 +219,17 @@ def pretrained_for(spec: GridSpec, pool: PretrainResult) -> PretrainResult:
 
 def started(
     spec: GridSpec, pool: PretrainResult, max_shards: int | None = None, pieces: int | None = None
-) -> tuple[GridProgram, Any]:
+) -> tuple[GridTrainer, Any]:
     """A compiled program and its initial state (compiled once per grid shape and process).
 
-    max_shards, pieces: as GridProgram's (None: one shard per device where that pays, pieces as planned).
+    max_shards, pieces: as GridTrainer's (None: one shard per device where that pays, pieces as planned).
     """
-    program = GridProgram(spec, max_shards=max_shards, pieces=pieces)
+    program = GridTrainer(spec, max_shards=max_shards, pieces=pieces)
     state, _ = program.start(pretrained_for(spec, pool))
     return program, state
 
 
-def sharding(program: GridProgram) -> str:
+def sharding(program: GridTrainer) -> str:
     """How a program splits its runs, for figure notes."""
     plan = program.plan
     if plan.n_shards == 1:
@@ -276,7 +276,7 @@ def persistent_cache(path: Path | None) -> Iterator[None]:
 class Stepper:
     """Drives one started program: each call runs one outer iteration and returns its wall seconds."""
 
-    def __init__(self, program: GridProgram, state: Any) -> None:
+    def __init__(self, program: GridTrainer, state: Any) -> None:
         self.program, self.state, self.iteration = program, state, 0
 
     @property
@@ -329,7 +329,7 @@ def abstract(tree: Any) -> Any:
     return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
 
 
-def inner_step_flops(program: GridProgram, state: Any) -> float:
+def inner_step_flops(program: GridTrainer, state: Any) -> float:
     """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
     assert program.consts is not None
     compiled = (
@@ -340,7 +340,7 @@ def inner_step_flops(program: GridProgram, state: Any) -> float:
     return xla_flops(compiled)
 
 
-def diagnostics_flops(program: GridProgram, state: Any) -> float:
+def diagnostics_flops(program: GridTrainer, state: Any) -> float:
     assert program.consts is not None
     # The whole grid's diagnostics in one program (fillers excluded), not the shards step() runs.
     whole_grid = jax.jit(functools.partial(diagnose, program.shape))

@@ -10,7 +10,7 @@ import pytest
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import load_grid
 from harness.grid.sharding import use_every_cpu_core
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 # The test process starts here: one CPU device per core, before any JAX operation, as the command line does.
 use_every_cpu_core()
@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def paper_metrics() -> pd.DataFrame:
     """Metrics of the published grid (18 conditions × 5 seeds × 10 iterations × 200 steps)."""
-    return GridProgram(load_grid(ROOT / "conditions" / "paper.toml")).run()
+    return GridTrainer(load_grid(ROOT / "conditions" / "paper.toml")).run()
 
 
 @pytest.fixture(scope="session")
 def smoke_metrics() -> pd.DataFrame:
-    return GridProgram(load_grid(ROOT / "conditions" / "smoke.toml")).run()
+    return GridTrainer(load_grid(ROOT / "conditions" / "smoke.toml")).run()
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import pytest
 from harness.common.run_files import CHECKPOINT_FILE
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import load_grid
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """
@@ -188,7 +188,7 @@ def test_divergent_runs_are_flagged_and_the_rest_unaffected(tmp_path: Path) -> N
     metrics = pd.read_csv(out / "metrics.csv")
     bad = metrics[metrics["condition"] == "exploding-judge"]
     assert bad["diverged"].iloc[-1] and not bad["diverged"].iloc[0]
-    alone = GridProgram(load_grid(path).only(["baseline"])).run()
+    alone = GridTrainer(load_grid(path).only(["baseline"])).run()
     good = metrics[metrics["condition"] == "baseline"].reset_index(drop=True)
     assert not good["diverged"].any()
     np.testing.assert_allclose(good["policy_quality"], alone["policy_quality"], atol=1e-5)

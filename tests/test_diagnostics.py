@@ -21,7 +21,7 @@ from harness.engine.state import CoevolutionState
 from harness.grid.diagnostics import Diagnostics
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 K, L = 8, 4
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
@@ -47,8 +47,8 @@ def _fake_pretrained(max_members: int) -> PretrainResult:
     return PretrainResult(params, jnp.zeros(shape, jnp.int32), jnp.zeros(shape), jnp.ones(shape, bool))
 
 
-def _started(knobs: Knobs) -> tuple[GridProgram, CoevolutionState]:
-    program = GridProgram(GridSpec(run=RUN, conditions=(Condition(name="c", knobs=knobs),)))
+def _started(knobs: Knobs) -> tuple[GridTrainer, CoevolutionState]:
+    program = GridTrainer(GridSpec(run=RUN, conditions=(Condition(name="c", knobs=knobs),)))
     state, _ = program.start(pretrained=_fake_pretrained(knobs.n_judges))
     return program, state
 
@@ -75,7 +75,7 @@ def _with_judge_rows(state: CoevolutionState, rows: jax.Array) -> CoevolutionSta
     return state.replace(slots=state.slots.replace(judge=state.slots.judge.replace(params=rows)))
 
 
-def _reference(program: GridProgram, state: CoevolutionState) -> dict[str, np.ndarray]:
+def _reference(program: GridTrainer, state: CoevolutionState) -> dict[str, np.ndarray]:
     """Per run, in float64 numpy: π from flax's Policy on every output, J̄ from flax's Judge."""
     outputs = program.world.outputs
     q = np.asarray(program.world.q_star, np.float64)
@@ -98,7 +98,7 @@ def _reference(program: GridProgram, state: CoevolutionState) -> dict[str, np.nd
 
 
 @pytest.fixture(scope="module")
-def ensemble() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
+def ensemble() -> tuple[GridTrainer, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
     program, initial = _started(Knobs(n_judges=3))
     state = _with_policies(initial)
     diagnostics = program.diagnose(state)
@@ -106,7 +106,7 @@ def ensemble() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np
 
 
 @pytest.fixture(scope="module")
-def meta() -> tuple[GridProgram, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
+def meta() -> tuple[GridTrainer, CoevolutionState, Diagnostics, dict[str, np.ndarray]]:
     program, state = _started(Knobs(meta_holdout_fraction=0.05))
     diagnostics = program.diagnose(state)
     return program, state, diagnostics, _reference(program, state)

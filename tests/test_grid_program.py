@@ -18,7 +18,7 @@ from harness.grid.diagnostics import METRIC_NAMES
 from harness.grid.executables import iteration_program
 from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid
 from harness.grid.pretrain import PretrainResult
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
@@ -83,12 +83,12 @@ def _compiled_iterate(messages: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def pretrained() -> PretrainResult:
     """Judges (seed, member) for seeds 0, 1 and members 0..2, shared by every grid here."""
-    return GridProgram(SMOKE).pretrain()
+    return GridTrainer(SMOKE).pretrain()
 
 
 @pytest.fixture(scope="module")
 def smoke(pretrained: PretrainResult) -> dict:
-    grid = GridProgram(SMOKE)
+    grid = GridTrainer(SMOKE)
     with compile_log() as messages:
         state, record = grid.start(pretrained=pretrained)
     records = [record]
@@ -113,7 +113,7 @@ def alone(pretrained: PretrainResult) -> dict:
     """
     tables = {}
     for names in ELSEWHERE:
-        grid = GridProgram(SMOKE.only(list(names)))
+        grid = GridTrainer(SMOKE.only(list(names)))
         members = grid.layout.shape.max_members
         # Sources are (seed, member), seed-major: keep each seed's first `members`.
         grid.pretrained = jax.tree.map(
@@ -189,7 +189,7 @@ def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretr
     # Positive control: no other module uses SMOKE's shape, so its first start did compile (and the log shows it).
     assert len(_compiled_iterate(smoke["compiled"])) == 1
 
-    retuned = GridProgram(RETUNED)
+    retuned = GridTrainer(RETUNED)
     with compile_log() as messages:
         # iteration_program raises here if its program is traced again.
         state, _ = retuned.start(pretrained=pretrained)

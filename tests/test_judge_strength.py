@@ -23,7 +23,7 @@ from harness.grid.conditions import duplicate_conditions, parse_grid
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
 from harness.grid.origins import JudgeSource, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
-from harness.grid.trainer import GridProgram, PretrainingFailed, grid_constants
+from harness.grid.trainer import GridTrainer, PretrainingFailed, grid_constants
 
 VOCAB, SEQ_LEN = 8, 4
 SETTINGS = PretrainSettings(check_every=25, max_steps=2000, batch_size=32)
@@ -88,7 +88,7 @@ def _spec(streams: str) -> GridSpec:
 
 @pytest.mark.parametrize("streams", ["harness", "original"])
 def test_slots_get_the_judges_of_their_conditions_target(streams: str) -> None:
-    program = GridProgram(_spec(streams))
+    program = GridTrainer(_spec(streams))
     spec, layout, origins = program.spec, program.layout, program.origins
     # One source per (seed, member) and target: 0.7 and 0.8 need one member, 0.5 two.
     targets = [source.target for source in origins.judge_sources]
@@ -165,7 +165,7 @@ def test_the_knob_stays_on_the_host() -> None:
 
 
 def test_failures_name_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    program = GridProgram(_spec("harness").only(["default", "strong"]))
+    program = GridTrainer(_spec("harness").only(["default", "strong"]))
     count = len(program.origins.judge_sources)
     reached = np.array([source.target != STRONG for source in program.origins.judge_sources])
 

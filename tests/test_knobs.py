@@ -19,7 +19,7 @@ from harness.engine import keys
 from harness.engine.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import pretrain_judges
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 STEPS = 20
 ITERATIONS = 2
@@ -49,7 +49,7 @@ CONDITIONS = {
 
 @dataclass
 class Trace:
-    program: GridProgram
+    program: GridTrainer
     judges: list  # host judge params (J, ...) at start and after each iteration
     judge_adam: list  # host judge Adam states (J, ...) likewise
     policies: list  # host policy params (R, ...) likewise
@@ -93,7 +93,7 @@ def trace() -> Trace:
         run=RunSettings(seeds=(0,), iterations=ITERATIONS, steps_per_iteration=STEPS, batch_size=16),
         conditions=tuple(Condition(name=n, knobs=k) for n, k in CONDITIONS.items()),
     )
-    program = GridProgram(spec)
+    program = GridTrainer(spec)
     state, _ = program.start()
     judges, adam, policies, diagnostics = [], [], [], []
     for iteration in range(ITERATIONS + 1):

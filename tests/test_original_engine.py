@@ -22,7 +22,7 @@ from harness.engine.knobs import Knobs
 from harness.engine.models import init_judges, judge_score_table, policy_log_prob_table
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
-from harness.grid.trainer import GridProgram, grid_constants
+from harness.grid.trainer import GridTrainer, grid_constants
 from harness.original import streams as original_streams
 from tests.original_loop import OriginalLoop, OriginalRunSettings
 
@@ -45,7 +45,7 @@ SPEC = GridSpec(
 
 @pytest.fixture(scope="module")
 def grid_metrics() -> pd.DataFrame:
-    return GridProgram(SPEC).run()
+    return GridTrainer(SPEC).run()
 
 
 def _ours(table: pd.DataFrame, condition: str, seed: int) -> pd.DataFrame:
@@ -82,19 +82,19 @@ def test_meta_correction_fires_on_the_originals_draw(grid_metrics: pd.DataFrame)
 
 
 @pytest.fixture(scope="module")
-def program() -> GridProgram:
+def program() -> GridTrainer:
     """Every run the original recorded tables of: its baseline script, and variants with 1..5 judges."""
     ensembles = [Condition(name=f"variants-{n}", knobs=Knobs(n_judges=n)) for n in range(1, 6)]
     spec = GridSpec(
         run=RunSettings(seeds=5, streams="original"),
         conditions=(Condition(name="baseline", original_script="baseline"), *ensembles),
     )
-    program = GridProgram(spec)
+    program = GridTrainer(spec)
     program.pretrain()
     return program
 
 
-def test_pretraining_stops_where_the_originals_did(program: GridProgram) -> None:
+def test_pretraining_stops_where_the_originals_did(program: GridTrainer) -> None:
     records = json.loads((DATA / "pretraining.json").read_text())
     expected = {(r["script"].removeprefix("run_"), r["seed"], r["member"]): r["pretrain_steps"] for r in records}
     table = program.pretrain_table()
@@ -102,7 +102,7 @@ def test_pretraining_stops_where_the_originals_did(program: GridProgram) -> None
     assert ours == expected
 
 
-def test_runs_start_from_the_originals_networks(program: GridProgram) -> None:
+def test_runs_start_from_the_originals_networks(program: GridTrainer) -> None:
     with np.load(DATA / "original_lab_tables.npz") as data:
         tables = {name: data[name] for name in data.files}
     log_pi = jax.vmap(lambda p: policy_log_prob_table(p, VOCAB, SEQ_LEN))(program.origins.policy_params)
@@ -132,7 +132,7 @@ def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
             Condition(name=f"draw-{s}", knobs=meta.model_copy(update={"meta_holdout_seed": s})) for s in (0, 1, 7)
         ),
     )
-    program = GridProgram(spec)
+    program = GridTrainer(spec)
     program.pretrained = _untrained_judges(program)
     log_pi = jax.vmap(lambda p: policy_log_prob_table(p, VOCAB, SEQ_LEN))(program.origins.policy_params)
     consts = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
@@ -158,7 +158,7 @@ def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
     np.testing.assert_array_equal(pairs[runs[("draw-0", 0)], :count], np.asarray(expected))
 
 
-def _untrained_judges(program: GridProgram) -> PretrainResult:
+def _untrained_judges(program: GridTrainer) -> PretrainResult:
     """Initial (not pretrained) judges for every source: enough to check where each run starts."""
     origins = program.origins
     if program.spec.run.streams == "original":

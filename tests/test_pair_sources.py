@@ -12,7 +12,7 @@ from scipy import stats
 from harness.engine.knobs import Knobs
 from harness.engine.streams import StepKeys
 from harness.grid.layout import Condition, GridSpec, RunSettings
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 from harness.grid.training_step import judge_updates, pair_sides, pair_tokens
 
 SETTINGS = RunSettings(seeds=(0,), iterations=2, steps_per_iteration=5, batch_size=32)
@@ -26,11 +26,11 @@ CONDITIONS = {
 
 
 @pytest.fixture(scope="module")
-def trained() -> tuple[GridProgram, pd.DataFrame, list]:
+def trained() -> tuple[GridTrainer, pd.DataFrame, list]:
     spec = GridSpec(
         name="pairs", run=SETTINGS, conditions=tuple(Condition(name=n, knobs=k) for n, k in CONDITIONS.items())
     )
-    program = GridProgram(spec, max_shards=1)
+    program = GridTrainer(spec, max_shards=1)
     state, diagnostics = program.start()
     states, records = [state], [diagnostics]
     for iteration in range(SETTINGS.iterations):
@@ -40,7 +40,7 @@ def trained() -> tuple[GridProgram, pd.DataFrame, list]:
     return program, program.metrics_table(records), states
 
 
-def _run(program: GridProgram, name: str) -> int:
+def _run(program: GridTrainer, name: str) -> int:
     return [c for c, _ in program.layout.run_labels()].index(name)
 
 
@@ -59,7 +59,7 @@ def test_the_live_policy_as_the_past_side_is_a_coin_and_checkpoints_are_iteratio
         )
 
 
-def _draw_sides(program: GridProgram, state, draws: int) -> tuple[np.ndarray, np.ndarray]:
+def _draw_sides(program: GridTrainer, state, draws: int) -> tuple[np.ndarray, np.ndarray]:
     """Chosen and rejected output indices of every run, from `draws` independent pair batches."""
     consts, knobs, shape = program.consts, program.layout.knobs, program.shape
     contrast = jnp.ones(shape.n_runs, bool)

@@ -2,7 +2,7 @@
 
 The stopping rule is checked by re-running the same judges with the step cap set one check before each
 judge's reported stop: that judge must then fail (reached=False, Spearman below target), and
-GridProgram.pretrain() must raise PretrainingFailed naming exactly the judges that failed.
+GridTrainer.pretrain() must raise PretrainingFailed naming exactly the judges that failed.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from harness.engine.models import judge_score_table
 from harness.grid import trainer
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.pretrain import PretrainResult, pretrain_judges
-from harness.grid.trainer import GridProgram, PretrainingFailed
+from harness.grid.trainer import GridTrainer, PretrainingFailed
 
 SEED = 3  # its judges 0 and 1 stop at different checks under SETTINGS, so the cuts below differ in who fails
 SETTINGS = PretrainSettings(target_spearman=0.6, check_every=25, max_steps=1000, batch_size=32)
 score_tables = jax.jit(jax.vmap(judge_score_table, (0, None, None)), static_argnums=(1, 2))
 
 
-def _grid(settings: PretrainSettings) -> GridProgram:
-    return GridProgram(
+def _grid(settings: PretrainSettings) -> GridTrainer:
+    return GridTrainer(
         GridSpec(
             run=RunSettings(seeds=(SEED,), iterations=1, steps_per_iteration=1, batch_size=4),
             pretrain=settings,
@@ -46,13 +46,13 @@ def _member(tree: chex.ArrayTree, member: int) -> chex.ArrayTree:
 
 
 @pytest.fixture(scope="module")
-def first_run() -> tuple[GridProgram, PretrainResult]:
+def first_run() -> tuple[GridTrainer, PretrainResult]:
     grid = _grid(SETTINGS)
     # One judge source per (seed, member), seed-major: viewed here as (seed, member).
     return grid, jax.tree.map(lambda x: x.reshape((1, 2, *x.shape[1:])), grid.pretrain())
 
 
-def test_reported_steps_meet_target(first_run: tuple[GridProgram, PretrainResult]) -> None:
+def test_reported_steps_meet_target(first_run: tuple[GridTrainer, PretrainResult]) -> None:
     grid, result = first_run
     chex.assert_shape([result.steps, result.spearman, result.reached], (1, 2))
     steps = np.asarray(result.steps)[0]
@@ -68,7 +68,7 @@ def test_reported_steps_meet_target(first_run: tuple[GridProgram, PretrainResult
 
 
 def test_stops_at_first_check_meeting_target(
-    first_run: tuple[GridProgram, PretrainResult], monkeypatch: pytest.MonkeyPatch
+    first_run: tuple[GridTrainer, PretrainResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     grid, full = first_run
     steps = np.asarray(full.steps)[0]

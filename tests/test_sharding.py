@@ -19,7 +19,7 @@ from harness.grid.conditions import load_grid
 from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid, work_kind
 from harness.grid.pretrain import pretrain_program
 from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = load_grid(ROOT / "conditions" / "paper.toml")
@@ -123,18 +123,18 @@ SPLIT = GridSpec(
 
 
 @pytest.fixture(scope="module")
-def split_runs() -> dict[int, tuple[GridProgram, pd.DataFrame]]:
+def split_runs() -> dict[int, tuple[GridTrainer, pd.DataFrame]]:
     """SPLIT run on one device in two shards one after another (`lax.map`), and as two shards on two
     devices side by side (with fillers: every kind has an odd run count)."""
     programs = {}
     for max_shards, pieces in ((1, 2), (2, 1)):
-        program = GridProgram(SPLIT, max_shards=max_shards, pieces=pieces)
+        program = GridTrainer(SPLIT, max_shards=max_shards, pieces=pieces)
         programs[max_shards] = program, program.run()
     return programs
 
 
 @needs_two_devices
-def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridProgram, pd.DataFrame]]) -> None:
+def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridTrainer, pd.DataFrame]]) -> None:
     (whole, whole_table), (split, split_table) = split_runs[1], split_runs[2]
     assert (whole.plan.devices, whole.plan.n_shards) == (1, 2) and whole.plan.fillers > 0
     assert (split.plan.devices, split.plan.n_shards) == (2, 2) and split.plan.fillers > 0
@@ -153,7 +153,7 @@ def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridProg
 
 
 @needs_two_devices
-def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridProgram, pd.DataFrame]]) -> None:
+def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridTrainer, pd.DataFrame]]) -> None:
     iteration = split_runs[2][0]._executable.as_text()
     assert "while" in iteration  # the text is the real program
     assert not COLLECTIVE.search(iteration)

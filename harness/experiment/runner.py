@@ -30,7 +30,7 @@ from harness.experiment.checkpoint import (
     save_checkpoint,
 )
 from harness.grid.layout import GridSpec
-from harness.grid.trainer import GridProgram
+from harness.grid.trainer import GridTrainer
 
 
 class Progress(Protocol):
@@ -96,7 +96,7 @@ def execute(
     started_at = dt.datetime.now(dt.UTC)
     if not resume:
         atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
-    program = GridProgram(spec)
+    program = GridTrainer(spec)
     total = spec.run.iterations
 
     resuming = resume and has_checkpoint(run_dir)

@@ -1,6 +1,6 @@
 """The compiled grid program: pretrain judges, then train every run of a grid together.
 
-`GridProgram` owns the host side: it lays out the grid, pretrains the judges, builds
+`GridTrainer` owns the host side: it lays out the grid, pretrains the judges, builds
 the initial state, and runs the grid's two compiled programs (`harness.grid.executables`)
 once per outer iteration, training then diagnostics, the same executables every time, so
 the host can report progress and checkpoint in between.
@@ -71,7 +71,7 @@ def grid_constants(
 
 
 @dataclass
-class GridProgram:
+class GridTrainer:
     """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`).
 
     The state passed in and out is the whole grid's (runs and slots in layout order);

@@ -92,26 +92,26 @@ def write_report(
     is never written.
     """
     out_dir = Path(out_dir)
-    m = prepare(metrics)
-    facts = grid_facts(m, grid_name)
-    summary = summarize(m, confidence)
-    shares = mode_shares(m)
-    ref = reference(m)
+    prepared = prepare(metrics)
+    facts = grid_facts(prepared, grid_name)
+    summary = summarize(prepared, confidence)
+    shares = mode_shares(prepared)
+    ref = reference(prepared)
     if grid is not None:
-        missing = sorted(set(m["condition"]) - {c.name for c in grid.conditions})
+        missing = sorted(set(prepared["condition"]) - {c.name for c in grid.conditions})
         if missing:
             raise ValueError(f"the grid does not describe conditions {missing} of the metrics table")
-    groups = identical_groups(m)  # one result each: sections that count conditions count a group once
-    identical = identical_section(m, grid, groups)
+    groups = identical_groups(prepared)  # one result each: sections that count conditions count a group once
+    identical = identical_section(prepared, grid, groups)
     _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     _write(out_dir, "summary.md", summary_document(summary, facts, confidence, "\n".join(identical)))
-    figures = make_figures(m, out_dir / "figures", grid_name)
+    figures = make_figures(prepared, out_dir / "figures", grid_name)
     readings = {
-        "headline": reading_headline(m, ref),
+        "headline": reading_headline(prepared, ref),
         "boundaries_and_best": reading_boundaries(summary),
         "all_conditions": reading_all_conditions(summary, groups),
-        "end_state": reading_end_state(m, shares),
-        "inside_vs_outside": reading_inside_vs_outside(m, ref),
+        "end_state": reading_end_state(prepared, shares),
+        "inside_vs_outside": reading_inside_vs_outside(prepared, ref),
     }
     diverged = (
         f"{plural(facts.diverged_runs, 'run')} diverged (left out of means and plots, counted in the Diverged "
@@ -122,10 +122,10 @@ def write_report(
     lines = [
         f"# {title}",
         "",
-        f"{facts.grid_text}, {plural(facts.n_runs, 'run')}, outer iterations {int(m['iteration'].min())}.."
+        f"{facts.grid_text}, {plural(facts.n_runs, 'run')}, outer iterations {int(prepared['iteration'].min())}.."
         f"{facts.final_iteration} (0 = before training). Reference for paired differences: `{ref}`. {diverged}",
         "",
-        *how_to_read(m, facts, ref, confidence, grid, roles(m)),
+        *how_to_read(prepared, facts, ref, confidence, grid, roles(prepared)),
         "## Summary at the final iteration",
         "",
         f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs of means; Δ is paired on "
@@ -137,8 +137,8 @@ def write_report(
     ]
     if identical:
         lines += ["### Conditions with identical results", "", *identical]
-    lines += meta_section(m, grid)
-    lines += pair_section(m, grid, out_dir)
+    lines += meta_section(prepared, grid)
+    lines += pair_section(prepared, grid, out_dir)
     if not shares.empty:
         lines += [
             "## Where runs end",
@@ -150,7 +150,7 @@ def write_report(
         ]
     claims = grid.claims if grid is not None else ()
     lines += findings_sections(
-        m, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text)
+        prepared, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text)
     )
     lines += ["## Figures", ""]
     for key, path in figures.items():

@@ -67,7 +67,7 @@ def verdicts_markdown(verdicts: pd.DataFrame) -> str:
 
 
 def findings_sections(
-    m: pd.DataFrame,
+    prepared: pd.DataFrame,
     shares: pd.DataFrame,
     out_dir: Path,
     facts: GridFacts,
@@ -80,9 +80,9 @@ def findings_sections(
     frontier.csv and their figures through `write` / into out_dir/figures. groups: the identical groups
     (identical.identical_groups), each counted once where the text counts conditions."""
     lines: list[str] = []
-    ref = reference(m)
+    ref = reference(prepared)
     if claims:
-        verdicts = verdict_table(m, claims, confidence)
+        verdicts = verdict_table(prepared, claims, confidence)
         write(CLAIMS_FILE, verdicts.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
         counts = verdicts["verdict"].value_counts()
         tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v != "untested")
@@ -102,12 +102,12 @@ def findings_sections(
             "",
             f"{facts.heading()} {attractor_reading(escapes, shares, ref, groups)}",
             "",
-            escape_markdown(escapes, conditions(m)),
+            escape_markdown(escapes, conditions(prepared)),
             f"![End modes per condition]({figure.relative_to(out_dir).as_posix()})",
             "",
         ]
-    if KL.name in m.columns:
-        points = frontier_points(m)
+    if KL.name in prepared.columns:
+        points = frontier_points(prepared)
         fits = fit_frontier(points)
         write("frontier.csv", fits.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
         figures = out_dir / "figures"

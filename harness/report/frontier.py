@@ -44,9 +44,9 @@ def gao_curve(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
     return alpha * d - beta * scipy.special.xlogy(d, d)
 
 
-def frontier_points(m: pd.DataFrame) -> pd.DataFrame:
+def frontier_points(prepared: pd.DataFrame) -> pd.DataFrame:
     """Per run and iteration: d = √KL(π_t ‖ π₀) and the gains in real and judge-perceived quality since iteration 0."""
-    data = live(m).dropna(subset=[KL.name, QUALITY.name, PERCEIVED.name]).copy()
+    data = live(prepared).dropna(subset=[KL.name, QUALITY.name, PERCEIVED.name]).copy()
     start = data[data["iteration"] == 0].set_index(["condition", "seed"])
     key = pd.MultiIndex.from_frame(data[["condition", "seed"]])
     data["d"] = np.sqrt(data[KL.name].clip(lower=0.0))

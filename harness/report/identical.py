@@ -23,9 +23,9 @@ IDENTICAL_TOLERANCE = 1e-5
 HOLDOUT = "meta_accuracy"
 
 
-def _columns(m: pd.DataFrame) -> list[str]:
-    return [x.name for x in registry.METRICS if x.name in m.columns] + [
-        c for c in ("mode_sequence", "diverged") if c in m.columns
+def _columns(prepared: pd.DataFrame) -> list[str]:
+    return [x.name for x in registry.METRICS if x.name in prepared.columns] + [
+        c for c in ("mode_sequence", "diverged") if c in prepared.columns
     ]
 
 
@@ -39,13 +39,16 @@ def _same(a: pd.Series, b: pd.Series) -> bool:
     return bool((a.astype(str).to_numpy() == b.astype(str).to_numpy()).all())
 
 
-def identical_groups(m: pd.DataFrame) -> list[tuple[str, ...]]:
+def identical_groups(prepared: pd.DataFrame) -> list[tuple[str, ...]]:
     """Groups (of two or more) of identical conditions, each in grid order, groups ordered by their first member.
 
-    m: a prepared metrics table (`prepare`).
+    prepared: the prepared metrics table (`prepare`).
     """
-    columns = _columns(m)
-    tables = {c: m[m["condition"] == c].set_index(["seed", "iteration"]).sort_index()[columns] for c in conditions(m)}
+    columns = _columns(prepared)
+    tables = {
+        c: prepared[prepared["condition"] == c].set_index(["seed", "iteration"]).sort_index()[columns]
+        for c in conditions(prepared)
+    }
     names = list(tables)
     group_of = {c: c for c in names}
     for i, a in enumerate(names):
@@ -77,19 +80,19 @@ def counted_once(names: list[str], groups: list[tuple[str, ...]]) -> str:
     return "`" + "`, `".join(listed) + "` counted once"
 
 
-def _meta_fired(m: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
+def _meta_fired(prepared: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
     """Why a condition with meta-correction matches one without, as far as the data show it: whether and how often
     the correction fired (with the count; if never, also how low its held-out accuracy got). None without held-out
     pairs."""
-    rows = m[m["condition"] == condition]
+    rows = prepared[prepared["condition"] == condition]
     if HOLDOUT not in rows or CORRECTIONS not in rows or rows[HOLDOUT].isna().all():
         return None
-    if corrections(m, condition).sum() != 0:
-        return f"{fired_phrase(m, condition)}, without moving any metric beyond the tolerance"
+    if corrections(prepared, condition).sum() != 0:
+        return f"{fired_phrase(prepared, condition)}, without moving any metric beyond the tolerance"
     lowest = float(rows[HOLDOUT].min())
     threshold = f", threshold {grid.condition(condition).knobs.meta_accuracy_threshold:g}" if grid else ""
     accuracy = f"its held-out accuracy at iteration ends is never below {num(lowest)}{threshold}"
-    return fired_phrase(m, condition, accuracy)
+    return fired_phrase(prepared, condition, accuracy)
 
 
 def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
@@ -101,22 +104,22 @@ def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
     return "they differ only in " + (", ".join(listed[:-1]) + " and " if len(listed) > 1 else "") + listed[-1]
 
 
-def explain(m: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | None) -> str:
+def explain(prepared: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | None) -> str:
     """One line naming the group and, as far as the knobs (grid) and the metrics show it, why its results coincide."""
     first, rest = group[0], group[1:]
     reasons = []
     for other in rest:
         parts = [_knob_difference(grid, first, other)] if grid else []
         if not grid or grid.condition(first).knobs != grid.condition(other).knobs:
-            fired = [r for c in (first, other) if (r := _meta_fired(m, c, grid))]
+            fired = [r for c in (first, other) if (r := _meta_fired(prepared, c, grid))]
             parts += fired or ["the metrics do not show why"]
         reasons.append(f"`{other}`: " + "; ".join(parts) if len(rest) > 1 else "; ".join(parts))
     names = " = ".join(f"`{c}`" for c in group)
     return f"- {names}: " + " / ".join(reasons) + "."
 
 
-def identical_section(m: pd.DataFrame, grid: GridSpec | None, groups: list[tuple[str, ...]]) -> list[str]:
-    """The report's lines on identical conditions (none when there are none); groups: identical_groups(m)."""
+def identical_section(prepared: pd.DataFrame, grid: GridSpec | None, groups: list[tuple[str, ...]]) -> list[str]:
+    """The report's lines on identical conditions (none when there are none); groups: identical_groups(prepared)."""
     if not groups:
         return []
     return [
@@ -124,6 +127,6 @@ def identical_section(m: pd.DataFrame, grid: GridSpec | None, groups: list[tuple
         f"(every metric both record agrees within {power_of_ten(IDENTICAL_TOLERANCE)}, relative or absolute); the "
         "tables list each condition, but each group is one result:",
         "",
-        *(explain(m, g, grid) for g in groups),
+        *(explain(prepared, g, grid) for g in groups),
         "",
     ]

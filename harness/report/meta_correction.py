@@ -37,19 +37,19 @@ def meta_twins(grid: GridSpec) -> dict[str, str | None]:
     return twins
 
 
-def corrections(m: pd.DataFrame, condition: str) -> pd.Series:
+def corrections(prepared: pd.DataFrame, condition: str) -> pd.Series:
     """Held-out correction steps per run (seed) of a condition, summed over its iterations (0 where unrecorded)."""
-    rows = m[m["condition"] == condition]
+    rows = prepared[prepared["condition"] == condition]
     if CORRECTIONS not in rows:
         return pd.Series(0, index=pd.Index(rows["seed"].unique(), name="seed"))
     return pd.to_numeric(rows[CORRECTIONS], errors="coerce").fillna(0).groupby(rows["seed"]).sum()
 
 
-def fired_phrase(m: pd.DataFrame, condition: str, detail: str = "") -> str:
+def fired_phrase(prepared: pd.DataFrame, condition: str, detail: str = "") -> str:
     """How often meta-correction fired in a condition, with the count, for sentences that explain a match:
     "meta-correction never fired in `c` (`meta_corrections` is 0 at every seed and iteration)" or "meta-correction
     fired in k of n runs of `c` (t corrections in all)"; detail, when given, closes the parenthesis after a ";"."""
-    per_run = corrections(m, condition)
+    per_run = corrections(prepared, condition)
     total = int(per_run.sum())
     more = f"; {detail}" if detail else ""
     if total == 0:
@@ -58,11 +58,11 @@ def fired_phrase(m: pd.DataFrame, condition: str, detail: str = "") -> str:
     return f"meta-correction fired in {runs} of `{condition}` ({plural(total, 'correction')} in all{more})"
 
 
-def ends_with_twin(m: pd.DataFrame, condition: str, twin: str) -> bool:
+def ends_with_twin(prepared: pd.DataFrame, condition: str, twin: str) -> bool:
     """Whether every run of condition ends where the same seed's run of twin ends: final quality within
     QUALITY_RESOLUTION (a smaller difference is float noise, the report's one rule) and, where recorded, the same
-    end mode. Needs at least one shared seed with a final value. m: a prepared metrics table."""
-    final = final_runs(m)
+    end mode. Needs at least one shared seed with a final value. prepared: the prepared metrics table."""
+    final = final_runs(prepared)
     own, other = (final[final["condition"] == c].set_index("seed") for c in (condition, twin))
     seeds = own.index.intersection(other.index)
     if len(seeds) == 0 or len(seeds) < len(own):
@@ -76,20 +76,20 @@ def ends_with_twin(m: pd.DataFrame, condition: str, twin: str) -> bool:
     return bool((own_modes == other_modes).all())
 
 
-def meta_table(m: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+def meta_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
     """Per condition with held-out pairs: its draw, the judges' held-out accuracy before training, corrections,
     final quality, and the paired final-quality change from its twin without meta (mean over shared seeds).
 
-    m: a prepared metrics table; seeds and iterations are those it holds.
+    prepared: the prepared metrics table; seeds and iterations are those it holds.
     """
-    last = int(m["iteration"].max())
+    last = int(prepared["iteration"].max())
     rows = []
     for name, twin in meta_twins(grid).items():
-        if name not in conditions(m):
+        if name not in conditions(prepared):
             continue
-        runs = m[m["condition"] == name]
+        runs = prepared[prepared["condition"] == name]
         start, end = runs[runs["iteration"] == 0], runs[runs["iteration"] == last].set_index("seed")
-        per_run = corrections(m, name)
+        per_run = corrections(prepared, name)
         row = {
             "condition": name,
             "holdout_seed": grid.condition(name).knobs.meta_holdout_seed,
@@ -101,18 +101,20 @@ def meta_table(m: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
             "twin": twin,
             "quality_change_from_twin": float("nan"),
         }
-        if twin is not None and twin in conditions(m):
-            twin_end = m[(m["condition"] == twin) & (m["iteration"] == last)].set_index("seed")["policy_quality"]
+        if twin is not None and twin in conditions(prepared):
+            twin_end = prepared[(prepared["condition"] == twin) & (prepared["iteration"] == last)].set_index("seed")[
+                "policy_quality"
+            ]
             row["quality_change_from_twin"] = float((end["policy_quality"] - twin_end).dropna().mean())
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def meta_section(m: pd.DataFrame, grid: GridSpec | None) -> list[str]:
+def meta_section(prepared: pd.DataFrame, grid: GridSpec | None) -> list[str]:
     """The report's lines on meta-correction (none when no condition has held-out pairs or the grid is unknown)."""
-    if grid is None or "meta_corrections" not in m or "meta_accuracy" not in m:
+    if grid is None or "meta_corrections" not in prepared or "meta_accuracy" not in prepared:
         return []
-    table = meta_table(m, grid)
+    table = meta_table(prepared, grid)
     if table.empty:
         return []
     rows = [
@@ -133,9 +135,11 @@ def meta_section(m: pd.DataFrame, grid: GridSpec | None) -> list[str]:
     # A condition whose runs all end where its twin's do is the twin's result to the report's resolution, though its
     # metrics may differ by more than the identity test allows; say how often the correction acted there.
     matched = [
-        f"- `{row.condition}` ends where `{row.twin}` ends: {fired_phrase(m, row.condition)}."
+        f"- `{row.condition}` ends where `{row.twin}` ends: {fired_phrase(prepared, row.condition)}."
         for row in table.itertuples(index=False)
-        if isinstance(row.twin, str) and row.twin in conditions(m) and ends_with_twin(m, row.condition, row.twin)
+        if isinstance(row.twin, str)
+        and row.twin in conditions(prepared)
+        and ends_with_twin(prepared, row.condition, row.twin)
     ]
     if matched:
         matched = [

@@ -35,14 +35,14 @@ ALIGNMENT: Metric = metric("judge_alignment")
 PERCEIVED: Metric = metric("judge_perceived_quality")
 
 
-def float_metrics(m: pd.DataFrame) -> tuple[Metric, ...]:
+def float_metrics(prepared: pd.DataFrame) -> tuple[Metric, ...]:
     """Registered float metrics present in the table, registry order: what summaries are computed over."""
-    return tuple(x for x in registry.METRICS if x.kind == "float" and x.name in m.columns)
+    return tuple(x for x in registry.METRICS if x.kind == "float" and x.name in prepared.columns)
 
 
-def headline_metrics(m: pd.DataFrame) -> tuple[Metric, ...]:
+def headline_metrics(prepared: pd.DataFrame) -> tuple[Metric, ...]:
     """Headline metrics present in the table (all are, after prepare())."""
-    return tuple(x for x in registry.HEADLINE_METRICS if x.name in m.columns)
+    return tuple(x for x in registry.HEADLINE_METRICS if x.name in prepared.columns)
 
 
 def prepare(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -53,51 +53,51 @@ def prepare(metrics: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"metrics table lacks columns {missing}")
     if metrics.empty:
         raise ValueError("metrics table is empty")
-    m = metrics.copy()
-    m["condition"] = m["condition"].astype(str)
+    prepared = metrics.copy()
+    prepared["condition"] = prepared["condition"].astype(str)
     for flag in ("boundary", "diverged"):
         # Hand-built tables may omit the flags; a missing flag means "no".
-        m[flag] = m[flag].fillna(False).astype(bool) if flag in m.columns else False
-    for x in float_metrics(m):
-        values = pd.to_numeric(m[x.name], errors="coerce").astype(float)
-        m[x.name] = values.where(np.isfinite(values))
-    order = {name: i for i, name in enumerate(dict.fromkeys(m["condition"]))}
-    m["_order"] = m["condition"].map(order)
-    m = m.sort_values(["_order", "seed", "iteration"], kind="stable").drop(columns="_order")
-    return m.reset_index(drop=True)
+        prepared[flag] = prepared[flag].fillna(False).astype(bool) if flag in prepared.columns else False
+    for x in float_metrics(prepared):
+        values = pd.to_numeric(prepared[x.name], errors="coerce").astype(float)
+        prepared[x.name] = values.where(np.isfinite(values))
+    order = {name: i for i, name in enumerate(dict.fromkeys(prepared["condition"]))}
+    prepared["_order"] = prepared["condition"].map(order)
+    prepared = prepared.sort_values(["_order", "seed", "iteration"], kind="stable").drop(columns="_order")
+    return prepared.reset_index(drop=True)
 
 
-def conditions(m: pd.DataFrame) -> list[str]:
+def conditions(prepared: pd.DataFrame) -> list[str]:
     """Conditions in grid order (order of first appearance)."""
-    return list(dict.fromkeys(m["condition"]))
+    return list(dict.fromkeys(prepared["condition"]))
 
 
-def reference(m: pd.DataFrame) -> str:
-    names = conditions(m)
+def reference(prepared: pd.DataFrame) -> str:
+    names = conditions(prepared)
     return REFERENCE_NAME if REFERENCE_NAME in names else names[0]
 
 
-def roles(m: pd.DataFrame) -> dict[str, str]:
+def roles(prepared: pd.DataFrame) -> dict[str, str]:
     """Role per condition; the reference keeps its role even if it is flagged as a boundary."""
-    ref = reference(m)
-    boundary = m.groupby("condition", sort=False)["boundary"].any()
-    return {c: "reference" if c == ref else ("boundary" if boundary[c] else "mechanism") for c in conditions(m)}
+    ref = reference(prepared)
+    boundary = prepared.groupby("condition", sort=False)["boundary"].any()
+    return {c: "reference" if c == ref else ("boundary" if boundary[c] else "mechanism") for c in conditions(prepared)}
 
 
-def live(m: pd.DataFrame) -> pd.DataFrame:
+def live(prepared: pd.DataFrame) -> pd.DataFrame:
     """Rows that enter means and plots: diverged rows are excluded (they are counted elsewhere)."""
-    return m[~m["diverged"]]
+    return prepared[~prepared["diverged"]]
 
 
-def final_runs(m: pd.DataFrame) -> pd.DataFrame:
+def final_runs(prepared: pd.DataFrame) -> pd.DataFrame:
     """Each run's row at its condition's final iteration, if that row is not diverged."""
-    last = m.groupby("condition", sort=False)["iteration"].transform("max")
-    return live(m[m["iteration"] == last])
+    last = prepared.groupby("condition", sort=False)["iteration"].transform("max")
+    return live(prepared[prepared["iteration"] == last])
 
 
-def series(m: pd.DataFrame, condition: str, column: str) -> pd.Series:
+def series(prepared: pd.DataFrame, condition: str, column: str) -> pd.Series:
     """Mean over seeds of a column per iteration, for one condition, diverged rows excluded."""
-    data = live(m[m["condition"] == condition]).dropna(subset=[column])
+    data = live(prepared[prepared["condition"] == condition]).dropna(subset=[column])
     return data.groupby("iteration")[column].mean().sort_index()
 
 
@@ -132,13 +132,13 @@ class GridFacts:
         return f"{self.grid_text}; {what} {self.final_iteration}."
 
 
-def grid_facts(m: pd.DataFrame, name: str | None = None) -> GridFacts:
-    runs = m.groupby(["condition", "seed"], sort=False)["diverged"].any()
+def grid_facts(prepared: pd.DataFrame, name: str | None = None) -> GridFacts:
+    runs = prepared.groupby(["condition", "seed"], sort=False)["diverged"].any()
     return GridFacts(
         name=name,
-        n_conditions=m["condition"].nunique(),
-        seeds=tuple(sorted(int(s) for s in m["seed"].unique())),
-        final_iteration=int(m["iteration"].max()),
+        n_conditions=prepared["condition"].nunique(),
+        seeds=tuple(sorted(int(s) for s in prepared["seed"].unique())),
+        final_iteration=int(prepared["iteration"].max()),
         n_runs=len(runs),
         diverged_runs=int(runs.sum()),
     )
@@ -186,7 +186,7 @@ def num(value: object, digits: int = 3, signed: bool = False) -> str:
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
-def belief_gap(m: pd.DataFrame) -> pd.DataFrame:
+def belief_gap(prepared: pd.DataFrame) -> pd.DataFrame:
     """The belief gap per condition × iteration: mean over seeds of (perceived(t) − perceived(0)) − (real(t) − real(0)).
 
     Per run, perceived is judge-perceived and real is real quality, and 0 is the run's first iteration with both
@@ -196,9 +196,9 @@ def belief_gap(m: pd.DataFrame) -> pd.DataFrame:
     iteration, gap, gap_std (over seeds, NaN with one seed); empty without judge-perceived quality.
     """
     columns = ["condition", "iteration", "gap", "gap_std"]
-    if PERCEIVED.name not in m.columns:
+    if PERCEIVED.name not in prepared.columns:
         return pd.DataFrame(columns=columns)
-    ok = live(m).dropna(subset=[QUALITY.name, PERCEIVED.name]).sort_values(["condition", "seed", "iteration"])
+    ok = live(prepared).dropna(subset=[QUALITY.name, PERCEIVED.name]).sort_values(["condition", "seed", "iteration"])
     if ok.empty:
         return pd.DataFrame(columns=columns)
     runs = ok.groupby(["condition", "seed"], sort=False)
@@ -206,6 +206,6 @@ def belief_gap(m: pd.DataFrame) -> pd.DataFrame:
     ok = ok.assign(gap=(ok[PERCEIVED.name] - start_perceived) - (ok[QUALITY.name] - start_real))
     out = ok.groupby(["condition", "iteration"])["gap"].agg(gap="mean", gap_std=lambda g: g.std(ddof=1))
     out = out.reset_index()
-    order = {c: i for i, c in enumerate(conditions(m))}
+    order = {c: i for i, c in enumerate(conditions(prepared))}
     out = out.sort_values(["condition", "iteration"], key=lambda s: s.map(order) if s.name == "condition" else s)
     return out.reset_index(drop=True)[columns]

@@ -54,14 +54,14 @@ def _mean_ci(values: pd.Series) -> str:
 DISTINCT_ERROR = "pair_label_error_distinct"
 
 
-def _at(m: pd.DataFrame, condition: str, iteration: int, column: str) -> pd.Series:
+def _at(prepared: pd.DataFrame, condition: str, iteration: int, column: str) -> pd.Series:
     """One column of a condition's runs at an iteration, by seed."""
-    rows = m[(m["condition"] == condition) & (m["iteration"] == iteration)]
+    rows = prepared[(prepared["condition"] == condition) & (prepared["iteration"] == iteration)]
     return rows.set_index("seed")[column]
 
 
-def _paired(m: pd.DataFrame, side: str, other: str, iteration: int, column: str) -> tuple[float, float, float]:
-    a, b = _at(m, side, iteration, column), _at(m, other, iteration, column)
+def _paired(prepared: pd.DataFrame, side: str, other: str, iteration: int, column: str) -> tuple[float, float, float]:
+    a, b = _at(prepared, side, iteration, column), _at(prepared, other, iteration, column)
     seeds = a.index.intersection(b.index)
     return paired_bootstrap_ci(a[seeds].to_numpy(float), b[seeds].to_numpy(float), "mean", 0.95)
 
@@ -77,72 +77,76 @@ def _slow_judge(grid: GridSpec) -> str | None:
     return max(plain, key=lambda c: c.knobs.judge_update_every).name if plain else None
 
 
-def _same_end_modes(m: pd.DataFrame, grid: GridSpec) -> list[list[str]]:
+def _same_end_modes(prepared: pd.DataFrame, grid: GridSpec) -> list[list[str]]:
     """Groups of two or more conditions with a contrast pair source whose runs end at the same output seed by seed."""
-    last = int(m["iteration"].max())
-    final = m[m["iteration"] == last].pivot_table(index="condition", columns="seed", values="mode_index")
+    last = int(prepared["iteration"].max())
+    final = prepared[prepared["iteration"] == last].pivot_table(index="condition", columns="seed", values="mode_index")
     groups: dict[tuple, list[str]] = {}
-    for name in conditions(m):
+    for name in conditions(prepared):
         knobs = grid.condition(name).knobs
         if name in final.index and (knobs.rejected_from != "policy" or knobs.chosen_from != "policy"):
             groups.setdefault(tuple(final.loc[name]), []).append(name)
     return [group for group in groups.values() if len(group) > 1]
 
 
-def pair_table(m: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+def pair_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
     """Per condition: its pair source and the audits at iteration 1 and the last (mean [95% Student-t CI])."""
-    last = int(m["iteration"].max())
+    last = int(prepared["iteration"].max())
     rows = []
-    for name in conditions(m):
+    for name in conditions(prepared):
         row = {"condition": name, "pairs": pair_source(grid.condition(name).knobs)}
-        row["label error, a ≠ b @1"] = _mean_ci(_at(m, name, 1, DISTINCT_ERROR))
-        row[f"label error, a ≠ b @{last}"] = _mean_ci(_at(m, name, last, DISTINCT_ERROR))
-        row[f"label error @{last}"] = _mean_ci(_at(m, name, last, "pair_label_error"))
-        row["q* gap @1"] = _mean_ci(_at(m, name, 1, "pair_quality_gap"))
-        row[f"q* gap @{last}"] = _mean_ci(_at(m, name, last, "pair_quality_gap"))
-        row[f"identical @{last}"] = _mean_ci(_at(m, name, last, "pair_identical"))
+        row["label error, a ≠ b @1"] = _mean_ci(_at(prepared, name, 1, DISTINCT_ERROR))
+        row[f"label error, a ≠ b @{last}"] = _mean_ci(_at(prepared, name, last, DISTINCT_ERROR))
+        row[f"label error @{last}"] = _mean_ci(_at(prepared, name, last, "pair_label_error"))
+        row["q* gap @1"] = _mean_ci(_at(prepared, name, 1, "pair_quality_gap"))
+        row[f"q* gap @{last}"] = _mean_ci(_at(prepared, name, last, "pair_quality_gap"))
+        row[f"identical @{last}"] = _mean_ci(_at(prepared, name, last, "pair_identical"))
         if grid.condition(name).knobs.referee_margin > 0:
-            row[f"re-judged @{last}"] = _mean_ci(_at(m, name, last, "referee_share"))
-            row[f"referee error @{last}"] = _mean_ci(_at(m, name, last, "referee_label_error"))
+            row[f"re-judged @{last}"] = _mean_ci(_at(prepared, name, last, "referee_share"))
+            row[f"referee error @{last}"] = _mean_ci(_at(prepared, name, last, "referee_label_error"))
         rows.append(row)
     return pd.DataFrame(rows).fillna("·")
 
 
-def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
-    last, ref = int(m["iteration"].max()), reference(m)
+def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
+    last, ref = int(prepared["iteration"].max()), reference(prepared)
     lines = []
-    for name in conditions(m):
+    for name in conditions(prepared):
         knobs = grid.condition(name).knobs
         if knobs.rejected_from == "past" and knobs.chosen_from == "policy" and knobs.contrast_mix == 1:
-            by_iteration = m[m["condition"] == name].groupby("iteration")[DISTINCT_ERROR].mean()
+            by_iteration = prepared[prepared["condition"] == name].groupby("iteration")[DISTINCT_ERROR].mean()
             worst = int(by_iteration.iloc[1:].idxmax())
             peak = f"{num(by_iteration.loc[worst])} at its worst (iteration {worst}), " if worst != last else ""
             lines.append(
                 f"- **Is newer better?** `{name}`: among pairs of two different outputs, the label 'newer > older' "
-                f"is wrong on {_mean_ci(_at(m, name, 1, DISTINCT_ERROR))} after iteration 1, {peak}and "
-                f"{_mean_ci(_at(m, name, last, DISTINCT_ERROR))} at iteration {last} (0.5 is a coin; the reference's "
-                f"own labels: {_mean_ci(_at(m, ref, last, DISTINCT_ERROR))}). Counting the pairs of one output, "
-                f"{_mean_ci(_at(m, name, last, 'pair_identical'))} of all pairs at the end and never wrong, the label "
-                f"error is {_mean_ci(_at(m, name, last, 'pair_label_error'))}."
+                f"is wrong on {_mean_ci(_at(prepared, name, 1, DISTINCT_ERROR))} after iteration 1, {peak}and "
+                f"{_mean_ci(_at(prepared, name, last, DISTINCT_ERROR))} at iteration {last} (0.5 is a coin; the "
+                f"reference's own labels: {_mean_ci(_at(prepared, ref, last, DISTINCT_ERROR))}). Counting the pairs of "
+                f"one output, {_mean_ci(_at(prepared, name, last, 'pair_identical'))} of all pairs at the end and "
+                f"never wrong, the label error is {_mean_ci(_at(prepared, name, last, 'pair_label_error'))}."
             )
         if knobs.rejected_from == "initial" and name != ref:
-            effect, low, high = _paired(m, name, ref, last, "pair_quality_gap")
-            quality, quality_low, quality_high = _paired(m, name, ref, last, "policy_quality")
+            effect, low, high = _paired(prepared, name, ref, last, "pair_quality_gap")
+            quality, quality_low, quality_high = _paired(prepared, name, ref, last, "policy_quality")
             lines.append(
                 f"- **Does anchored rejection keep the gap open?** `{name}`: E|q*(chosen) − q*(rejected)| at iteration "
-                f"{last} is {_mean_ci(_at(m, name, last, 'pair_quality_gap'))} against the reference's "
-                f"{_mean_ci(_at(m, ref, last, 'pair_quality_gap'))} (paired Δ {num(effect, signed=True)} "
+                f"{last} is {_mean_ci(_at(prepared, name, last, 'pair_quality_gap'))} against the reference's "
+                f"{_mean_ci(_at(prepared, ref, last, 'pair_quality_gap'))} (paired Δ {num(effect, signed=True)} "
                 f"[{num(low, signed=True)}, {num(high, signed=True)}]); its final real quality differs from the "
                 f"reference's by {num(quality, signed=True)} [{num(quality_low, signed=True)}, "
                 f"{num(quality_high, signed=True)}]."
             )
     slow = _slow_judge(grid)
-    if slow is not None and slow in conditions(m):
-        roles = m.groupby("condition")["boundary"].first() if "boundary" in m.columns else pd.Series(dtype=bool)
-        others = [n for n in conditions(m) if n not in (slow, ref) and not bool(roles.get(n, False))]
+    if slow is not None and slow in conditions(prepared):
+        roles = (
+            prepared.groupby("condition")["boundary"].first()
+            if "boundary" in prepared.columns
+            else pd.Series(dtype=bool)
+        )
+        others = [n for n in conditions(prepared) if n not in (slow, ref) and not bool(roles.get(n, False))]
         rows = []
         for name in others:
-            effect, low, high = _paired(m, name, slow, last, "policy_quality")
+            effect, low, high = _paired(prepared, name, slow, last, "policy_quality")
             words = VERDICT_WORDS[difference_direction(effect, low, high)]
             rows.append(
                 f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}] ({words})"
@@ -153,7 +157,7 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
                 "paired over seeds (95% bootstrap CI; above or below only where |Δ| ≥ "
                 f"{QUALITY_RESOLUTION:g} q* and the CI excludes 0): " + "; ".join(rows) + "."
             )
-    first_modes = _same_end_modes(m, grid)
+    first_modes = _same_end_modes(prepared, grid)
     if first_modes:
         lines.append(
             "- **Same ends.** "
@@ -166,10 +170,10 @@ def _readings(m: pd.DataFrame, grid: GridSpec) -> list[str]:
     return lines
 
 
-def _figure(m: pd.DataFrame, out_dir: Path) -> Path:
+def _figure(prepared: pd.DataFrame, out_dir: Path) -> Path:
     """Label error among pairs of two different outputs (those with a signal) and q* gap of the training pairs over
     training, one panel per condition, the reference in grey."""
-    names, ref = conditions(m), reference(m)
+    names, ref = conditions(prepared), reference(prepared)
     fig = new_figure(2.6 * min(len(names), 4), 2.3 * 2 * -(-len(names) // 4))
     sub = fig.subfigures(2, 1)
     for subfigure, column in zip(sub, (DISTINCT_ERROR, "pair_quality_gap"), strict=True):
@@ -177,8 +181,8 @@ def _figure(m: pd.DataFrame, out_dir: Path) -> Path:
         axes = panels(subfigure, len(names), 4, sharex=True, sharey=True)
         for ax, name in zip(axes, names, strict=True):
             if name != ref:
-                mean_band(ax, m[m["condition"] == ref], column, "0.6", lw=1.2)
-            mean_band(ax, m[m["condition"] == name], column, "#1f77b4")
+                mean_band(ax, prepared[prepared["condition"] == ref], column, "0.6", lw=1.2)
+            mean_band(ax, prepared[prepared["condition"] == name], column, "#1f77b4")
             ax.set_title(wrap(name, 28), fontsize=8)
             integer_x(ax)
         subfigure.suptitle(
@@ -187,14 +191,14 @@ def _figure(m: pd.DataFrame, out_dir: Path) -> Path:
     return save(fig, out_dir / FIGURE)
 
 
-def pair_section(m: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[str]:
+def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[str]:
     """report.md lines for the pair audits (none where the table predates them or no grid describes it); writes
     the figure into out_dir."""
-    if grid is None or any(column not in m.columns for column in PAIR_METRICS):
+    if grid is None or any(column not in prepared.columns for column in PAIR_METRICS):
         return []
-    last = int(m["iteration"].max())
-    path = _figure(m, out_dir)
-    table = pair_table(m, grid)
+    last = int(prepared["iteration"].max())
+    path = _figure(prepared, out_dir)
+    table = pair_table(prepared, grid)
     return [
         "## The judge's training pairs, audited exactly",
         "",
@@ -210,7 +214,7 @@ def pair_section(m: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[
         "",
         markdown_table(list(table.columns), table.to_numpy().tolist(), [False, False] + [True] * (table.shape[1] - 2)),
         "",
-        *_readings(m, grid),
+        *_readings(prepared, grid),
         "",
         f"![The judge's training pairs over training]({Path(path).relative_to(out_dir).as_posix()})",
         "",

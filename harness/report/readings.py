@@ -42,12 +42,12 @@ VERDICT_PHRASES = {
 }
 
 
-def reading_headline(m: pd.DataFrame, ref: str) -> str:
+def reading_headline(prepared: pd.DataFrame, ref: str) -> str:
     """The reference's first → last mean value of every headline metric; quality's peak only when the mean curve
     ends at least QUALITY_RESOLUTION below it (the argmax of a flat curve says nothing)."""
     parts = []
-    for x in headline_metrics(m):
-        values = series(m, ref, x.name)
+    for x in headline_metrics(prepared):
+        values = series(prepared, ref, x.name)
         if values.empty:
             continue
         text = f"{x.axis_label} {num(values.iloc[0])} → {num(values.iloc[-1])}"
@@ -56,7 +56,7 @@ def reading_headline(m: pd.DataFrame, ref: str) -> str:
         parts.append(text)
     if not parts:
         return f"The reference '{ref}' has no finite values to report."
-    quality = series(m, ref, QUALITY.name)
+    quality = series(prepared, ref, QUALITY.name)
     span = f"iteration {quality.index[0]} to {quality.index[-1]}" if len(quality) else "training"
     return f"Reference ('{ref}'), mean over seeds from {span}: " + "; ".join(parts) + "."
 
@@ -127,22 +127,22 @@ def reading_modes(shares: pd.DataFrame) -> str:
     return ", ".join(listed) + "."
 
 
-def reading_end_state(m: pd.DataFrame, shares: pd.DataFrame) -> str:
-    final = final_runs(m).dropna(subset=[QUALITY.name, ALIGNMENT.name])  # the runs the figure draws
+def reading_end_state(prepared: pd.DataFrame, shares: pd.DataFrame) -> str:
+    final = final_runs(prepared).dropna(subset=[QUALITY.name, ALIGNMENT.name])  # the runs the figure draws
     if final.empty:
         return "No run has finite final quality and alignment."
     text = f"{plural(len(final), 'run')} with finite final quality and alignment"
     modes = reading_modes(shares)
     if modes:
         text += ". " + modes[0].upper() + modes[1:-1]
-    diverged = m.groupby(["condition", "seed"])["diverged"].any()
+    diverged = prepared.groupby(["condition", "seed"])["diverged"].any()
     if diverged.any():
         text += f"; {plural(int(diverged.sum()), 'diverged run is', 'diverged runs are')} not shown"
     return text + "."
 
 
-def reading_inside_vs_outside(m: pd.DataFrame, ref: str) -> str:
-    gaps = belief_gap(m)
+def reading_inside_vs_outside(prepared: pd.DataFrame, ref: str) -> str:
+    gaps = belief_gap(prepared)
     if gaps.empty:
         return "No run has finite perceived and real quality to compare."
     text = ""
@@ -159,10 +159,10 @@ def reading_inside_vs_outside(m: pd.DataFrame, ref: str) -> str:
             f" the final iteration the largest gap is {high['condition']} ({num(high['gap'], signed=True)}) "
             f"and the smallest {low['condition']} ({num(low['gap'], signed=True)})"
         )
-    return (text or "The reference has no finite gap") + "." + _scale_stretch(m, last)
+    return (text or "The reference has no finite gap") + "." + _scale_stretch(prepared, last)
 
 
-def _scale_stretch(m: pd.DataFrame, last: pd.DataFrame) -> str:
+def _scale_stretch(prepared: pd.DataFrame, last: pd.DataFrame) -> str:
     """A sentence on the conditions whose final belief gap is positive (≥ QUALITY_RESOLUTION) although their judges
     end ranking outputs at least as well as before training (mean alignment at the end ≥ at iteration 0): there the
     gap cannot be belief in gains the policy did not make; it is the judges' score scale stretching. "" when none.
@@ -171,10 +171,10 @@ def _scale_stretch(m: pd.DataFrame, last: pd.DataFrame) -> str:
     """
     listed = []
     for row in last[last["gap"] >= QUALITY_RESOLUTION].itertuples(index=False):
-        alignment = series(m, row.condition, ALIGNMENT.name)
+        alignment = series(prepared, row.condition, ALIGNMENT.name)
         if alignment.empty or alignment.iloc[-1] < alignment.iloc[0]:
             continue
-        perceived, real = (series(m, row.condition, x.name).iloc[-1] for x in (PERCEIVED, QUALITY))
+        perceived, real = (series(prepared, row.condition, x.name).iloc[-1] for x in (PERCEIVED, QUALITY))
         listed.append(
             f"`{row.condition}` (gap {num(row.gap, signed=True)}; judge alignment {num(alignment.iloc[0])} → "
             f"{num(alignment.iloc[-1])}; judge-perceived quality {num(perceived)} against real {num(real)})"
@@ -190,7 +190,7 @@ def _scale_stretch(m: pd.DataFrame, last: pd.DataFrame) -> str:
 
 
 def how_to_read(
-    m: pd.DataFrame, facts: GridFacts, ref: str, confidence: float, grid: GridSpec | None, role: dict[str, str]
+    prepared: pd.DataFrame, facts: GridFacts, ref: str, confidence: float, grid: GridSpec | None, role: dict[str, str]
 ) -> list[str]:
     """The "How to read this" section: every metric in one line from the registry, q*'s scale, the difference rule,
     the derived quantities, and (with the grid) the conditions' mechanisms and the knobs they set."""
@@ -204,7 +204,9 @@ def how_to_read(
         f"Student-t over seeds, CIs of paired differences (Δ, and the claims' effects) {PAIRED_CI}.",
         "",
     ]
-    lines += [f"- **{x.label}** ({x.unit}; column `{x.name}`): {x.definition}." for x in shown if x.name in m.columns]
+    lines += [
+        f"- **{x.label}** ({x.unit}; column `{x.name}`): {x.definition}." for x in shown if x.name in prepared.columns
+    ]
     if grid:
         lines.append(q_star_line(grid))
     rule = difference_rule(confidence)
@@ -227,7 +229,7 @@ def how_to_read(
         "0–7). A run's end mode is the policy's most probable output at the last iteration; q* is its ground-truth "
         "quality (mode quality)."
     )
-    others = [x for x in registry.METRICS if x not in shown and x.name in m.columns]
+    others = [x for x in registry.METRICS if x not in shown and x.name in prepared.columns]
     if others:
         listed = "; ".join(f"`{x.name}` ({x.definition})" for x in others)
         lines.append(f"- metrics.csv also records: {listed}.")

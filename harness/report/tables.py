@@ -44,11 +44,11 @@ def run_summary(metrics: pd.DataFrame) -> pd.DataFrame:
     degradation_pct = 100·(peak − final)/|peak|, 0 when peak == final, NaN when final is missing or peak is 0 with
     final below it. Also carries the run's boundary and diverged flags.
     """
-    m = prepare(metrics)
+    prepared = prepare(metrics)
     q = QUALITY.name
-    final_iteration = m.groupby("condition", sort=False)["iteration"].max()
+    final_iteration = prepared.groupby("condition", sort=False)["iteration"].max()
     rows = []
-    for (condition, seed), run in m.groupby(["condition", "seed"], sort=False):
+    for (condition, seed), run in prepared.groupby(["condition", "seed"], sort=False):
         ok = run[~run["diverged"] & run[q].notna()]
         last = final_iteration[condition]
         if ok.empty:
@@ -101,15 +101,15 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    m = prepare(metrics)
-    runs = run_summary(m)
-    ref = reference(m)
-    role = roles(m)
-    summarised = float_metrics(m)
+    prepared = prepare(metrics)
+    runs = run_summary(prepared)
+    ref = reference(prepared)
+    role = roles(prepared)
+    summarised = float_metrics(prepared)
     reference_final = runs.loc[runs["condition"] == ref, ["seed", "final_quality"]]
     rows = []
-    for condition in conditions(m):
-        cond = m[m["condition"] == condition]
+    for condition in conditions(prepared):
+        cond = prepared[prepared["condition"] == condition]
         cond_runs = runs[runs["condition"] == condition]
         last = int(cond["iteration"].max())
         final = live(cond)
@@ -264,15 +264,15 @@ def mode_shares(metrics: pd.DataFrame) -> pd.DataFrame:
     Columns: condition, mode_sequence, mode_quality (its q*), runs, n_runs (the condition's runs with a
     non-diverged final row), share. Conditions in grid order, modes by runs descending. Empty without mode_sequence.
     """
-    m = prepare(metrics)
+    prepared = prepare(metrics)
     columns = ["condition", "mode_sequence", "mode_quality", "runs", "n_runs", "share"]
-    if "mode_sequence" not in m.columns:
+    if "mode_sequence" not in prepared.columns:
         return pd.DataFrame(columns=columns)
-    final = final_runs(m).copy()
+    final = final_runs(prepared).copy()
     if "mode_quality" not in final.columns:
         final["mode_quality"] = math.nan
     final["mode_sequence"] = final["mode_sequence"].astype(str)
-    order = {c: i for i, c in enumerate(conditions(m))}
+    order = {c: i for i, c in enumerate(conditions(prepared))}
     counted = (
         final.groupby(["condition", "mode_sequence"], sort=False)
         .agg(mode_quality=("mode_quality", "mean"), runs=("seed", "size"))

@@ -39,18 +39,18 @@ def make_figures(metrics: pd.DataFrame, out_dir: Path, name: str | None = None) 
     Keys (FIGURE_KEYS): headline, boundaries_and_best, all_conditions, end_state, inside_vs_outside; see the module
     docstring for the question each answers. name: the grid's name, for titles. Diverged rows are left out.
     """
-    m = prepare(metrics)
+    prepared = prepare(metrics)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(m)
-    facts = grid_facts(m, name)
-    ref = reference(m)
+    summary = summarize(prepared)
+    facts = grid_facts(prepared, name)
+    ref = reference(prepared)
     draw: dict[str, Callable[[Path], Path]] = {
-        "headline": lambda p: fig_headline(m, p, facts, ref),
-        "boundaries_and_best": lambda p: fig_boundaries_and_best(m, p, summary, ref),
-        "all_conditions": lambda p: fig_all_conditions(m, p, summary, facts),
-        "end_state": lambda p: fig_end_state(m, p, facts),
-        "inside_vs_outside": lambda p: fig_inside_vs_outside(m, p, summary),
+        "headline": lambda p: fig_headline(prepared, p, facts, ref),
+        "boundaries_and_best": lambda p: fig_boundaries_and_best(prepared, p, summary, ref),
+        "all_conditions": lambda p: fig_all_conditions(prepared, p, summary, facts),
+        "end_state": lambda p: fig_end_state(prepared, p, facts),
+        "inside_vs_outside": lambda p: fig_inside_vs_outside(prepared, p, summary),
     }
     # rc_context/axes_style restore matplotlib's global state afterwards, so callers' own plots are unaffected.
     with mpl.rc_context({"axes.titlesize": 11, "axes.labelsize": 10, "svg.hashsalt": "coevolab"}):

@@ -94,12 +94,12 @@ def _mark_beyond(ax: Axes, values: pd.Series, y: np.ndarray, lo: float, hi: floa
     return count
 
 
-def fig_all_conditions(m: pd.DataFrame, path: Path, summary: pd.DataFrame, facts: GridFacts) -> Path:
+def fig_all_conditions(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame, facts: GridFacts) -> Path:
     """One panel per headline metric; one row per condition: every run's final value, mean and ±1 sd."""
-    metrics = headline_metrics(m)
+    metrics = headline_metrics(prepared)
     order = summary["condition"].tolist()
     role = summary.set_index("condition")["role"]
-    final = final_runs(m)
+    final = final_runs(prepared)
     position = {c: i for i, c in enumerate(order)}
     rng = np.random.default_rng(0)  # fixed jitter: the same table draws the same picture
     y = final["condition"].map(position).to_numpy() + rng.uniform(-0.22, 0.22, len(final))
@@ -180,11 +180,11 @@ def _count_labels(ax: Axes, centres: list[tuple[float, int]], span: float) -> No
         )
 
 
-def fig_end_state(m: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
+def fig_end_state(prepared: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
     """Final quality vs alignment per run, coloured by role; runs at the same end output are jittered sideways and
     every such cluster (a single run included) is labelled with its run count."""
-    final = final_runs(m).dropna(subset=[QUALITY.name, ALIGNMENT.name]).copy()
-    role = roles(m)
+    final = final_runs(prepared).dropna(subset=[QUALITY.name, ALIGNMENT.name]).copy()
+    role = roles(prepared)
     fig = new_figure(10, 6.4)
     ax = fig.subplots()
     if final.empty:

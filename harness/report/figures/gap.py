@@ -14,14 +14,14 @@ from harness.report.metrics_table import belief_gap
 GAP_AXIS_LABEL = "belief gap (q*)"
 
 
-def fig_inside_vs_outside(m: pd.DataFrame, path: Path, summary: pd.DataFrame) -> Path:
+def fig_inside_vs_outside(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame) -> Path:
     """One small panel per condition with its own belief gap, mean ± 1 sd over seeds, on a shared axis.
 
     No other condition's curve is repeated in a panel: each condition's judges score on their own scale.
     """
     order = summary["condition"].tolist()
     role = summary.set_index("condition")["role"]
-    gaps = belief_gap(m)
+    gaps = belief_gap(prepared)
     ncols = min(6, len(order))
     fig = new_figure(2.3 * ncols + 0.6, 2.0 * math.ceil(len(order) / ncols) + 1.1)
     axes = panels(fig, len(order), ncols, sharex=True, sharey=True)

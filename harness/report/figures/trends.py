@@ -37,9 +37,9 @@ from harness.report.tables import difference_verdict
 TOP_MECHANISMS = 2
 
 
-def fig_headline(m: pd.DataFrame, path: Path, facts: GridFacts, ref: str) -> Path:
-    metrics = headline_metrics(m)
-    rows = live(m[m["condition"] == ref])
+def fig_headline(prepared: pd.DataFrame, path: Path, facts: GridFacts, ref: str) -> Path:
+    metrics = headline_metrics(prepared)
+    rows = live(prepared[prepared["condition"] == ref])
     fig = new_figure(11, 3.6 * math.ceil(len(metrics) / 2) + 0.6)
     for ax, x in zip(panels(fig, len(metrics), 2, sharex=True), metrics, strict=True):
         data = rows.dropna(subset=[x.name])
@@ -53,7 +53,7 @@ def fig_headline(m: pd.DataFrame, path: Path, facts: GridFacts, ref: str) -> Pat
         ax.set_xlabel(ITERATION_LABEL)
         ax.set_ylabel(x.axis_label)
         integer_x(ax)
-    every = m[m["condition"] == ref]
+    every = prepared[prepared["condition"] == ref]
     n_diverged = every.loc[every["diverged"], "seed"].nunique()
     # Say so when seeds drop out: from a divergence on, the band is over the surviving seeds only.
     dropped = f", {n_diverged} diverged and dropped from then on" if n_diverged else ""
@@ -90,19 +90,19 @@ def boundaries_title(summary: pd.DataFrame) -> str:
     return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
 
 
-def fig_boundaries_and_best(m: pd.DataFrame, path: Path, summary: pd.DataFrame, ref: str) -> Path:
+def fig_boundaries_and_best(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame, ref: str) -> Path:
     """A facet per metric (row) and condition (column), so no two bands overlap; the reference's mean is repeated
     as a thin grey line in the other columns, except for metrics on a judge's own scale (no shared reference)."""
-    metrics = headline_metrics(m)
-    role = roles(m)
+    metrics = headline_metrics(prepared)
+    role = roles(prepared)
     first, top, bounds = shown_in_boundaries_figure(summary)
     shown = first + top + bounds
-    ok = live(m)
+    ok = live(prepared)
     ncols = len(shown)
     fig = new_figure(2.45 * ncols + 0.9, 2.05 * len(metrics) + 1.3)
     axes = fig.subplots(len(metrics), ncols, sharex=True, sharey="row", squeeze=False)
     for i, x in enumerate(metrics):
-        ref_mean = series(m, ref, x.name)
+        ref_mean = series(prepared, ref, x.name)
         for j, condition in enumerate(shown):
             ax = axes[i, j]
             colour = ROLE_COLOURS[role[condition]]
