@@ -20,6 +20,7 @@ import functools
 import math
 import os
 import re
+import warnings
 
 import chex
 import jax
@@ -28,6 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from harness.common.wording import plural
 from harness.grid.layout import GridLayout, GridShape, WorkKind, layout_runs, work_kind
 
 SHARD_AXIS = "shards"
@@ -44,17 +46,32 @@ def use_every_cpu_core() -> None:
     """Give JAX one CPU device per usable core, so a grid can run one shard per core.
 
     Leaves JAX alone where the user chose a device count (JAX_NUM_CPU_DEVICES or
-    XLA_FLAGS=--xla_force_host_platform_device_count) or JAX has already started, since
-    the count can only be set before JAX's first operation.
+    XLA_FLAGS=--xla_force_host_platform_device_count). The count can only be set before JAX's
+    first operation: once JAX has started with fewer CPU devices than usable cores, this warns
+    (RuntimeWarning) and keeps the devices JAX has, so grids still run, in fewer shards.
+
+    Warns:
+        RuntimeWarning: JAX's backend was initialised before this call, with fewer CPU devices than cores.
     """
     if jax.config.jax_num_cpu_devices >= 0:
         return
     if re.search(r"xla_force_host_platform_device_count", os.environ.get("XLA_FLAGS", "")):
         return
+    cores = usable_cores()
     try:
-        jax.config.update("jax_num_cpu_devices", usable_cores())
+        # JAX's own check refuses the setting once its backend exists: the one reliable sign that it has started.
+        jax.config.update("jax_num_cpu_devices", cores)
     except RuntimeError:
-        pass  # JAX already started: keep the devices it has
+        devices = len(jax.devices("cpu"))
+        if devices < cores:
+            warnings.warn(
+                f"use_every_cpu_core() came after JAX started, so JAX keeps {plural(devices, 'CPU device')} for "
+                f"{plural(cores, 'usable core')} and grids run in fewer shards. Call it before anything "
+                "initialises JAX (first thing in a notebook, before any JAX operation), or set JAX_NUM_CPU_DEVICES "
+                f"(or XLA_FLAGS=--xla_force_host_platform_device_count={cores}) before starting Python.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
