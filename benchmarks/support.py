@@ -23,11 +23,12 @@ from harness.engine import keys
 from harness.engine.knobs import Knobs
 from harness.engine.models import EMBED_DIM, HIDDEN_DIM, init_judges
 from harness.engine.world import WorldConfig
+from harness.grid import training_step
 from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.diagnostics import diagnose
 from harness.grid.executables import clear_program_caches
-from harness.grid.layout import Condition, GridSpec, layout_grid, training_step
+from harness.grid.layout import Condition, GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
 
