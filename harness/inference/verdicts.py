@@ -7,7 +7,8 @@ The rule, for a claim with resolution r, effect Δ (claimed side minus other sid
   excludes 0 and |Δ| ≥ r; otherwise not supported.
 A difference smaller than r is never a finding: identical end modes differ by float noise alone.
 With fewer than MIN_SEEDS paired seeds the claim is "untested": a percentile bootstrap over 5 seeds has 126
-distinct resamples and intervals far narrower than the truth, so no verdict is given (effect and CI still are).
+distinct resamples and intervals far narrower than the truth, so no verdict is given (effect and CI still are,
+from 2 seeds on; a single seed has no interval).
 "Not supported" says why: no difference (the CI lies within ±r), an effect below the resolution (the CI
 excludes 0 but |Δ| < r), or too few seeds to tell (the CI includes 0 and reaches past ±r).
 
@@ -76,7 +77,11 @@ def paired_bootstrap_ci(
     """(effect, ci_low, ci_high) of side − other over seeds; other None compares side's mean with 0.
 
     statistic "mean": mean of the paired differences; "std": std(side) − std(other), seeds resampled jointly.
+    With fewer than 2 seeds there is nothing to resample: the bounds are NaN (and a spread difference too).
     """
+    if len(side) < 2:
+        effect = float(np.mean(side if other is None else side - other)) if statistic == "mean" else np.nan
+        return effect, np.nan, np.nan
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     if other is None or statistic == "mean":
         differences = side if other is None else side - other
