@@ -1,13 +1,15 @@
 """The `coevolab` command: run a grid, re-render a report, list a file's conditions.
 
 Exit codes: 0 success; 1 failure; 2 bad input (condition file, arguments, output
-directory); 3 the grid finished but some runs diverged; 130 interrupted (resumable).
+directory); 3 the grid finished but some runs diverged; 130 interrupted by Ctrl-C, 143 stopped by SIGTERM
+(a scheduler preempting the job): both stop the same way and are resumable.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import signal
 import sys
 import textwrap
 import time
@@ -20,7 +22,7 @@ from harness.grid.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
 if TYPE_CHECKING:
     from harness.grid.layout import GridSpec
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 # The published grid, found beside the package (this repository), so `coevolab list` works from any directory.
 REPOSITORY = Path(__file__).resolve().parents[1]
 DEFAULT_CONDITIONS = REPOSITORY / "conditions" / "paper.toml"
@@ -209,12 +211,21 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
     return run_dir
 
 
-def _interrupted_message(run_dir: Path) -> str:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that a preempted run stops the same way."""
+
+
+def _raise_terminated(signum: int, frame: object) -> NoReturn:
+    del signum, frame
+    raise Terminated
+
+
+def _interrupted_message(run_dir: Path, how: str) -> str:
     from harness.experiment.checkpoint import has_checkpoint
 
     if has_checkpoint(run_dir):
-        return f"\ninterrupted; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
-    return f"\ninterrupted before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
+        return f"\n{how}; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
+    return f"\n{how} before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
 
 
 def _grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) -> GridSpec:
@@ -256,12 +267,16 @@ def command_run(args: argparse.Namespace) -> int:
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = _progress(args.quiet)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         outcome = execute(spec, run_dir, progress, resume=bool(args.resume), started=args.started)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         progress.close()
-        print(_interrupted_message(run_dir))
-        return EXIT_INTERRUPTED
+        terminated = isinstance(stop, Terminated)
+        print(_interrupted_message(run_dir, "terminated (SIGTERM)" if terminated else "interrupted"))
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
     if not outcome.diverged.empty:
         print("runs that diverged (non-finite parameters):")
         print(outcome.diverged.to_string(index=False))
