@@ -76,10 +76,30 @@ class Judge(nn.Module):
 
 
 def init_policy(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
+    """A policy's parameters with flax's default initialisers.
+
+    Args:
+      key: PRNG key (2,).
+      vocab_size: K, the number of tokens (the start token is one more embedding row).
+      seq_len: L; the parameters do not depend on it (a GRU's weights are shared over positions).
+
+    Returns:
+      The parameter pytree: embed (K + 1, E), cell (GRU, E -> H), head (H -> K).
+    """
     return Policy(vocab_size).init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
 def init_judge(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
+    """A judge's parameters with flax's default initialisers.
+
+    Args:
+      key: PRNG key (2,).
+      vocab_size: K, the number of tokens.
+      seq_len: L; the parameters do not depend on it.
+
+    Returns:
+      The parameter pytree: embed (K, E), cell (GRU, E -> H), head (H -> 1).
+    """
     return Judge(vocab_size).init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
@@ -151,12 +171,19 @@ def _head(params: Params, hidden: jax.Array, include_bias: bool = True) -> jax.A
 
 
 def judge_scores(params: Params, tokens: jax.Array, vocab_size: int, include_bias: bool = True) -> jax.Array:
-    """Scores of a batch: tokens int32 (B, L) -> float32 (B,).
+    """A judge's scores of a batch of sequences.
 
-    include_bias=False drops the head's bias, a constant shift of every score. Pairwise
-    losses use that: their true gradient for the bias is exactly zero, but computed as
-    a difference of two sums it is a rounding residue, which Adam would normalise into
-    steps of the full learning rate and so random-walk the judge's score level.
+    Args:
+      params: the judge's parameter pytree.
+      tokens: int32 (B, L).
+      vocab_size: K (carried by the parameter shapes too).
+      include_bias: False drops the head's bias, a constant shift of every score. Pairwise losses use that:
+        their true gradient for the bias is exactly zero, but computed as a difference of two sums it is a
+        rounding residue, which Adam would normalise into steps of the full learning rate and so random-walk
+        the judge's score level.
+
+    Returns:
+      float32 (B,): unbounded scores.
     """
     del vocab_size  # carried by the parameter shapes
     tables = _gru_tables(params)
@@ -167,7 +194,16 @@ def judge_scores(params: Params, tokens: jax.Array, vocab_size: int, include_bia
 
 
 def policy_log_prob(params: Params, tokens: jax.Array, vocab_size: int) -> jax.Array:
-    """Teacher-forced log π(x): tokens int32 (B, L) -> float32 (B,)."""
+    """Teacher-forced log-probability of given sequences under a policy.
+
+    Args:
+      params: the policy's parameter pytree.
+      tokens: int32 (B, L).
+      vocab_size: K; token K is the start token.
+
+    Returns:
+      float32 (B,): log π(x) of each sequence.
+    """
     tables = _gru_tables(params)
     hidden, previous = None, jnp.full((tokens.shape[0],), vocab_size, dtype=jnp.int32)
     log_prob = jnp.zeros((tokens.shape[0],))
@@ -189,11 +225,17 @@ def position_gumbel_noise(position_keys: jax.Array, batch_size: int, vocab_size:
 
 
 def sample_from_noise(params: Params, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Draw sequences autoregressively with the given Gumbel noise (L, B, K), feeding each token back.
+    """Draw sequences autoregressively with the given Gumbel noise, feeding each token back.
 
-    Returns tokens int32 (B, L) and their log π (B,). The tokens are discrete, so
-    differentiating the log-probability through this function gives the REINFORCE
-    score function with a single forward pass.
+    The tokens are discrete, so differentiating the log-probability through this function gives the
+    REINFORCE score function with a single forward pass.
+
+    Args:
+      params: the policy's parameter pytree.
+      noise: float32 (L, B, K); position p's token is argmax(logits + noise[p]).
+
+    Returns:
+      tokens int32 (B, L) and their log π float32 (B,).
     """
     tables = _gru_tables(params)
     seq_len, batch_size, vocab_size = noise.shape
@@ -217,10 +259,18 @@ def sample_with_log_prob(
 
 
 def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
-    """log π(x) for every output, in enumeration order: float32 (K**L,).
+    """log π(x) of every output, exactly.
 
-    Walks the prefix tree (K + K**2 + ... cell evaluations instead of L * K**L), so
-    the exact distribution is cheap enough to recompute every iteration.
+    Walks the prefix tree (K + K**2 + ... cell evaluations instead of L * K**L), so the exact distribution
+    is cheap enough to recompute every iteration.
+
+    Args:
+      params: the policy's parameter pytree.
+      vocab_size: K.
+      seq_len: L.
+
+    Returns:
+      float32 (K**L,): log π of each output, in enumeration order (`harness.engine.world.enumerate_outputs`).
     """
     tables = _gru_tables(params)
     hidden, previous = None, jnp.full((1,), vocab_size, dtype=jnp.int32)
@@ -256,17 +306,36 @@ def _judge_prefix_hidden(tables: _GRUTables, vocab_size: int, length: int) -> ja
 
 
 def judge_score_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
-    """Judge score of every output, in enumeration order: float32 (K**L,), via the prefix tree."""
+    """A judge's score of every output, via the prefix tree.
+
+    Args:
+      params: the judge's parameter pytree.
+      vocab_size: K.
+      seq_len: L.
+
+    Returns:
+      float32 (K**L,): scores in enumeration order.
+    """
     return _head(params, _judge_prefix_hidden(_gru_tables(params), vocab_size, seq_len))[:, 0]
 
 
 def judge_scores_of_outputs(
     params: Params, output_ids: jax.Array, vocab_size: int, seq_len: int, include_bias: bool = True
 ) -> jax.Array:
-    """Scores of outputs given by enumeration index: int32 (n,) -> float32 (n,); include_bias as in judge_scores.
+    """A judge's scores of outputs named by their enumeration index.
 
-    For large n it shares work along the prefix tree: the hidden state after every
-    (L-1)-token prefix once, then one cell step per requested output.
+    For large n it shares work along the prefix tree: the hidden state after every (L-1)-token prefix once,
+    then one cell step per requested output.
+
+    Args:
+      params: the judge's parameter pytree.
+      output_ids: int32 (n,), indices into the enumeration.
+      vocab_size: K.
+      seq_len: L.
+      include_bias: as in `judge_scores`.
+
+    Returns:
+      float32 (n,): the scores.
     """
     tables = _gru_tables(params)
     n_prefixes = vocab_size ** (seq_len - 1)

@@ -20,11 +20,20 @@ def average_ranks(values: jax.Array) -> jax.Array:
 
 
 def pearson(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Pearson correlation of two float arrays (N,); NaN if one is constant."""
     x = x - jnp.mean(x)
     y = y - jnp.mean(y)
     return jnp.sum(x * y) / jnp.sqrt(jnp.sum(x * x) * jnp.sum(y * y))
 
 
 def spearman(x: jax.Array, y: jax.Array) -> jax.Array:
-    """Spearman rank correlation of two 1-D arrays (average ranks for ties); NaN if one is constant."""
+    """Spearman rank correlation, ties taking average ranks (as scipy.stats.spearmanr).
+
+    Args:
+      x: float (N,).
+      y: float (N,).
+
+    Returns:
+      float32 (): the correlation; NaN if either is constant.
+    """
     return pearson(average_ranks(x), average_ranks(y))

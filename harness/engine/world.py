@@ -69,21 +69,48 @@ class World:
 
 
 def enumerate_outputs(vocab_size: int, seq_len: int) -> jax.Array:
-    """All vocab_size**seq_len sequences, int32 (N, L), lexicographic, position 0 most significant."""
+    """Every output sequence of the world.
+
+    Args:
+      vocab_size: K.
+      seq_len: L.
+
+    Returns:
+      int32 (N, L), N = K**L: all sequences in lexicographic order, position 0 most significant, so that
+      output i is the base-K digits of i.
+    """
     index = np.arange(vocab_size**seq_len, dtype=np.int64)
     powers = vocab_size ** np.arange(seq_len - 1, -1, -1, dtype=np.int64)
     return jnp.asarray((index[:, None] // powers[None, :]) % vocab_size, dtype=jnp.int32)
 
 
 def output_index(tokens: jax.Array, vocab_size: int) -> jax.Array:
-    """Inverse of enumerate_outputs: int32 (..., L) sequences -> int32 (...) indices."""
+    """The inverse of `enumerate_outputs`.
+
+    Args:
+      tokens: int32 (..., L) sequences.
+      vocab_size: K.
+
+    Returns:
+      int32 (...): each sequence's index in the enumeration.
+    """
     seq_len = tokens.shape[-1]
     powers = vocab_size ** jnp.arange(seq_len - 1, -1, -1, dtype=jnp.int32)
     return jnp.sum(tokens * powers, axis=-1).astype(jnp.int32)
 
 
 def ground_truth_quality(config: WorldConfig, outputs: jax.Array) -> jax.Array:
-    """q*(x) = sum_i w_position[i] * w_token[x_i] + sum_i w_pair[i, x_i], float32 (N,)."""
+    """The hidden ground truth, q*(x) = sum_i w_position[i] * w_token[x_i] + sum_i w_pair[i, x_i].
+
+    The weights are standard normal draws from `config.q_star_seed` (w_pair scaled by `config.pair_scale`).
+
+    Args:
+      config: the world's settings.
+      outputs: int32 (N, L), as `enumerate_outputs` gives them.
+
+    Returns:
+      float32 (N,): q* of each output.
+    """
     k_position, k_token, k_pair = jax.random.split(jax.random.PRNGKey(config.q_star_seed), 3)
     w_position = jax.random.normal(k_position, (config.seq_len,))
     w_token = jax.random.normal(k_token, (config.vocab_size,))
