@@ -7,6 +7,8 @@ expand to their product, except the knobs named in `zip`, whose lists advance to
 `extends = "other.toml"` (relative to the file) starts from another file: its tables are
 merged key by key, and a condition or claim of the same name replaces the base's. Every
 mistake becomes a ConditionFileError naming the file, the condition and the key.
+`load_grid` reads a file; `grid_from_mapping` takes the same content as a Python mapping,
+validated by the same code, so its errors read the same.
 """
 
 from __future__ import annotations
@@ -160,6 +162,20 @@ def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+def _extended(document: Mapping[str, Any], file: str, directory: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """`document` with its `extends` chain resolved; a base file is named relative to `directory`."""
+    if _EXTENDS not in document:
+        return dict(document)
+    document = dict(document)
+    base_name = document.pop(_EXTENDS)
+    if not isinstance(base_name, str):
+        raise ConditionFileError(file, "extends must name a condition file", key=_EXTENDS)
+    base_path = (directory / base_name).resolve()
+    if base_path in seen:
+        raise ConditionFileError(file, f"extends {base_name} forms a cycle", key=_EXTENDS)
+    return _merged(_read_document(base_path, seen), document)
+
+
 def _read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A condition file's TOML with its `extends` chain resolved."""
     file = str(path)
@@ -174,27 +190,63 @@ def _read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConditionFileError(file, f"cannot read: {reason}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConditionFileError(file, f"not valid TOML: {error}") from None
-    if _EXTENDS not in document:
+    return _extended(document, file, path.parent, (*seen, path.resolve()))
+
+
+def _with_seeds(document: Mapping[str, Any], seeds: int | Sequence[int] | None) -> Mapping[str, Any]:
+    """`document` with [run].seeds replaced by `seeds` (a count N for 0..N-1, or a list of seeds), if given."""
+    if seeds is None:
         return document
-    base_name = document.pop(_EXTENDS)
-    if not isinstance(base_name, str):
-        raise ConditionFileError(file, "extends must name a condition file", key=_EXTENDS)
-    base_path = (path.parent / base_name).resolve()
-    if base_path in seen or base_path == path.resolve():
-        raise ConditionFileError(file, f"extends {base_name} forms a cycle", key=_EXTENDS)
-    return _merged(_read_document(base_path, (*seen, path.resolve())), document)
+    run = dict(document.get("run", {})) if isinstance(document.get("run", {}), Mapping) else {}
+    run["seeds"] = seeds if isinstance(seeds, int) else list(seeds)
+    return {**document, "run": run}
 
 
 def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
     """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
     path = Path(path)
-    file = str(path)
-    document = _read_document(path)
-    if seeds is not None:
-        run = dict(document.get("run", {})) if isinstance(document.get("run", {}), Mapping) else {}
-        run["seeds"] = seeds if isinstance(seeds, int) else list(seeds)
-        document = {**document, "run": run}
-    return parse_grid(document, file)
+    return parse_grid(_with_seeds(_read_document(path), seeds), str(path))
+
+
+def _as_toml_values(value: Any) -> Any:
+    """Python containers as TOML gives them: mappings as dicts, tuples (and other non-string sequences) as lists, so
+    a sweep written as a tuple sweeps as it would in a file."""
+    if isinstance(value, Mapping):
+        return {str(key): _as_toml_values(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [_as_toml_values(item) for item in value]
+    return value
+
+
+def grid_from_mapping(
+    document: Mapping[str, Any],
+    name: str = "grid",
+    seeds: int | Sequence[int] | None = None,
+    source: str | None = None,
+    relative_to: str | Path = ".",
+) -> GridSpec:
+    """Validate a condition file's content given as a mapping (the structure `tomllib` reads from one).
+
+    Args:
+        document: {"run": {...}, "world": {...}, "pretrain": {...}, "conditions": {NAME: {knob: value}},
+            "claims": {NAME: {...}}}, every table optional but "conditions", as in a condition file. Tuples count as
+            lists (a tuple of values sweeps); `extends` names a condition file relative to `relative_to`.
+        name: the grid's name (a file's is its stem), for titles and run-directory names.
+        seeds: overrides [run].seeds: a count N (seeds 0..N-1) or a sequence of seeds.
+        source: what error messages name in place of a file (default: "grid 'NAME'").
+        relative_to: the directory an `extends` file name is relative to.
+
+    Returns:
+        The validated GridSpec, exactly as `load_grid` gives for a file of the same content and name.
+
+    Raises:
+        ConditionFileError: the first mistake, naming the source, the condition and the key, worded as for a file.
+    """
+    if not isinstance(document, Mapping):
+        raise TypeError(f"a grid is a mapping of tables (run, conditions, ...), not {type(document).__name__}")
+    source = source if source is not None else f"grid '{name}'"
+    expanded = _extended(_as_toml_values(document), source, Path(relative_to), ())
+    return parse_grid(_with_seeds(expanded, seeds), source, name=name)
 
 
 def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:

@@ -10,6 +10,7 @@ import matplotlib as mpl
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness.engine.metrics import QUALITY_RESOLUTION
@@ -94,7 +95,7 @@ def _mark_beyond(ax: Axes, values: pd.Series, y: np.ndarray, lo: float, hi: floa
     return count
 
 
-def fig_all_conditions(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame, facts: GridFacts) -> Path:
+def draw_all_conditions(prepared: pd.DataFrame, summary: pd.DataFrame, facts: GridFacts) -> Figure:
     """One panel per headline metric; one row per condition: every run's final value, mean and ±1 sd."""
     metrics = headline_metrics(prepared)
     order = summary["condition"].tolist()
@@ -152,7 +153,12 @@ def fig_all_conditions(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame
         f"mean ± 1 sd as coloured marker and bar\ndotted line: reference mean{no_shared_line_note(metrics)}",
         fontsize=11,
     )
-    return save(fig, path)
+    return fig
+
+
+def fig_all_conditions(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame, facts: GridFacts) -> Path:
+    """`draw_all_conditions` saved as a PNG at `path`."""
+    return save(draw_all_conditions(prepared, summary, facts), path)
 
 
 def _count_labels(ax: Axes, centres: list[tuple[float, int]], span: float) -> None:
@@ -180,7 +186,7 @@ def _count_labels(ax: Axes, centres: list[tuple[float, int]], span: float) -> No
         )
 
 
-def fig_end_state(prepared: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
+def draw_end_state(prepared: pd.DataFrame, facts: GridFacts) -> Figure:
     """Final quality vs alignment per run, coloured by role; runs at the same end output are jittered sideways and
     every such cluster (a single run included) is labelled with its run count."""
     final = final_runs(prepared).dropna(subset=[QUALITY.name, ALIGNMENT.name]).copy()
@@ -189,7 +195,7 @@ def fig_end_state(prepared: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
     ax = fig.subplots()
     if final.empty:
         empty(ax, "the final iteration")
-        return save(fig, path)
+        return fig
     # Runs that end at the same output (or, without mode columns, within the resolution in quality) coincide in x.
     if "mode_sequence" in final.columns:
         final["_group"] = final["mode_sequence"].astype(str)
@@ -223,4 +229,9 @@ def fig_end_state(prepared: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
         f"Where runs end (iteration {facts.final_iteration}): one point per run, {plural(len(final), 'run')}\n",
         fontsize=12,
     )
-    return save(fig, path)
+    return fig
+
+
+def fig_end_state(prepared: pd.DataFrame, path: Path, facts: GridFacts) -> Path:
+    """`draw_end_state` saved as a PNG at `path`."""
+    return save(draw_end_state(prepared, facts), path)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from harness.report.figures.common import ROLE_COLOURS, dashes, integer_x, new_figure, panels, role_suffix, save, wrap
 from harness.report.metrics_table import belief_gap
@@ -14,7 +15,7 @@ from harness.report.metrics_table import belief_gap
 GAP_AXIS_LABEL = "belief gap (q*)"
 
 
-def fig_inside_vs_outside(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame) -> Path:
+def draw_inside_vs_outside(prepared: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     """One small panel per condition with its own belief gap, mean ± 1 sd over seeds, on a shared axis.
 
     No other condition's curve is repeated in a panel: each condition's judges score on their own scale.
@@ -45,4 +46,9 @@ def fig_inside_vs_outside(prepared: pd.DataFrame, path: Path, summary: pd.DataFr
         "< 0: with less",
         fontsize=10,
     )
-    return save(fig, path)
+    return fig
+
+
+def fig_inside_vs_outside(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame) -> Path:
+    """`draw_inside_vs_outside` saved as a PNG at `path`."""
+    return save(draw_inside_vs_outside(prepared, summary), path)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from harness.report.figures.common import (
     ROLE_COLOURS,
@@ -37,7 +38,8 @@ from harness.report.tables import difference_verdict
 TOP_MECHANISMS = 2
 
 
-def fig_headline(prepared: pd.DataFrame, path: Path, facts: GridFacts, ref: str) -> Path:
+def draw_headline(prepared: pd.DataFrame, facts: GridFacts, ref: str) -> Figure:
+    """A panel per headline metric: the reference's seeds (grey) and their mean ± 1 sd over iterations."""
     metrics = headline_metrics(prepared)
     rows = live(prepared[prepared["condition"] == ref])
     fig = new_figure(11, 3.6 * math.ceil(len(metrics) / 2) + 0.6)
@@ -61,7 +63,12 @@ def fig_headline(prepared: pd.DataFrame, path: Path, facts: GridFacts, ref: str)
         f"Reference '{ref}' ({facts.grid_text}): mean ± 1 sd over seeds{dropped}; grey: individual seeds",
         fontsize=12,
     )
-    return save(fig, path)
+    return fig
+
+
+def fig_headline(prepared: pd.DataFrame, path: Path, facts: GridFacts, ref: str) -> Path:
+    """`draw_headline` saved as a PNG at `path`."""
+    return save(draw_headline(prepared, facts, ref), path)
 
 
 def shown_in_boundaries_figure(summary: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
@@ -90,7 +97,7 @@ def boundaries_title(summary: pd.DataFrame) -> str:
     return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
 
 
-def fig_boundaries_and_best(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame, ref: str) -> Path:
+def draw_boundaries_and_best(prepared: pd.DataFrame, summary: pd.DataFrame, ref: str) -> Figure:
     """A facet per metric (row) and condition (column), so no two bands overlap; the reference's mean is repeated
     as a thin grey line in the other columns, except for metrics on a judge's own scale (no shared reference)."""
     metrics = headline_metrics(prepared)
@@ -126,4 +133,9 @@ def fig_boundaries_and_best(prepared: pd.DataFrame, path: Path, summary: pd.Data
         f"thin grey line: the reference's mean{no_shared_line_note(metrics)}",
         fontsize=10.5,
     )
-    return save(fig, path)
+    return fig
+
+
+def fig_boundaries_and_best(prepared: pd.DataFrame, path: Path, summary: pd.DataFrame, ref: str) -> Path:
+    """`draw_boundaries_and_best` saved as a PNG at `path`."""
+    return save(draw_boundaries_and_best(prepared, summary, ref), path)
