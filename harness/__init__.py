@@ -1,6 +1,60 @@
 """coevolab: every condition × seed of a judge–policy co-evolution grid as one compiled JAX program.
 
-Importing the package configures nothing. A program that wants one shard per CPU core calls
-`harness.grid.sharding.use_every_cpu_core()` before JAX starts (the command line and the test
-suites do); without it, JAX's default single CPU device runs every grid in one shard.
+The Python API (`harness.api`), re-exported here:
+
+    import harness
+
+    harness.use_every_cpu_core()  # first: one shard per core, before anything starts JAX
+    result = harness.run_grid(harness.grid_from_dict({"conditions": {"baseline": {}}}, name="mine"))
+    result.summary
+
+Importing the package configures nothing and loads no JAX: the names below are imported on first use, so
+`harness.use_every_cpu_core()` can still set JAX's device count. Without it, JAX's default single CPU device runs
+every grid in one shard; called after JAX started, it warns.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.api import (
+        FIGURE_KEYS,
+        ConditionFileError,
+        GridResult,
+        GridSpec,
+        grid_from_dict,
+        load_grid,
+        load_result,
+        run_grid,
+        use_every_cpu_core,
+    )
+
+__all__ = [
+    "FIGURE_KEYS",
+    "ConditionFileError",
+    "GridResult",
+    "GridSpec",
+    "grid_from_dict",
+    "load_grid",
+    "load_result",
+    "run_grid",
+    "use_every_cpu_core",
+]
+
+# Where each exported name lives; `use_every_cpu_core` comes from its own module so that calling it loads as little
+# as possible before JAX's device count is set.
+_HOMES = {name: "harness.api" for name in __all__} | {"use_every_cpu_core": "harness.grid.sharding"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,287 @@
+"""The Python entry point: a grid from a dict or a condition file, run in-process, its results as tables and figures.
+
+    import harness
+
+    harness.use_every_cpu_core()  # first, before anything starts JAX: one shard per core
+    grid = harness.grid_from_dict({"run": {"seeds": 2}, "conditions": {"baseline": {}}}, name="mine")
+    result = harness.run_grid(grid, progress=lambda done, total: print(f"{done}/{total}"))
+    result.summary, result.verdicts, result.figure("headline")
+
+A run is `coevolab run`'s (`harness.experiment.runner.execute`): the same files in its run directory, the same
+checkpoints, the same report bytes. A result is read back from that directory, so `run_grid(...)` and
+`load_result(run_dir)` give the same tables; `load_result` needs no training and opens any directory `coevolab run`
+wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE
+from harness.engine.state import CoevolutionState
+from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
+from harness.grid.conditions import ConditionFileError, duplicate_conditions, grid_from_mapping, load_grid
+from harness.grid.layout import GridSpec, RunSettings, layout_grid
+from harness.grid.memory import check_fits
+from harness.grid.sharding import use_every_cpu_core
+from harness.inference.verdicts import verdict_table
+from harness.report.figures import FIGURE_KEYS, draw_figures
+from harness.report.metrics_table import prepare
+from harness.report.tables import summarize
+
+__all__ = [
+    "FIGURE_KEYS",
+    "ConditionFileError",
+    "GridResult",
+    "GridSpec",
+    "grid_from_dict",
+    "load_grid",
+    "load_result",
+    "run_grid",
+    "use_every_cpu_core",
+]
+
+ProgressCallback = Callable[[int, int], None]
+"""Called after each outer iteration with (iterations done, iterations in all)."""
+
+REPORT_FILE = "report.md"
+FIGURES_DIR = "figures"
+
+
+def grid_from_dict(
+    document: Mapping[str, Any], name: str = "grid", seeds: int | Sequence[int] | None = None
+) -> GridSpec:
+    """A grid from a dict shaped like a condition file (see conditions/example.toml), validated as a file is.
+
+    Args:
+        document: {"run": {...}, "world": {...}, "pretrain": {...}, "conditions": {NAME: {knob: value, ...}},
+            "claims": {NAME: {...}}}; only "conditions" is required. A knob given as a list (or tuple) sweeps it.
+        name: the grid's name, for report titles and run-directory names.
+        seeds: overrides [run].seeds: a count N (seeds 0..N-1) or a sequence of seeds.
+
+    Returns:
+        The validated grid.
+
+    Raises:
+        ConditionFileError: the first mistake (unknown knob, bad value, ...), worded as `coevolab` words it for a file.
+    """
+    return grid_from_mapping(document, name=name, seeds=seeds)
+
+
+def _as_grid(grid: GridSpec | Mapping[str, Any] | str | Path, seeds: int | Sequence[int] | None) -> GridSpec:
+    if isinstance(grid, GridSpec):
+        if seeds is None:
+            return grid
+        run = RunSettings.model_validate({**grid.run.model_dump(), "seeds": seeds})
+        return grid.model_copy(update={"run": run})
+    if isinstance(grid, Mapping):
+        return grid_from_dict(grid, seeds=seeds)
+    return load_grid(grid, seeds=seeds)
+
+
+class _CallbackProgress:
+    """The runner's Progress, reduced to one call per finished iteration: callback(done, total)."""
+
+    def __init__(self, callback: ProgressCallback) -> None:
+        self.callback, self.total = callback, 0
+
+    def phase(self, name: str, detail: str = "") -> None:
+        pass
+
+    def phase_done(self, name: str, seconds: float) -> None:
+        pass
+
+    def iterations(self, done: int, total: int) -> None:
+        self.total = total
+
+    def iteration_done(self, iteration: int) -> None:
+        self.callback(iteration + 1, self.total)
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(progress: ProgressCallback | Progress | None) -> Progress | None:
+    if progress is None or hasattr(progress, "iteration_done"):
+        return progress  # type: ignore[return-value]  # a runner Progress (e.g. harness.cli.PlainProgress())
+    return _CallbackProgress(progress)  # type: ignore[arg-type]
+
+
+def _empty_run_dir(run_dir: Path | None, name: str, overwrite: bool) -> Path:
+    """The directory to run into: a fresh temporary one, or `run_dir` if it is empty or `overwrite` allows it."""
+    if run_dir is None:
+        return Path(tempfile.mkdtemp(prefix=f"coevolab-{name}-"))
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NotADirectoryError(f"{run_dir}: exists and is not a directory")
+    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{run_dir} already holds files; pass overwrite=True to write into it anyway")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GridResult:
+    """A finished grid: its tables, its training state and its run directory (what `coevolab run` writes).
+
+    Attributes:
+        spec: the grid that ran.
+        run_dir: its run directory (metrics.csv, grid.json, manifest.json, summary, report.md, figures/).
+        metrics: the tidy metrics table, one row per condition × seed × iteration (0 = before training), as read
+            from metrics.csv; columns: condition, seed, iteration, every metric of `harness.engine.metrics`,
+            mode_sequence, boundary, diverged.
+        summary: one row per condition at the final iteration: mean, std and CI per headline metric, paired
+            differences from the reference condition (the unrounded table behind summary.csv).
+        verdicts: one row per claim of the grid (`harness.inference.verdicts.VERDICT_COLUMNS`; no rows without
+            claims): effect, CI and verdict (the unrounded table behind claims.csv).
+        pretraining: one row per pretrained judge: seed, member, target, steps, spearman (script too under the
+            original streams).
+        times: seconds per phase of the run (startup, pretrain, compile, train, checkpoint, report, other).
+        final_state: every run's state after the last iteration: runs (leading axis R = conditions × seeds, in
+            `run_labels` order; policy params float32 (R, P)) and judge slots (leading axis J; judge params
+            float32 (J, P)). None for a result loaded from a directory (the files do not keep it).
+        figure_files: {name: path} of every PNG under run_dir/figures (the five of FIGURE_KEYS, and the attractor,
+            frontier and pair figures where the report draws them).
+    """
+
+    spec: GridSpec
+    run_dir: Path
+    metrics: pd.DataFrame
+    summary: pd.DataFrame
+    verdicts: pd.DataFrame
+    pretraining: pd.DataFrame
+    times: Mapping[str, float]
+    final_state: CoevolutionState | None
+    figure_files: Mapping[str, Path]
+
+    @property
+    def run_labels(self) -> list[tuple[str, int]]:
+        """(condition, seed) of each run of `final_state`, in its run order."""
+        return layout_grid(self.spec).run_labels()
+
+    @property
+    def diverged(self) -> pd.DataFrame:
+        """The runs whose parameters went non-finite: condition, seed, first_bad_iteration (empty if none)."""
+        return diverged_runs(self.metrics)
+
+    @property
+    def report_file(self) -> Path:
+        """The run's markdown report."""
+        return self.run_dir / REPORT_FILE
+
+    def figures(self, keys: Sequence[str] = FIGURE_KEYS) -> dict[str, Figure]:
+        """The report's figures as matplotlib Figures (no pyplot state), drawn from `metrics`.
+
+        Args:
+            keys: which of FIGURE_KEYS to draw.
+
+        Returns:
+            {key: Figure}; saved as PNG (`harness.report.figures.common.save`), each gives the bytes of its file in
+            `figure_files`.
+        """
+        return draw_figures(self.metrics, self.spec.name, keys)
+
+    def figure(self, key: str) -> Figure:
+        """One of the report's figures (a key of FIGURE_KEYS) as a matplotlib Figure."""
+        return self.figures([key])[key]
+
+    def save(self, run_dir: str | Path, overwrite: bool = False) -> GridResult:
+        """Copy this result's run directory to `run_dir`, which must be empty or absent unless `overwrite`.
+
+        Returns:
+            The result as read back from `run_dir` (its final state carried over).
+        """
+        target = _empty_run_dir(Path(run_dir), self.spec.name, overwrite)
+        shutil.copytree(self.run_dir, target, dirs_exist_ok=True)
+        return dataclasses.replace(load_result(target), final_state=self.final_state)
+
+
+def load_result(run_dir: str | Path) -> GridResult:
+    """A finished run read back from its directory (one `coevolab run` or `run_grid` wrote); no training.
+
+    Args:
+        run_dir: a run directory holding at least metrics.csv and grid.json.
+
+    Returns:
+        Its GridResult, with final_state None. Times and pretraining are empty if the directory has no manifest.
+
+    Raises:
+        FileNotFoundError: the directory lacks metrics.csv (the run has not finished) or grid.json.
+    """
+    run_dir = Path(run_dir)
+    for needed in (METRICS_FILE, GRID_FILE):
+        if not (run_dir / needed).is_file():
+            raise FileNotFoundError(f"{run_dir}: no {needed}; not a finished run directory")
+    spec = load_spec(run_dir)
+    # Read as `coevolab report` reads it, so the tables are those the report shows.
+    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    prepared = prepare(metrics)
+    manifest_path = run_dir / MANIFEST_FILE
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    figures = sorted((run_dir / FIGURES_DIR).glob("*.png"))
+    return GridResult(
+        spec=spec,
+        run_dir=run_dir,
+        metrics=metrics,
+        summary=summarize(prepared),
+        verdicts=verdict_table(prepared, spec.claims),
+        pretraining=pd.DataFrame(manifest.get("pretrain", [])),
+        times=dict(manifest.get("wall_seconds", {})),
+        final_state=None,
+        figure_files={path.stem: path for path in figures},
+    )
+
+
+def run_grid(
+    grid: GridSpec | Mapping[str, Any] | str | Path,
+    *,
+    seeds: int | Sequence[int] | None = None,
+    run_dir: str | Path | None = None,
+    overwrite: bool = False,
+    progress: ProgressCallback | Progress | None = None,
+    compile_cache: bool | str | Path = False,
+) -> GridResult:
+    """Pretrain, compile and train every condition × seed of a grid in this process, and write its run directory.
+
+    Args:
+        grid: a GridSpec, a dict shaped like a condition file (`grid_from_dict`), or a condition file's path.
+        seeds: overrides the grid's seeds: a count N (seeds 0..N-1) or a sequence of seeds.
+        run_dir: where to write the run's files (created; must be empty unless `overwrite`); default: a fresh
+            temporary directory, left in place (`GridResult.save` copies it elsewhere).
+        overwrite: write into a `run_dir` that already holds files.
+        progress: called as progress(done, total) after each outer iteration; or a
+            `harness.experiment.runner.Progress` (`harness.cli.PlainProgress()` prints the command's lines).
+        compile_cache: keep compiled programs on disk (True: $COEVOLAB_CACHE_DIR or ~/.cache/coevolab/jax, or a
+            directory), so a later process skips compiling the same grid shape. Changes JAX's global cache setting.
+
+    Returns:
+        The finished grid's GridResult, read back from its run directory, with the final training state.
+
+    Raises:
+        ConditionFileError: the grid does not validate.
+        harness.grid.memory.GridTooLarge: the grid would not fit in memory (checked before anything is written).
+        harness.grid.trainer.PretrainingFailed: some judge never reached its pretraining target.
+    """
+    spec = _as_grid(grid, seeds)
+    for condition, same_as in duplicate_conditions(spec):
+        warnings.warn(
+            f"condition '{condition}' resolves to the same knobs as '{same_as}' (duplicate runs)", stacklevel=2
+        )
+    check_fits(layout_grid(spec).shape, len(spec.run.seeds))  # refuse before writing anything, as `coevolab` does
+    directory = _empty_run_dir(None if run_dir is None else Path(run_dir), spec.name, overwrite)
+    if compile_cache:
+        from harness.grid.compile_cache import enable_compilation_cache
+
+        enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
+    outcome = execute(spec, directory, _progress(progress))
+    return dataclasses.replace(load_result(directory), final_state=outcome.final_state)
