@@ -32,6 +32,7 @@ _CONDITION_FIELDS = ("description", "boundary", "original_script")
 _ZIP = "zip"
 _EXTENDS = "extends"
 _NAMED_TABLES = ("conditions", "claims")  # merged by name under `extends`
+_CLAIMS_SETTINGS = ("adjustment",)  # keys of [claims] itself that set every claim's field (not claim tables)
 
 
 class ConditionFileError(ValueError):
@@ -139,10 +140,13 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
     if not isinstance(claim_tables, Mapping):
         raise ConditionFileError(file, "[claims] must hold [claims.NAME] tables", key="claims")
     claims = []
+    file_wide = {key: claim_tables[key] for key in _CLAIMS_SETTINGS if key in claim_tables}  # e.g. adjustment = "bh"
     for claim_name, table in claim_tables.items():
+        if claim_name in _CLAIMS_SETTINGS:
+            continue
         if not isinstance(table, Mapping):
             raise ConditionFileError(file, "a claim must be a table", key=f"claims.{claim_name}")
-        claim = _validate(Claim, {**table, "name": claim_name}, file, None, prefix=f"claims.{claim_name}.")
+        claim = _validate(Claim, {**file_wide, **table, "name": claim_name}, file, None, prefix=f"claims.{claim_name}.")
         try:
             claim.check_against(names, settings["run"].iterations)
         except ValueError as error:

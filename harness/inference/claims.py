@@ -13,6 +13,10 @@ Example (the published "slower judge updates end above baseline"):
     condition = "slow-judge[judge_update_every=10]"
     direction = "above"
     than_condition = "baseline"
+
+A file's claims are one family for the adjustment of their p-values (`harness.inference.multiplicity`); a claim's
+`family = "..."` key puts it in another, and `adjustment = "bh"` in the [claims] table itself chooses
+Benjamini–Hochberg over Holm for the whole file.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.engine.metrics import METRICS, QUALITY_RESOLUTION
+from harness.inference.multiplicity import Adjustment
 
 Iteration = int | Literal["last"]
 # Metrics a claim may compare: the continuous ones (counts and the mode index are not effects).
@@ -35,11 +40,14 @@ class Claim(BaseModel):
     (than_condition and than_iteration may be combined).
 
     than_condition is a condition name or else a shell-style pattern (`anchor*`); where it names several
-    conditions, the claim is tested against the strongest of them in the claim's direction (highest mean
-    for "above" and "equal", lowest for "below"), minus any matching `excluding`.
+    conditions (minus any matching `excluding`), the claim is tested against every one of them (an
+    intersection–union test: it holds only if it holds against each), rivals with identical values counted once.
     statistic "mean" compares seed-paired means; "std" compares the spread over seeds (paired resampling).
     resolution: the smallest difference that counts as a difference, in the metric's unit; for "equal" it
     is the equivalence margin.
+    family: the claims whose p-values are adjusted together (default: every claim of the condition file);
+    adjustment: how ("holm", the default, or "bh" for Benjamini–Hochberg), set for a whole file by the
+    `adjustment` key of its [claims] table; every claim of one family must agree.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -57,6 +65,8 @@ class Claim(BaseModel):
     than_value: float | None = None
     statistic: Literal["mean", "std"] = "mean"
     resolution: float = Field(QUALITY_RESOLUTION, gt=0)
+    family: str | None = Field(None, min_length=1)
+    adjustment: Adjustment = "holm"
 
     @model_validator(mode="after")
     def _one_other_side(self) -> Claim:
@@ -67,6 +77,8 @@ class Claim(BaseModel):
             raise ValueError("give than_value, or than_condition and/or than_iteration (exactly one kind)")
         if self.than_value is not None and self.statistic != "mean":
             raise ValueError("a comparison with a fixed value uses statistic = 'mean'")
+        if self.direction == "equal" and self.statistic != "mean":
+            raise ValueError("an 'equal' claim uses statistic = 'mean' (its test shifts seed-paired differences)")
         if self.excluding and self.than_condition is None:
             raise ValueError("excluding needs than_condition")
         return self

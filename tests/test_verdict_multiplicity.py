@@ -1,0 +1,76 @@
+"""Claim families: Holm and Benjamini–Hochberg adjustments, the levels intervals are built at, and families and
+adjustments stated in condition files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from harness.grid.conditions import ConditionFileError, load_grid
+from harness.inference.multiplicity import adjust, holm, levels
+
+
+def test_holm_by_hand() -> None:
+    # sorted: 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; then the running maximum
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm(np.array([0.5, 0.9])) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_holm_and_bh_against_scipy() -> None:
+    p = np.random.default_rng(0).uniform(0, 0.2, size=17)
+    assert adjust(p, "bh") == pytest.approx(scipy.stats.false_discovery_control(p, method="bh"))
+    # Holm rejects exactly what the step-down procedure rejects, at every α
+    for alpha in (0.01, 0.05, 0.1):
+        ordered = np.sort(p)
+        passed = ordered <= alpha / (len(p) - np.arange(len(p)))
+        steps = len(p) if passed.all() else int(np.argmin(passed))
+        assert int(np.sum(holm(p) <= alpha)) == steps
+    # Holm is uniformly more conservative than Benjamini–Hochberg, never below the raw p-values
+    assert np.all(adjust(p, "holm") >= adjust(p, "bh") - 1e-12)
+    assert np.all(adjust(p, "bh") >= p)
+
+
+def test_untested_claims_are_left_out_of_the_family() -> None:
+    adjusted = adjust(np.array([0.01, np.nan, 0.02]), "holm")
+    assert np.isnan(adjusted[1])
+    assert adjusted[[0, 2]] == pytest.approx([0.02, 0.02])
+
+
+def test_levels_match_the_adjusted_tests() -> None:
+    p = np.array([0.01, 0.04, 0.03, 0.005])
+    assert levels(p, "holm", 0.05) == pytest.approx([0.05 / 3, 0.05, 0.05 / 2, 0.05 / 4])
+    # raw p below its Holm level where Holm rejects; the last (0.04 ≤ 0.05) too, but the step-down stopped before it
+    assert list(holm(p) <= 0.05) == [True, False, False, True]
+    assert list(p <= levels(p, "holm", 0.05)) == [True, True, False, True]
+    # BH: false-coverage-rate intervals at α R / m, R = 4 rejections here
+    assert levels(p, "bh", 0.05) == pytest.approx([0.05] * 4)
+    assert levels(np.array([0.5, 0.9]), "bh", 0.05) == pytest.approx([0.025, 0.025])  # R = 0 counts as 1
+
+
+CLAIM = 'metric = "policy_quality"\ncondition = "a"\ndirection = "above"\nthan_condition = "b"\nstatement = "s"\n'
+
+
+def test_families_and_adjustment_in_condition_files(tmp_path: Path) -> None:
+    file = tmp_path / "grid.toml"
+    file.write_text(
+        "[run]\nseeds = 2\niterations = 3\n[conditions.a]\n[conditions.b]\nfreeze_judge = true\n"
+        f'[claims]\nadjustment = "bh"\n[claims.one]\n{CLAIM}[claims.two]\n{CLAIM}family = "spreads"\n',
+        encoding="utf-8",
+    )
+    claims = {c.name: c for c in load_grid(file).claims}
+    assert set(claims) == {"one", "two"}
+    assert claims["one"].family is None and claims["two"].family == "spreads"
+    assert {c.adjustment for c in claims.values()} == {"bh"}
+
+    default = tmp_path / "default.toml"
+    default.write_text(file.read_text().replace('adjustment = "bh"\n', ""), encoding="utf-8")
+    assert {c.adjustment for c in load_grid(default).claims} == {"holm"}
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(file.read_text().replace('"bh"', '"bonferroni"'), encoding="utf-8")
+    with pytest.raises(ConditionFileError, match="adjustment"):
+        load_grid(bad)
