@@ -1,12 +1,13 @@
-"""Checkpoints survive what real runs meet: a SIGKILL mid-iteration, and a checkpoint of another state layout."""
+"""Checkpoints survive what real runs meet: a process killed mid-run or mid-write, and a checkpoint of another
+state layout."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import flax.serialization
@@ -14,16 +15,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.common.run_files import CHECKPOINT_FILE
+from harness.common.run_files import CHECKPOINT_FILE, METRICS_FILE, stale_temporaries
 from harness.engine.metrics import METRICS
 from harness.engine.state import LAYOUT_VERSION
+from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
+# Two conditions of different shapes (meta-correction holds pairs out); three iterations: one before the first
+# kill, one between the two kills, one after them.
 GRID = """
 [run]
 seeds = 1
-iterations = 5
+iterations = 3
 steps_per_iteration = 40
 batch_size = 16
 
@@ -45,45 +49,70 @@ def _coevolab(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _killed_mid_iteration(grid: Path, out: Path) -> int:
-    """Start a run, let it checkpoint its first iteration, SIGKILL it during the next; the checkpointed count."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out), "--quiet"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 300
-    while not (out / CHECKPOINT_FILE).exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.01)
-    time.sleep(0.05)  # into the next iteration, past the checkpoint's rename
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=60)
-    if process.returncode == 0:
-        pytest.skip("the run finished before the kill landed")
-    assert process.returncode == -signal.SIGKILL
-    payload = flax.serialization.msgpack_restore((out / CHECKPOINT_FILE).read_bytes())
-    return int(payload["completed_iterations"])
+def _killable(tmp_path: Path, name: str, *args: str) -> subprocess.Popen:
+    """tests/killable_run.py with `args`, started in tmp_path (where a core file would go; none is written), its
+    standard error in tmp_path/<name>.err."""
+    with (tmp_path / f"{name}.err").open("w") as errors:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "killable_run.py"), *args],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
 
 
-def test_a_run_killed_mid_iteration_resumes_to_identical_metrics(tmp_path: Path) -> None:
+def _read_until(process: subprocess.Popen, line: str) -> list[str]:
+    """The process's output lines up to and including `line` (all of them, if it exits first)."""
+    assert process.stdout is not None
+    seen: list[str] = []
+    while seen[-1:] != [line] and (text := process.stdout.readline()):
+        seen.append(text.rstrip("\n"))
+    return seen
+
+
+def _completed(run_dir: Path) -> int:
+    return int(read_checkpoint(run_dir)["completed_iterations"])
+
+
+def test_a_run_killed_mid_write_and_mid_run_resumes_to_identical_metrics(tmp_path: Path, finished_run: Path) -> None:
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID)
     out = tmp_path / "run"
-    completed = _killed_mid_iteration(grid, out)
-    assert 1 <= completed < 5
-    assert not (out / "metrics.csv").exists()
-    # Nothing half-written is left beside the checkpoint: writes go through a temporary file and a rename.
-    assert not [p for p in out.iterdir() if p.name.startswith(f".{CHECKPOINT_FILE}")]
 
+    # 1. Killed by the kernel in the middle of writing checkpoint 2 (see tests/killable_run.py): the process stops
+    # on its write past the file size limit, so where it stops is certain, not a matter of timing.
+    cut = _killable(tmp_path, "cut", str(out), str(grid), "--cut-write-after", "1")
+    lines = cut.communicate()[0].splitlines()  # to its end: the process dies on its own
+    assert cut.returncode == -signal.SIGXFSZ, (tmp_path / "cut.err").read_text()
+    assert lines[:1] == ["checkpointed 1"] and lines[1].startswith("limit "), lines
+    limit = int(lines[1].split()[1])
+    # What a kill can promise: the last complete checkpoint is intact and loads; the next one's temporary file is
+    # left as far as it got (never renamed over the checkpoint); no metrics.
+    assert _completed(out) == 1
+    [partial] = stale_temporaries(out)
+    assert partial.name.startswith(f".{CHECKPOINT_FILE}.") and partial.stat().st_size == limit
+    assert not (out / METRICS_FILE).exists()
+
+    # 2. Resumed, then SIGKILLed by its pid while it waits after checkpoint 2 (it cannot finish before the kill).
+    blocked = _killable(tmp_path, "blocked", str(out), "--resume", "--block-after", "2")
+    assert _read_until(blocked, "checkpointed 2")[-1:] == ["checkpointed 2"], (tmp_path / "blocked.err").read_text()
+    # The resume removed the dead writer's temporary file; the checkpoint written since is complete.
+    assert stale_temporaries(out) == []
+    os.kill(blocked.pid, signal.SIGKILL)
+    blocked.communicate()
+    assert blocked.returncode == -signal.SIGKILL
+    assert _completed(out) == 2 and not (out / METRICS_FILE).exists()
+
+    # 3. The command line resumes it to the end: the same metrics as the same grid run without interruption.
     resumed = _coevolab("run", "--resume", str(out), "--quiet")
     assert resumed.returncode == 0, resumed.stderr
-    metrics = pd.read_csv(out / "metrics.csv")
-    # The same grid run without interruption (its compiled programs come from the shared cache).
-    whole = _coevolab("run", str(grid), "--out", str(tmp_path / "whole"), "--quiet")
-    assert whole.returncode == 0, whole.stderr
-    expected = pd.read_csv(tmp_path / "whole" / "metrics.csv")
-    assert len(metrics) == len(expected) == 2 * 6
+    assert not (out / CHECKPOINT_FILE).exists() and stale_temporaries(out) == []
+    metrics = pd.read_csv(out / METRICS_FILE)
+    expected = pd.read_csv(finished_run / METRICS_FILE)
+    assert len(metrics) == len(expected) == 2 * 4
     for metric in METRICS:
         np.testing.assert_allclose(
             metrics[metric.name].astype(float),

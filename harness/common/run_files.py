@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,6 +22,10 @@ GRID_FILE = "grid.json"
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_FILE = "checkpoint.msgpack"
 CLAIMS_FILE = "claims.csv"  # the verdicts on a grid's claims, written by the report
+
+# atomic_write_bytes writes `.<name>.<random>.tmp` beside `<name>` (tempfile.mkstemp: 8 characters of [a-z0-9_]).
+_TEMPORARY_PREFIX, _TEMPORARY_SUFFIX = ".", ".tmp"
+_TEMPORARY_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 
 
 def _file_mode() -> int:
@@ -48,7 +53,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f"{_TEMPORARY_PREFIX}{path.name}.", suffix=_TEMPORARY_SUFFIX
+    )
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
@@ -63,6 +70,31 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def stale_temporaries(run_dir: Path) -> list[Path]:
+    """The temporary files of atomic writes under `run_dir` (its subfolders included), sorted.
+
+    A write that finished renamed its temporary file; one that raised removed it. What is left was written by a
+    process that died mid-write (SIGKILL, power loss): never a complete artifact, so never read.
+    """
+    return sorted(
+        path
+        for path in Path(run_dir).rglob(f"{_TEMPORARY_PREFIX}*{_TEMPORARY_SUFFIX}")
+        if path.is_file() and _TEMPORARY_NAME.fullmatch(path.name)
+    )
+
+
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Delete what `stale_temporaries` finds; returns the paths removed.
+
+    Only for a run directory no live process is writing (the run resuming it is the only writer), since a live
+    writer's temporary file looks the same.
+    """
+    stale = stale_temporaries(run_dir)
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def fresh_run_dir(root: Path, grid_name: str) -> Path:

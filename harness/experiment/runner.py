@@ -18,10 +18,10 @@ from harness.common.run_files import (
     METRICS_FILE,
     atomic_write_text,
     manifest,
+    remove_stale_temporaries,
     write_json,
 )
 from harness.common.wording import plural
-from harness.engine.state import CoevolutionState
 from harness.experiment.checkpoint import (
     Checkpoint,
     has_checkpoint,
@@ -63,13 +63,11 @@ class SilentProgress:
 
 @dataclass
 class RunOutcome:
-    """Where a run wrote its artifacts, its metrics, its diverged runs (condition, seed, first bad iteration), and
-    the state of every run after the last iteration (for `harness.api`; the run directory does not keep it)."""
+    """Where a run wrote its artifacts, its metrics, and its diverged runs (condition, seed, first bad iteration)."""
 
     run_dir: Path
     metrics: pd.DataFrame
     diverged: pd.DataFrame
-    final_state: CoevolutionState | None = None
 
 
 def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -102,6 +100,9 @@ def execute(
     program = GridTrainer(spec)
     total = spec.run.iterations
 
+    if resume:
+        # A process killed mid-write leaves its temporary file; this run is now the directory's only writer.
+        remove_stale_temporaries(run_dir)
     resuming = resume and has_checkpoint(run_dir)
     pretrained = payload = None
     if resuming:
@@ -186,4 +187,4 @@ def execute(
     # Finished: metrics.csv holds everything the checkpoint did.
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     progress.close()
-    return RunOutcome(run_dir, metrics, diverged_runs(metrics), state)
+    return RunOutcome(run_dir, metrics, diverged_runs(metrics))
