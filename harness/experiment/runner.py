@@ -22,6 +22,7 @@ from harness.common.run_files import (
     write_json,
 )
 from harness.common.wording import plural
+from harness.engine.state import CoevolutionState
 from harness.experiment.checkpoint import (
     Checkpoint,
     has_checkpoint,
@@ -63,11 +64,13 @@ class SilentProgress:
 
 @dataclass
 class RunOutcome:
-    """Where a run wrote its artifacts, its metrics, and its diverged runs (condition, seed, first bad iteration)."""
+    """Where a run wrote its artifacts, its metrics, its diverged runs (condition, seed, first bad iteration), and
+    the state of every run after the last iteration (for `harness.api`; the run directory does not keep it)."""
 
     run_dir: Path
     metrics: pd.DataFrame
     diverged: pd.DataFrame
+    final_state: CoevolutionState | None = None
 
 
 def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -187,4 +190,4 @@ def execute(
     # Finished: metrics.csv holds everything the checkpoint did.
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     progress.close()
-    return RunOutcome(run_dir, metrics, diverged_runs(metrics))
+    return RunOutcome(run_dir, metrics, diverged_runs(metrics), state)
