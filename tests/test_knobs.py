@@ -6,7 +6,9 @@ condition and its counterpart without a mechanism differ only by what that mecha
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import partial
 
 import chex
 import jax
@@ -16,10 +18,13 @@ import optax
 import pytest
 
 from harness.engine import keys
-from harness.engine.knobs import Knobs
+from harness.engine.flat_params import ravel_rows
+from harness.engine.knobs import PROGRAM_KNOBS, Knobs, RunKnobs, choices, stack_knobs
+from harness.engine.state import CoevolutionState, SlotState, fresh_networks, initial_state
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import pretrain_judges
 from harness.grid.trainer import GridTrainer
+from harness.grid.training_step import policy_step
 
 STEPS = 20
 ITERATIONS = 2
@@ -44,6 +49,9 @@ CONDITIONS = {
     "ensemble_min": Knobs(n_judges=3, ensemble_aggregation="min"),
     "ensemble_cautious": Knobs(n_judges=3, ensemble_aggregation="mean_minus_std", ensemble_std_weight=2.0),
     "single_min": Knobs(ensemble_aggregation="min"),
+    "ema": Knobs(judge_ema=0.9),
+    "ema_every20": Knobs(judge_ema=0.75, judge_update_every=20),
+    "ema_reset1": Knobs(judge_ema=0.9, reset_every=1),
 }
 
 
@@ -52,6 +60,7 @@ class Trace:
     program: GridTrainer
     judges: list  # host judge params (J, ...) at start and after each iteration
     judge_adam: list  # host judge Adam states (J, ...) likewise
+    judge_emas: list  # host judge moving-average rows (J, P) likewise
     policies: list  # host policy params (R, ...) likewise
     diagnostics: list  # per iteration (after it)
 
@@ -95,16 +104,17 @@ def trace() -> Trace:
     )
     program = GridTrainer(spec)
     state, _ = program.start()
-    judges, adam, policies, diagnostics = [], [], [], []
+    judges, adam, emas, policies, diagnostics = [], [], [], [], []
     for iteration in range(ITERATIONS + 1):
         if iteration:
             state, record = program.step(state, iteration - 1)  # donates the old state: copy what we keep first
             diagnostics.append(jax.device_get(record))
         judges.append(jax.device_get(program.judge_params(state.slots.judge.params)))
         adam.append(jax.device_get(state.slots.judge.adam))
+        emas.append(np.array(jax.device_get(state.slots.judge_ema)))  # a copy: step() donates the state
         policies.append(jax.device_get(program.policy_params(state)))
     assert all(np.all(d["finite"]) for d in diagnostics)
-    return Trace(program, judges, adam, policies, diagnostics)
+    return Trace(program, judges, adam, emas, policies, diagnostics)
 
 
 def _differ(a: chex.ArrayTree, b: chex.ArrayTree, atol: float = 1e-6) -> bool:
@@ -233,3 +243,93 @@ def test_ensemble_aggregation_changes_the_reward_and_nothing_else(trace: Trace) 
         assert trace.metric("judge_updates", name) == [STEPS] * ITERATIONS
     chex.assert_trees_all_close(trace.policy("single_min", ITERATIONS), trace.policy("base", ITERATIONS), atol=1e-6)
     assert trace.metric("policy_quality", "single_min") == pytest.approx(trace.metric("policy_quality", "base"))
+
+
+def test_run_knobs_are_the_program_knobs_in_order() -> None:
+    assert [field.name for field in dataclasses.fields(RunKnobs)] == list(PROGRAM_KNOBS)
+    assert list(PROGRAM_KNOBS) == [name for name in Knobs.model_fields if name != "judge_pretrain_target"]
+    stacked = stack_knobs([Knobs(), Knobs(judge_ema=0.5, rejected_from="initial", freeze_judge=True)])
+    assert all(getattr(stacked, name).shape == (2,) for name in PROGRAM_KNOBS)
+    assert stacked.rejected_from.dtype == jnp.int32
+    assert stacked.rejected_from.tolist() == [0, choices("rejected_from").index("initial")]
+    assert stacked.judge_ema.dtype == jnp.float32 and stacked.judge_ema.tolist() == [0.0, 0.5]
+    assert stacked.freeze_judge.dtype == jnp.bool_ and stacked.freeze_judge.tolist() == [False, True]
+
+
+def _pretrained_row(trace: Trace, name: str) -> np.ndarray:
+    return np.asarray(trace.program.consts.pretrained_judges[trace.slots(name)[0]])
+
+
+def _judge_row(trace: Trace, name: str, after: int) -> np.ndarray:
+    return np.asarray(ravel_rows(trace.judges[after])[trace.slots(name)[0]])
+
+
+def _ema_row(trace: Trace, name: str, after: int) -> np.ndarray:
+    return trace.judge_emas[after][trace.slots(name)[0]]
+
+
+def test_judge_ema_off_keeps_the_pretrained_row_and_changes_no_other_run(trace: Trace) -> None:
+    for after in range(ITERATIONS + 1):
+        np.testing.assert_array_equal(_ema_row(trace, "base", after), _pretrained_row(trace, "base"))
+    np.testing.assert_array_equal(_ema_row(trace, "ema", 0), _pretrained_row(trace, "ema"))
+
+
+def test_judge_ema_is_the_moving_average_of_the_judge_after_each_update(trace: Trace) -> None:
+    """ema_every20 updates its judge once per iteration, on its last step: the average after iteration t is
+    0.75 · average + 0.25 · judge_t, from the pretrained row (numpy, float32)."""
+    average = _pretrained_row(trace, "ema_every20")
+    decay = np.float32(0.75)
+    for after in range(1, ITERATIONS + 1):
+        average = decay * average + (np.float32(1) - decay) * _judge_row(trace, "ema_every20", after)
+        np.testing.assert_allclose(_ema_row(trace, "ema_every20", after), average, rtol=1e-6, atol=1e-7)
+    assert trace.metric("judge_updates", "ema_every20") == [1] * ITERATIONS
+    # Until its first update the average is the judge: the first iteration is every20's run, exactly.
+    chex.assert_trees_all_equal(trace.policy("ema_every20", 1), trace.policy("every20", 1))
+    chex.assert_trees_all_equal(trace.judge("ema_every20", 1), trace.judge("every20", 1))
+    # Then the policy is rewarded by the average, not by the judge.
+    assert _differ(trace.policy("ema_every20", 2), trace.policy("every20", 2))
+
+
+def test_judge_ema_trains_and_resets_with_the_judge(trace: Trace) -> None:
+    assert trace.metric("judge_updates", "ema") == [STEPS] * ITERATIONS
+    for after in range(1, ITERATIONS + 1):
+        assert np.max(np.abs(_ema_row(trace, "ema", after) - _pretrained_row(trace, "ema"))) > 1e-4
+        assert np.max(np.abs(_ema_row(trace, "ema", after) - _judge_row(trace, "ema", after))) > 1e-4
+        np.testing.assert_array_equal(_ema_row(trace, "ema_reset1", after), _pretrained_row(trace, "ema_reset1"))
+        chex.assert_trees_all_equal(trace.judge("ema_reset1", after), trace.pretrained())
+    assert _differ(trace.policy("ema", ITERATIONS), trace.policy("base", ITERATIONS))
+
+
+def _trained_state(trace: Trace, judges: np.ndarray, averages: np.ndarray) -> CoevolutionState:
+    """A grid state at π₀ whose judge rows and moving averages are given (J, P) rows."""
+    program = trace.program
+    consts, shape = program.consts, program.shape
+    stream_keys = jnp.zeros((shape.n_runs, 2), jnp.uint32)
+    state = initial_state(consts.initial_policies, consts.pretrained_judges, stream_keys, shape.history_depth)
+    return state.replace(slots=SlotState(judge=fresh_networks(jnp.asarray(judges)), judge_ema=jnp.asarray(averages)))
+
+
+def test_the_policy_and_the_diagnostics_see_the_average(trace: Trace) -> None:
+    """With trained judges J and averages E, a run with judge_ema is rewarded (and measured) as a run without it
+    whose judges are E; a run without it as before."""
+    program, names = trace.program, ("ema", "ema_every20", "ema_reset1")
+    judges, averages = np.asarray(ravel_rows(trace.judges[ITERATIONS])), trace.judge_emas[ITERATIONS]
+    state, on_averages = _trained_state(trace, judges, averages), _trained_state(trace, averages, averages)
+    knobs = program.layout.knobs
+    without = knobs.replace(judge_ema=jnp.zeros_like(knobs.judge_ema))
+    step = jax.jit(partial(policy_step, program.shape, program.consts))
+    keys = jax.random.split(jax.random.PRNGKey(0), program.shape.n_runs)
+    policies = np.asarray(step(knobs, state, keys).runs.policy.params)
+    reference = np.asarray(step(without, on_averages, keys).runs.policy.params)
+    live = np.asarray(step(without, state, keys).runs.policy.params)
+    for name in names:
+        run = trace.run(name)
+        np.testing.assert_array_equal(policies[run], reference[run])
+        assert np.max(np.abs(policies[run] - live[run])) > 0
+    np.testing.assert_array_equal(policies[trace.run("base")], live[trace.run("base")])
+
+    measured, on_average = program.diagnose(state), program.diagnose(on_averages)
+    for metric in ("judge_perceived_quality", "judge_alignment"):
+        for name in names:
+            assert float(measured[metric][trace.run(name)]) == float(on_average[metric][trace.run(name)])
+        assert float(measured[metric][trace.run("base")]) != float(on_average[metric][trace.run("base")])

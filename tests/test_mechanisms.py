@@ -256,3 +256,25 @@ def test_apply_where_due_touches_exactly_the_due_members() -> None:
 def test_layouts_match_the_networks() -> None:
     assert policy_layout(K).width == _row(init_policy(jax.random.PRNGKey(0), K, L)).shape[0]
     assert judge_layout(K).width == _row(init_judge(jax.random.PRNGKey(0), K, L)).shape[0]
+
+
+def test_ema_update_is_an_exponential_moving_average(judge_tree) -> None:
+    """Five updates of a judge's average against numpy's recurrence, from the pretrained row; decay 0 follows the
+    judge exactly (the average is then the judge), and each judge of a group keeps its own average."""
+    rows = np.stack([np.asarray(_row(_perturbed(judge_tree, seed))) for seed in range(5)])  # the judge over time
+    pretrained = np.asarray(_row(judge_tree))
+    update = jax.jit(mechanisms.ema_update)
+    for decay in (np.float32(0.0), np.float32(0.5), np.float32(0.9)):
+        average, reference = jnp.asarray(pretrained), pretrained
+        for judge in rows:
+            average = update(average, jnp.asarray(judge), jnp.float32(decay))
+            reference = decay * reference + (np.float32(1.0) - decay) * judge
+        np.testing.assert_allclose(np.asarray(average), reference, rtol=1e-6, atol=1e-7)
+        assert np.max(np.abs(reference - pretrained)) > 1e-3
+    np.testing.assert_array_equal(np.asarray(update(jnp.asarray(pretrained), rows[0], jnp.float32(0.0))), rows[0])
+    # Batched over a group's judges with one decay each, as the step applies it.
+    decays = jnp.asarray([0.0, 0.5, 0.9], jnp.float32)
+    batched = np.asarray(jax.vmap(mechanisms.ema_update)(jnp.asarray(rows[:3]), jnp.asarray(rows[2:5]), decays))
+    for member, decay in enumerate(np.asarray(decays)):
+        expected = decay * rows[member] + (np.float32(1.0) - decay) * rows[2 + member]
+        np.testing.assert_allclose(batched[member], expected, rtol=1e-6, atol=1e-7)

@@ -2,9 +2,9 @@
 
 Every knob the training loop reads enters the compiled program as an array with one entry
 per run, so two grids that differ only in knob values share one compiled executable. A new
-knob is one field of `Knobs` (with its documentation); `RunKnobs` follows from it. A knob
-that acts before the program runs (on the host, e.g. in pretraining) is marked host-only
-and stays out of `RunKnobs` (see `HOST_ONLY`).
+knob is one field of `Knobs` (with its documentation) and, unless it acts only before the
+program runs (on the host, e.g. in pretraining: marked host-only, see `HOST_ONLY`), one
+field of `RunKnobs` of the same name, in the same order.
 """
 
 from __future__ import annotations
@@ -133,6 +133,14 @@ class Knobs(BaseModel):
         "certain, |J(a) − J(b)| below this Bradley–Terry margin, get one more step toward the labels of a frozen "
         "referee, the judge's own pretrained weights; no q* involved (0: off)",
     )
+    judge_ema: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="the policy is rewarded by an exponential moving average of each judge's weights, "
+        "ema ← d·ema + (1 − d)·judge after every judge update, starting from (and reset with) the pretrained "
+        "judge; d is this decay (0: off, the live judges reward the policy)",
+    )
     entropy_bonus: float = Field(0.01, ge=0.0, description="weight of mean log π in the policy loss")
     lr_policy: float = Field(3e-4, gt=0.0, description="Adam learning rate of the policy")
     lr_judge: float = Field(3e-4, gt=0.0, description="Adam learning rate of every judge")
@@ -178,21 +186,37 @@ def _code(name: str, value: object) -> object:
     return choices(name).index(value) if choices(name) else value
 
 
-def _run_knobs_class() -> type:
-    fields = dict.fromkeys(PROGRAM_KNOBS, jax.Array)
-    namespace = {
-        "__annotations__": fields,
-        "__module__": __name__,
-        "__doc__": "Knob values as arrays with a leading run axis (R,), one field per `Knobs` field "
-        "the program reads (categorical knobs as int32 codes, see `choices`; host-only knobs absent).",
-    }
-    return flax.struct.dataclass(type("RunKnobs", (), namespace))
+@flax.struct.dataclass
+class RunKnobs:
+    """The knobs the compiled program reads, as arrays with a leading run axis: each field is float32, int32 or
+    bool (R,), one entry per run (a scalar inside a function of one run). Categorical knobs are int32 codes
+    (`choices`); host-only knobs are absent. The fields are `PROGRAM_KNOBS`, in `Knobs` order, each documented
+    there (a test holds the two to each other)."""
+
+    freeze_judge: jax.Array  # bool
+    judge_update_every: jax.Array  # int32
+    n_judges: jax.Array  # int32
+    ensemble_aggregation: jax.Array  # int32 code of `EnsembleAggregation`
+    ensemble_std_weight: jax.Array  # float32
+    reset_every: jax.Array  # int32
+    anchor_fraction: jax.Array  # float32
+    meta_holdout_fraction: jax.Array  # float32
+    meta_holdout_seed: jax.Array  # int32
+    meta_update_every: jax.Array  # int32
+    meta_accuracy_threshold: jax.Array  # float32
+    chosen_from: jax.Array  # int32 code of `ChosenSide`
+    rejected_from: jax.Array  # int32 code of `RejectedSide`
+    temporal_gap: jax.Array  # int32
+    lookahead_steps: jax.Array  # int32
+    contrast_mix: jax.Array  # float32
+    referee_margin: jax.Array  # float32
+    judge_ema: jax.Array  # float32
+    entropy_bonus: jax.Array  # float32
+    lr_policy: jax.Array  # float32
+    lr_judge: jax.Array  # float32
 
 
-RunKnobs = _run_knobs_class()
-
-
-def stack_knobs(knobs: Sequence[Knobs]) -> Any:
+def stack_knobs(knobs: Sequence[Knobs]) -> RunKnobs:
     """`RunKnobs` with one entry per run, in run order (host-only knobs are not part of it)."""
     arrays = {
         name: jnp.asarray([_code(name, getattr(k, name)) for k in knobs], _array_dtype(name)) for name in PROGRAM_KNOBS

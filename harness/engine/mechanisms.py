@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from harness.engine.flat_params import judge_layout, policy_layout
-from harness.engine.knobs import choices
+from harness.engine.knobs import RunKnobs, choices
 from harness.engine.models import judge_scores, judge_scores_of_outputs, sample_from_noise
 from harness.engine.state import Network, adam_step, fresh_network
 
@@ -69,12 +69,12 @@ def policy_step(
     judges: jax.Array,
     members: jax.Array,
     noise: jax.Array,
-    knobs: object,
+    knobs: RunKnobs,
     vocab: int,
 ) -> Network:
     """One REINFORCE step of one run: sample a batch with `noise` (L, B, K), reward it with the run's judges
     (rows (M, P), members marking the real ones), step Adam. The grid batches the same pieces (see
-    `coevolution.policy_step`)."""
+    `harness.grid.training_step.policy_step`)."""
 
     def log_prob(row: jax.Array) -> tuple[jax.Array, jax.Array]:
         tokens, log_pi = sample(row, noise, vocab)
@@ -201,7 +201,7 @@ def lookahead_side(
     members: jax.Array,
     noise: jax.Array,
     steps: jax.Array,
-    knobs: object,
+    knobs: RunKnobs,
     *,
     vocab: int,
 ) -> jax.Array:
@@ -217,6 +217,11 @@ def lookahead_side(
 
     copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))
     return copy.params
+
+
+def ema_update(average: jax.Array, judge: jax.Array, decay: jax.Array) -> jax.Array:
+    """One step of a judge's exponential moving average (rows (P,)): decay · average + (1 − decay) · judge."""
+    return decay * average + (1.0 - decay) * judge
 
 
 def reset(judge: Network, pretrained: jax.Array) -> Network:

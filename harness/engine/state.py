@@ -15,7 +15,7 @@ import optax
 
 # Bumped whenever the fields or row layouts below change: a checkpoint written under
 # another layout is refused instead of being misread.
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 
 
 @flax.struct.dataclass
@@ -44,6 +44,9 @@ class SlotState:
     """Per judge slot (leading axis J): the judge. A run owns `n_judges` consecutive slots."""
 
     judge: Network
+    # float32 (J, P): the judge's exponential moving average (`Knobs.judge_ema`), what rewards the policy where
+    # the run keeps one; the pretrained row at the start and after a reset, and left so where the run keeps none.
+    judge_ema: jax.Array
 
 
 @flax.struct.dataclass
@@ -88,7 +91,7 @@ def initial_state(
             judge_updates=jnp.zeros(n_runs, jnp.int32),
             meta_corrections=jnp.zeros(n_runs, jnp.int32),
         ),
-        slots=SlotState(judge=fresh_networks(jnp.copy(judges))),
+        slots=SlotState(judge=fresh_networks(jnp.copy(judges)), judge_ema=jnp.copy(judges)),
         step=jnp.int32(0),
     )
 

@@ -14,12 +14,13 @@ import jax.numpy as jnp
 
 from harness.engine import streams
 from harness.engine.flat_params import judge_layout, policy_layout
-from harness.engine.knobs import holdout_pair_count
+from harness.engine.knobs import RunKnobs, holdout_pair_count
 from harness.engine.metrics import METRIC_NAMES, RunView, evaluate
 from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.engine.pair_audits import PairAudit, audit_pairs
 from harness.engine.state import CoevolutionState
 from harness.grid.layout import GridShape
+from harness.grid.step_table import reward_judges
 from harness.grid.training_step import GridConstants, contrast_runs, pair_sides, run_judge_slots, run_rewards
 
 # One record of every registered metric: name -> array with a leading run axis (R,).
@@ -37,7 +38,7 @@ def _all_finite(tree: jax.Array) -> jax.Array:
 def _pair_audits(
     shape: GridShape,
     consts: GridConstants,
-    knobs: object,
+    knobs: RunKnobs,
     state: CoevolutionState,
     log_pi: jax.Array,
     slot_tables: jax.Array,
@@ -71,14 +72,19 @@ def _pair_audits(
     )
 
 
-def diagnose(shape: GridShape, consts: GridConstants, knobs: object, state: CoevolutionState) -> Diagnostics:
+def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
     """Every registered metric of every run, from its full policy distribution and judge score tables."""
     vocab, seq_len = shape.vocab_size, shape.seq_len
     policies, judges = state.runs.policy.params, state.slots.judge.params
     unravel_policy, unravel_judge = policy_layout(vocab).unravel, judge_layout(vocab).unravel
     log_pi = jax.vmap(lambda row: policy_log_prob_table(unravel_policy(row), vocab, seq_len))(policies)  # (R, N)
-    slot_tables = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(judges)  # (J, N)
-    reward = run_rewards(shape, consts, knobs, slot_tables)
+    score_table = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))
+    slot_tables = score_table(judges)  # (J, N)
+    # The reward the policy trains on (what judge-perceived quality and alignment measure): from the judges'
+    # moving averages where runs keep them, else the judges' own tables.
+    reward_rows = reward_judges(shape, consts, knobs, state.slots)
+    # (Where no run averages they are the judges' own rows, already scored.)
+    reward = run_rewards(shape, consts, knobs, slot_tables if reward_rows is judges else score_table(reward_rows))
 
     # Held-out accuracy of every slot, from its score table; masked to the run's held-out size.
     pairs, labels = consts.holdout_pairs[consts.slot_run], consts.holdout_labels[consts.slot_run]  # (J, H, ...)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.engine.knobs import Knobs, anchor_pair_count, holdout_pair_count, stack_knobs
+from harness.engine.knobs import Knobs, RunKnobs, anchor_pair_count, holdout_pair_count, stack_knobs
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid.schedules import CADENCES, SCHEDULES, Cadence
@@ -226,7 +226,7 @@ class GridLayout:
     slot_run: np.ndarray
     slot_member: np.ndarray
     groups: tuple[WorkGroupIds, ...]
-    knobs: object
+    knobs: RunKnobs
 
     @property
     def seeds(self) -> tuple[int, ...]:

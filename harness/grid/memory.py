@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from harness.engine.models import EMBED_DIM, HIDDEN_DIM
+from harness.engine.state import initial_state
 from harness.grid.layout import GridShape
 
 FLOAT_BYTES = 4
-# Live copies of the parameter-sized state during a step: params, Adam's two moments,
-# gradients, the updated copies and the kept-back copies for masked selects.
-STATE_COPIES = 8
+# Live copies of the training state during a step: the state itself, gradients, the updated
+# copies and the kept-back copies for masked selects.
+STATE_COPIES = 4
 # Activations kept for the backward pass of one GRU step, in units of (batch × 3H) floats.
 ACTIVATION_FACTOR = 6
 
@@ -23,12 +28,24 @@ def parameter_count(vocab_size: int) -> tuple[int, int]:
     return policy, judge
 
 
+def state_bytes(shape: GridShape) -> int:
+    """Bytes of a grid's training state (`harness.engine.state.CoevolutionState`), from its fields' shapes: every
+    field counts, so a new piece of state needs no term here."""
+    policy, judge = parameter_count(shape.vocab_size)
+    state = jax.eval_shape(
+        lambda policies, judges, keys: initial_state(policies, judges, keys, shape.history_depth),
+        jax.ShapeDtypeStruct((shape.n_runs, policy), jnp.float32),
+        jax.ShapeDtypeStruct((shape.n_slots, judge), jnp.float32),
+        jax.ShapeDtypeStruct((shape.n_runs, 2), jnp.uint32),
+    )
+    return sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in jax.tree.leaves(state))
+
+
 def estimate_bytes(shape: GridShape) -> int:
     """Peak bytes of one outer iteration of a grid, from its static shape (a deliberate over-estimate)."""
     n_outputs = shape.vocab_size**shape.seq_len
     policy, judge = parameter_count(shape.vocab_size)
-    state = STATE_COPIES * (shape.n_runs * policy + 2 * shape.n_slots * judge)  # judges: live + pretrained
-    state += shape.n_runs * (shape.history_depth + 1) * policy  # checkpoints for past sides, and π₀ rows
+    constants = shape.n_slots * judge + shape.n_runs * policy  # pretrained judges, π₀ rows
     per_step = (
         ACTIVATION_FACTOR * 3 * HIDDEN_DIM * shape.seq_len * 2 * shape.batch_size * (shape.n_runs + shape.n_slots)
     )
@@ -42,7 +59,7 @@ def estimate_bytes(shape: GridShape) -> int:
     # Exact diagnostics: every run's distribution and every judge's score table over all outputs,
     # plus the prefix-tree hidden states behind them.
     diagnostics = (shape.n_runs + shape.n_slots) * n_outputs * (4 + 2 * HIDDEN_DIM)
-    return FLOAT_BYTES * (state + per_step + holdout + diagnostics)
+    return STATE_COPIES * state_bytes(shape) + FLOAT_BYTES * (constants + per_step + holdout + diagnostics)
 
 
 def available_bytes() -> int | None:

@@ -65,6 +65,12 @@ def referee_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return None if knobs.referee_margin == 0 else _judge_cadence(knobs)
 
 
+def judge_ema_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """A judge's moving average follows its updates: runs with a decay, on their judge's cadence."""
+    del n_outputs
+    return None if knobs.judge_ema == 0 else _judge_cadence(knobs)
+
+
 SCHEDULES: dict[str, Callable[[Knobs, int], Cadence | None]] = {
     "judge_update": judge_update_schedule,
     "anchor": anchor_schedule,
@@ -72,4 +78,5 @@ SCHEDULES: dict[str, Callable[[Knobs, int], Cadence | None]] = {
     "rejected_side": rejected_side_schedule,
     "lookahead": lookahead_schedule,
     "referee": referee_schedule,
+    "judge_ema": judge_ema_schedule,
 }
