@@ -1,0 +1,93 @@
+"""The package's folders are its layers: every import points down the order below, and no modules import in a circle.
+
+Read from the source with `ast`, so an import inside a function or under TYPE_CHECKING counts as much as one at the
+top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "harness"
+# Lowest first. A module of harness/ itself (the public API, the command line) is the top layer.
+LAYERS = ("common", "engine", "original", "inference", "grid", "report", "experiment", "<top>")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "<top>"
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The harness modules `path` imports (`from harness.x import name` counts module harness.x.name if it is one)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("harness")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness") and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in known else node.module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    known = set(paths)
+    return {module: imported_modules(path, known) - {module} for module, path in paths.items()}
+
+
+def test_every_module_sits_in_a_layer_folder_or_is_the_top() -> None:
+    graph = import_graph()
+    top = sorted(module for module in graph if layer_of(module) == "<top>")
+    assert top == ["harness", "harness.api", "harness.cli"]
+    folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and not path.name.startswith("__")}
+    assert folders == set(LAYERS) - {"<top>"}
+
+
+def test_imports_only_point_down() -> None:
+    upward = [
+        (module, target)
+        for module, targets in import_graph().items()
+        for target in targets
+        if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
+    ]
+    assert upward == []
+
+
+def test_no_modules_import_in_a_circle() -> None:
+    graph = import_graph()
+    # A package's __init__ may re-export its modules; that edge is not a dependency of the package on itself.
+    edges = {
+        module: {target for target in targets if not target.startswith(module + ".")} for module, targets in graph.items()
+    }
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        state[module] = "open"
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == "open":
+                pytest.fail("import circle: " + " -> ".join((*path, module, target)))
+            if target not in state:
+                visit(target, (*path, module))
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, ())
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text("from harness.report import tables\nfrom harness.engine.world import World\n")
+    known = {"harness.report", "harness.report.tables", "harness.engine.world"}
+    assert imported_modules(source, known) == {"harness.report.tables", "harness.engine.world"}
+    assert LAYERS.index(layer_of("harness.report.tables")) > LAYERS.index(layer_of("harness.engine.world"))
