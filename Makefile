@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench reference reference-100 reference-temporal lint format clean
+.PHONY: run test test-all bench reference reference-100 reference-temporal lint format clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,14 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not heavy"
+
+# Everything: the tests marked heavy (the published grid's claims) and every benchmark body, run once untimed at
+# smoke size (pyproject's addopts disable benchmarking).
+test-all: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest tests benchmarks -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-enable -q -p no:xdist

@@ -11,13 +11,6 @@ from __future__ import annotations
 from benchmarks import support
 
 
-def test_shape_groups_partition_the_published_grid():
-    groups = support.shape_groups(support.paper_grid())
-    assert sorted(groups) == ["1 judge", "1 judge + anchor", "1 judge + meta", "3 judges", "5 judges"]
-    names = [c.name for spec in groups.values() for c in spec.conditions]
-    assert sorted(names) == sorted(c.name for c in support.paper_grid().conditions)
-
-
 def test_padding(benchmark, sizes, judge_pool, figures):
     spec = support.published_grid(sizes)
     grid = support.Stepper(*support.started(spec, judge_pool))
