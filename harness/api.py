@@ -22,8 +22,9 @@ import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import chex
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -112,9 +113,11 @@ class _CallbackProgress:
 
 
 def _progress(progress: ProgressCallback | Progress | None) -> Progress | None:
+    """The runner's Progress for what run_grid was given: a Progress as it is (e.g. harness.cli.PlainProgress()),
+    a callback wrapped."""
     if progress is None or hasattr(progress, "iteration_done"):
-        return progress  # type: ignore[return-value]  # a runner Progress (e.g. harness.cli.PlainProgress())
-    return _CallbackProgress(progress)  # type: ignore[arg-type]
+        return cast("Progress | None", progress)
+    return _CallbackProgress(cast(ProgressCallback, progress))
 
 
 def _empty_run_dir(run_dir: Path | None, name: str, overwrite: bool) -> Path:
@@ -192,14 +195,28 @@ class GridResult:
         return draw_figures(self.metrics, self.spec.name, keys)
 
     def figure(self, key: str) -> Figure:
-        """One of the report's figures (a key of FIGURE_KEYS) as a matplotlib Figure."""
+        """One of the report's figures as a matplotlib Figure.
+
+        Args:
+            key: one of FIGURE_KEYS (headline, boundaries_and_best, all_conditions, end_state, inside_vs_outside).
+
+        Returns:
+            The Figure, drawn from `metrics` as the report draws it.
+        """
         return self.figures([key])[key]
 
     def save(self, run_dir: str | Path, overwrite: bool = False) -> GridResult:
-        """Copy this result's run directory to `run_dir`, which must be empty or absent unless `overwrite`.
+        """Copy this result's run directory (every file `coevolab run` wrote) to another directory.
+
+        Args:
+            run_dir: the directory to copy to; created if absent, and it must be empty unless `overwrite`.
+            overwrite: copy into a directory that already holds files (files of the same name are replaced).
 
         Returns:
             The result as read back from `run_dir` (its final state carried over).
+
+        Raises:
+            FileExistsError: `run_dir` holds files and `overwrite` is False.
         """
         target = _empty_run_dir(Path(run_dir), self.spec.name, overwrite)
         shutil.copytree(self.run_dir, target, dirs_exist_ok=True)
@@ -284,4 +301,6 @@ def run_grid(
 
         enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
     outcome = execute(spec, directory, _progress(progress))
-    return dataclasses.replace(load_result(directory), final_state=outcome.final_state)
+    result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
+    chex.assert_tree_shape_prefix(outcome.final_state.runs, (len(result.run_labels),))
+    return result
