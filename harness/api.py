@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE
 from harness.engine.state import CoevolutionState
 from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
+from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import ConditionFileError, duplicate_conditions, grid_from_mapping, load_grid
 from harness.grid.layout import GridSpec, RunSettings, layout_grid
 from harness.grid.memory import check_fits
@@ -297,8 +298,6 @@ def run_grid(
     check_fits(layout_grid(spec).shape, len(spec.run.seeds))  # refuse before writing anything, as `coevolab` does
     directory = _empty_run_dir(None if run_dir is None else Path(run_dir), spec.name, overwrite)
     if compile_cache:
-        from harness.grid.compile_cache import enable_compilation_cache
-
         enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
     outcome = execute(spec, directory, _progress(progress))
     result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
