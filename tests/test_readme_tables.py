@@ -1,4 +1,8 @@
-"""The README's generated block: the published-vs-ours table and the wall-time line come from a run's files."""
+"""The README's generated block: the published-vs-ours table and the wall-time line come from a run's files.
+
+Each run directory here is written by hand (metrics.csv, manifest.json, and what else a block reads), with numbers
+chosen so that every expected cell is worked out by hand: nothing is trained.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +50,40 @@ def test_wall_time_line_sums_the_phases() -> None:
     assert pieces.endswith("as 6 shards, 3 after one another on each of 2 devices.")
 
 
-def test_rewrite_replaces_only_the_marked_block(tmp_path: Path, smoke_metrics: pd.DataFrame) -> None:
-    smoke_metrics.to_csv(tmp_path / "metrics.csv", index=False)
+def hand_built_metrics(shift: float = 0.0) -> pd.DataFrame:
+    """A metrics table of a grid run: baseline and frozen, seeds 0–2, iterations 0–2.
+
+    At the last iteration (2) the baseline's quality is 1.5, 1.6, 1.7 by seed (+ shift): 1.600 ± 0.100 (mean ±
+    sample std), frozen's 0.2 higher; alignment 0.4, 0.5, 0.6 in both: 0.500 ± 0.100.
+    """
+    rows = [
+        {
+            "condition": condition,
+            "seed": seed,
+            "iteration": iteration,
+            "boundary": condition == "frozen",
+            "diverged": False,
+            "policy_quality": 1.0 + 0.25 * iteration + 0.1 * seed + offset + shift,
+            "judge_alignment": 0.8 - 0.2 * iteration + 0.1 * seed,
+            "policy_entropy": 8.0 - 3.0 * iteration,
+            "judge_perceived_quality": 1.0 + 0.5 * iteration,
+            "mode_sequence": "3 1 4 1",
+            "mode_quality": 1.5 + 0.1 * seed,
+        }
+        for condition, offset in (("baseline", 0.0), ("frozen", 0.2))
+        for seed in range(3)
+        for iteration in range(3)
+    ]
+    return pd.DataFrame(rows)
+
+
+def _cells(block: str, first: str) -> list[str]:
+    row = next(line for line in block.splitlines() if line.startswith(f"| {first}"))
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def test_rewrite_replaces_only_the_marked_block(tmp_path: Path) -> None:
+    hand_built_metrics().to_csv(tmp_path / "metrics.csv", index=False)
     (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\nbefore\n{START}\nold table\n{END}\nafter\n", encoding="utf-8")
@@ -58,24 +94,27 @@ def test_rewrite_replaces_only_the_marked_block(tmp_path: Path, smoke_metrics: p
     assert text.startswith("# title\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
     assert "old table" not in text
     block = text.split(START)[1].split(END)[0]
-    last = smoke_metrics[smoke_metrics["iteration"] == smoke_metrics["iteration"].max()]
-    baseline = last[last["condition"] == "baseline"]
-    row = next(line for line in block.splitlines() if line.startswith("| Baseline "))
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
-    quality = baseline["policy_quality"]
-    assert cells[3] == f"{quality.mean():.3f} ± {quality.std(ddof=1):.3f}"
-    assert cells[2] == "1.594" and cells[4] == "0.449"  # the published numbers beside ours
+    assert block.lstrip().startswith("End state (iteration 2), mean ± std over seeds [0, 1, 2], from ")
+    # The published numbers beside ours: quality, then alignment.
+    assert _cells(block, "Baseline ") == ["Baseline", "baseline", "1.594", "1.600 ± 0.100", "0.449", "0.500 ± 0.100"]
+    assert _cells(block, "Frozen judge ") == [
+        "Frozen judge",
+        "frozen",
+        "1.610",
+        "1.800 ± 0.100",
+        "0.718",
+        "0.500 ± 0.100",
+    ]
+    # Published rows of conditions the run lacks are left out.
+    assert "Anchor 10%" not in block
     assert wall_time_line(MANIFEST) in block
 
 
-def test_original_streams_sit_beside_ours_with_the_baseline_seed_by_seed(
-    tmp_path: Path, smoke_metrics: pd.DataFrame
-) -> None:
+def test_original_streams_sit_beside_ours_with_the_baseline_seed_by_seed(tmp_path: Path) -> None:
     ours, original = tmp_path / "ours", tmp_path / "original"
     for run, shift in ((ours, 0.0), (original, 0.5)):
         run.mkdir()
-        shifted = smoke_metrics.assign(policy_quality=smoke_metrics["policy_quality"] + shift)
-        shifted.to_csv(run / "metrics.csv", index=False)
+        hand_built_metrics(shift).to_csv(run / "metrics.csv", index=False)
         (run / "manifest.json").write_text(json.dumps(MANIFEST))
     readme = tmp_path / "README.md"
     readme.write_text(f"{START}\n{END}\n", encoding="utf-8")
@@ -83,19 +122,15 @@ def test_original_streams_sit_beside_ours_with_the_baseline_seed_by_seed(
     rewrite_readme(ours, readme, original)
 
     block = readme.read_text(encoding="utf-8").split(START)[1].split(END)[0]
-    last = smoke_metrics[(smoke_metrics["iteration"] == smoke_metrics["iteration"].max())]
-    quality = last[last["condition"] == "baseline"]["policy_quality"]
-    row = next(line for line in block.splitlines() if line.startswith("| Baseline "))
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert cells[3] == f"{quality.mean() + 0.5:.3f} ± {quality.std(ddof=1):.3f}"  # the original's streams first
-    assert cells[4] == f"{quality.mean():.3f} ± {quality.std(ddof=1):.3f}"
-    # Seed by seed: the original lab's records at its iteration (last - 1) beside our last iteration.
-    final = int(smoke_metrics["iteration"].max())
+    # The original's streams first (0.5 higher), then ours.
+    assert _cells(block, "Baseline ")[2:5] == ["1.594", "2.100 ± 0.100", "1.600 ± 0.100"]
+    # Seed by seed: the original lab's records at its iteration 1 (our last, 2, less one) beside our seed 0 under
+    # its streams (1.5 + 0.5), its alignment (0.4) and end mode.
     theirs = pd.read_json(ORIGINAL_BASELINE / "seed_0.jsonl", lines=True).set_index("iteration")
     seed_row = next(line for line in block.splitlines() if line.startswith("|    0 ") or line.startswith("| 0 "))
     seed_cells = [cell.strip() for cell in seed_row.strip("|").split("|")]
-    assert seed_cells[1] == f"{theirs.loc[final - 1, 'policy_quality']:.3f}"
-    assert seed_cells[2] == f"{quality.iloc[0] + 0.5:.3f}"
+    assert seed_cells[1] == f"{theirs.loc[1, 'policy_quality']:.3f}"
+    assert seed_cells[2:] == ["2.000", f"{theirs.loc[1, 'judge_alignment']:.3f}", "0.400", "3 1 4 1 (q* 1.500)"]
 
 
 def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:
