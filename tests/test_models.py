@@ -14,6 +14,7 @@ import scipy.stats
 from harness.engine import models
 from harness.engine.models import EMBED_DIM, HIDDEN_DIM, Judge, Policy
 from harness.engine.world import enumerate_outputs
+from harness.grid.memory import parameter_count
 
 # Jitted once per module: eager dispatch would compile every primitive separately.
 judge_scores = jax.jit(models.judge_scores, static_argnums=2)
@@ -122,17 +123,41 @@ def test_batched_initialisation_equals_one_at_a_time_without_batched_lapack(init
         chex.assert_trees_all_close(jax.tree.map(lambda x, i=index: x[i], batched), one(key, K, L), atol=1e-6)
 
 
-def test_parameter_counts() -> None:
-    def count(tree: chex.ArrayTree) -> int:
-        return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(tree))
+def _leaf_shapes(tree: chex.ArrayTree) -> dict[str, tuple[int, ...]]:
+    return {jax.tree_util.keystr(path): leaf.shape for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
-    # GRU cell: three input kernels with biases, three recurrent kernels, only the candidate's has a bias.
-    cell = 3 * (EMBED_DIM * HIDDEN_DIM + HIDDEN_DIM) + 3 * HIDDEN_DIM * HIDDEN_DIM + HIDDEN_DIM
-    policy = (K + 1) * EMBED_DIM + cell + HIDDEN_DIM * K + K
-    judge = K * EMBED_DIM + cell + HIDDEN_DIM + 1
-    assert (policy, judge) == (5144, 4897)
-    assert count(init_policy(jax.random.PRNGKey(0), K, L)) == policy
-    assert count(init_judge(jax.random.PRNGKey(0), K, L)) == judge
+
+def test_networks_are_the_gru_they_are_said_to_be() -> None:
+    # A GRU cell with reset, update and candidate gates (r, z, n): input kernels E×H with biases, recurrent kernels
+    # H×H, flax's only recurrent bias the candidate's. E = 16, H = 32.
+    E, H = EMBED_DIM, HIDDEN_DIM
+    assert (E, H) == (16, 32)
+    cell = {f"['params']['cell']['i{g}']['{p}']": s for g in "rzn" for p, s in (("kernel", (E, H)), ("bias", (H,)))}
+    cell |= {f"['params']['cell']['h{g}']['kernel']": (H, H) for g in "rzn"} | {
+        "['params']['cell']['hn']['bias']": (H,)
+    }
+    # The policy embeds K tokens and the start token and has a K-way head; the judge embeds K tokens, one score.
+    policy = cell | {"['params']['embed']['embedding']": (K + 1, E), "['params']['head']['kernel']": (H, K)}
+    policy |= {"['params']['head']['bias']": (K,)}
+    judge = cell | {"['params']['embed']['embedding']": (K, E), "['params']['head']['kernel']": (H, 1)}
+    judge |= {"['params']['head']['bias']": (1,)}
+    assert _leaf_shapes(init_policy(jax.random.PRNGKey(0), K, L)) == policy
+    assert _leaf_shapes(init_judge(jax.random.PRNGKey(0), K, L)) == judge
+    # Counted by hand for K = 8: cell 3·(16·32 + 32) + 3·32·32 + 32 = 4,736; policy 9·16 + 4,736 + 32·8 + 8;
+    # judge 8·16 + 4,736 + 32 + 1.
+    assert parameter_count(K) == (5144, 4897)
+
+
+@pytest.mark.parametrize("vocab_size", [2, 8, 13])
+def test_parameter_count_is_what_flax_initialises(vocab_size: int) -> None:
+    """harness.grid.memory.parameter_count (which sizes memory estimates and flat parameter vectors) against the
+    leaves of the initialised networks."""
+
+    def count(tree: chex.ArrayTree) -> int:
+        return sum(leaf.size for leaf in jax.tree.leaves(tree))
+
+    policy, judge = init_policy(jax.random.PRNGKey(0), vocab_size, L), init_judge(jax.random.PRNGKey(0), vocab_size, L)
+    assert parameter_count(vocab_size) == (count(policy), count(judge))
 
 
 @pytest.fixture(scope="module")

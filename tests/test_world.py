@@ -18,19 +18,6 @@ def world() -> World:
     return World()
 
 
-def _numpy_q_star(config: WorldConfig) -> tuple[np.ndarray, np.ndarray]:
-    """q* recomputed in float64 numpy from the same jax.random draws, over itertools' lexicographic product."""
-    k_position, k_token, k_pair = jax.random.split(jax.random.PRNGKey(config.q_star_seed), 3)
-    w_position = np.asarray(jax.random.normal(k_position, (config.seq_len,)), np.float64)
-    w_token = np.asarray(jax.random.normal(k_token, (config.vocab_size,)), np.float64)
-    w_pair = config.pair_scale * np.asarray(jax.random.normal(k_pair, (config.seq_len, config.vocab_size)), np.float64)
-    outputs = np.array(list(itertools.product(range(config.vocab_size), repeat=config.seq_len)), dtype=np.int64)
-    q = np.zeros(len(outputs))
-    for i in range(config.seq_len):
-        q += w_position[i] * w_token[outputs[:, i]] + w_pair[i, outputs[:, i]]
-    return outputs, q
-
-
 def test_enumeration_order(world: World) -> None:
     outputs = np.asarray(world.outputs)
     assert outputs.dtype == np.int32
@@ -80,16 +67,62 @@ def test_q_star_default_statistics(world: World) -> None:
     assert len(np.unique(q)) == 4096
 
 
-@pytest.mark.parametrize(
+def test_q_star_of_a_two_by_two_world_by_hand() -> None:
+    # q*(x) = w_position[0]·w_token[x_0] + w_position[1]·w_token[x_1] + w_pair[0, x_0] + w_pair[1, x_1], written out
+    # for each of the four outputs of K = 2 tokens × L = 2 positions, from the recipe's standard normal draws.
+    config = WorldConfig(vocab_size=2, seq_len=2, pair_scale=0.5, q_star_seed=3)
+    k_position, k_token, k_pair = jax.random.split(jax.random.PRNGKey(3), 3)
+    p0, p1 = (float(w) for w in jax.random.normal(k_position, (2,)))
+    t0, t1 = (float(w) for w in jax.random.normal(k_token, (2,)))
+    (a00, a01), (a10, a11) = (0.5 * np.asarray(jax.random.normal(k_pair, (2, 2)), np.float64)).tolist()
+    by_hand = {
+        (0, 0): p0 * t0 + p1 * t0 + a00 + a10,
+        (0, 1): p0 * t0 + p1 * t1 + a00 + a11,
+        (1, 0): p0 * t1 + p1 * t0 + a01 + a10,
+        (1, 1): p0 * t1 + p1 * t1 + a01 + a11,
+    }
+    world = World(config)
+    assert [tuple(x) for x in np.asarray(world.outputs).tolist()] == list(by_hand)
+    np.testing.assert_allclose(np.asarray(world.q_star), list(by_hand.values()), rtol=0, atol=1e-6)
+
+
+WORLDS = pytest.mark.parametrize(
     "config",
     [WorldConfig(), WorldConfig(vocab_size=3, seq_len=5, pair_scale=1.5, q_star_seed=7), WorldConfig(pair_scale=0.0)],
     ids=["default", "k3-l5", "no-pair"],
 )
-def test_q_star_matches_numpy(config: WorldConfig) -> None:
+
+
+@WORLDS
+def test_q_star_adds_up_over_positions(config: WorldConfig) -> None:
+    """q* is a sum of one term per (position, token): every output's value follows from the all-zeros output's and
+    those of the K·L outputs that differ from it at one position. Any interaction between positions, or a term read
+    at the wrong position, breaks the sum."""
     world = World(config)
-    outputs, reference = _numpy_q_star(config)
-    np.testing.assert_array_equal(np.asarray(world.outputs), outputs)
-    np.testing.assert_allclose(np.asarray(world.q_star), reference, rtol=0, atol=1e-5)
+    q, outputs = np.asarray(world.q_star, np.float64), np.asarray(world.outputs)
+    K, L = config.vocab_size, config.seq_len
+    # Output index of "token t at position i, zeros elsewhere": t · K^(L-1-i) (position 0 most significant).
+    change = np.array([[q[t * K ** (L - 1 - i)] - q[0] for t in range(K)] for i in range(L)])
+    rebuilt = q[0] + change[np.arange(L)[None, :], outputs].sum(axis=1)
+    np.testing.assert_allclose(q, rebuilt, rtol=0, atol=2e-5)
+    if config.pair_scale == 0.0:
+        # Without the pair term each position's change is w_position[i] · (w_token[t] − w_token[0]): rank one.
+        singular = np.linalg.svd(change, compute_uv=False)
+        assert singular[1] < 1e-5 * singular[0]
+    else:
+        assert np.linalg.svd(change, compute_uv=False)[1] > 1e-2
+
+
+@WORLDS
+def test_q_star_is_linear_in_pair_scale_and_fixed_by_its_seed(config: WorldConfig) -> None:
+    def q(**changes: float) -> np.ndarray:
+        return np.asarray(World(config.model_copy(update=changes)).q_star, np.float64)
+
+    # The same seed draws the same weights; pair_scale multiplies the pair term alone.
+    without, unit = q(pair_scale=0.0), q(pair_scale=1.0)
+    np.testing.assert_allclose(q(), without + config.pair_scale * (unit - without), rtol=0, atol=5e-5)
+    np.testing.assert_array_equal(q(), q())
+    assert not np.allclose(q(), q(q_star_seed=config.q_star_seed + 1))
 
 
 def test_too_large_world_is_rejected() -> None:
