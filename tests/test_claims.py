@@ -71,8 +71,28 @@ def test_too_few_seeds_never_give_a_verdict() -> None:
 
 
 def test_decide_is_symmetric_in_direction() -> None:
-    assert decide("above", 0.2, 0.1, 0.3, 0.01)[0] == decide("below", -0.2, -0.3, -0.1, 0.01)[0] == "holds"
-    assert decide("above", 0.005, 0.001, 0.009, 0.01) == ("not supported", "no difference (CI within ±0.01)")
+    assert (
+        decide("above", 0.2, 0.1, 0.3, 0.01, 0.001)[0] == decide("below", -0.2, -0.3, -0.1, 0.01, 0.001)[0] == "holds"
+    )
+    assert decide("above", -0.2, -0.3, -0.1, 0.01, 0.001)[0] == decide("below", 0.2, 0.1, 0.3, 0.01, 0.001)[0]
+    assert decide("above", 0.005, 0.001, 0.009, 0.01, 0.001) == ("not supported", "no difference (CI within ±0.01)")
+
+
+def test_a_verdict_needs_the_interval_and_the_test_to_agree() -> None:
+    # The interval excludes 0 but the (adjusted) permutation test does not reject, and the reverse: undecided.
+    verdict, why = decide("above", 0.2, 0.1, 0.3, 0.01, 0.2)
+    assert verdict == "undecided" and "the tests disagree" in why
+    verdict, why = decide("above", 0.2, -0.1, 0.5, 0.01, 0.001)
+    assert verdict == "undecided" and "the tests disagree" in why
+    assert decide("above", 0.2, -0.1, 0.5, 0.01, 0.3)[0] == "undecided"  # neither: more seeds needed
+
+
+def test_equal_claims_are_symmetric() -> None:
+    # holds only inside the margin, contradicted only wholly outside it; straddling the margin is undecided
+    assert decide("equal", 0.01, -0.02, 0.04, 0.05, 0.01)[0] == "holds"
+    assert decide("equal", 0.2, 0.1, 0.3, 0.05, 0.01)[0] == "contradicted"
+    assert decide("equal", -0.2, -0.3, -0.1, 0.05, 0.01)[0] == "contradicted"
+    assert decide("equal", 0.06, 0.03, 0.09, 0.05, 0.01)[0] == "undecided"  # the old rule said contradicted
 
 
 def test_comparison_with_a_value_and_of_spreads() -> None:
@@ -95,8 +115,8 @@ def test_comparison_with_a_value_and_of_spreads() -> None:
 def test_paired_bootstrap_ci_covers_the_true_difference_at_the_nominal_rate() -> None:
     """400 simulated experiments of 100 paired seeds (skewed, bimodal differences like end modes).
 
-    At a true 95% rate the count of covering intervals is Binomial(400, 0.95): mean 380, sd 4.4; the percentile
-    bootstrap runs slightly narrow at n = 100, so accept 360..395 (coverage 0.90..0.99).
+    At a true 95% rate the count of covering intervals is Binomial(400, 0.95): mean 380, sd 4.4; accept 368..395
+    (coverage 0.92..0.99; the percentile interval this replaced needed 360).
     """
     rng = np.random.default_rng(5)
     true_difference = 0.2 * 0.3  # a 30% chance per seed of escaping to a mode 0.2 higher
@@ -106,10 +126,10 @@ def test_paired_bootstrap_ci_covers_the_true_difference_at_the_nominal_rate() ->
         side = other + 0.2 * (rng.random(100) < 0.3) + rng.normal(0, 0.01, size=100)
         _, low, high = paired_bootstrap_ci(side, other, "mean", 0.95, resamples=2000)
         covered += low <= true_difference <= high
-    assert 360 <= covered <= 395, covered
+    assert 368 <= covered <= 395, covered
 
 
-def test_strongest_rival_is_chosen_from_a_pattern() -> None:
+def test_every_rival_of_a_pattern_is_tested_and_the_worst_reported() -> None:
     rng = np.random.default_rng(6)
     base = rng.normal(1.7, 0.1, size=30)
     frames = []
@@ -118,8 +138,9 @@ def test_strongest_rival_is_chosen_from_a_pattern() -> None:
     metrics = pd.concat(frames, ignore_index=True)
     claim = _claim(condition="anchor", than_condition="*", excluding=("anchor*",), direction="above")
     row = verdict_table(metrics, [claim]).iloc[0]
-    assert row["other_side"].startswith("strong @ 1 (strongest of 2)")
+    assert row["other_side"] == "strong @ 1 (worst of 2 distinct rivals)"
     assert row["effect"] == pytest.approx(0.2)
+    assert row["verdict"] == "holds" and "intersection–union" in row["test"]
 
 
 def test_claim_validation() -> None:

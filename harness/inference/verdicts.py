@@ -1,21 +1,11 @@
-"""Test claims (`harness.inference.claims`) against a metrics table: effect, bootstrap CI, P(improvement), verdict.
+"""Test claims (`harness.inference.claims`) against a metrics table: effect, interval, tests, verdict.
 
-The rule, for a claim with resolution r, effect Δ (claimed side minus other side) and its CI [lo, hi]:
-- "above": holds if lo > 0 and Δ ≥ r; contradicted if hi < 0 and Δ ≤ -r; otherwise not supported.
-- "below": the mirror image (holds if hi < 0 and Δ ≤ -r; contradicted if lo > 0 and Δ ≥ r).
-- "equal" (r is the equivalence margin): holds if the whole CI lies within [-r, r]; contradicted if the CI
-  excludes 0 and |Δ| ≥ r; otherwise not supported.
-A difference smaller than r is never a finding: identical end modes differ by float noise alone.
-With fewer than MIN_SEEDS paired seeds the claim is "untested": a percentile bootstrap over 5 seeds has 126
-distinct resamples and intervals far narrower than the truth, so no verdict is given (effect and CI still are,
-from 2 seeds on; a single seed has no interval).
-"Not supported" says why: no difference (the CI lies within ±r), an effect below the resolution (the CI
-excludes 0 but |Δ| < r), or too few seeds to tell (the CI includes 0 and reaches past ±r).
-
-Δ is a mean of seed-paired differences (seeds are shared across conditions and iterations), or a
-difference of standard deviations over seeds for statistic "std", or a mean minus a fixed value. Its CI is
-scipy.stats.bootstrap's percentile interval over seeds (paired resampling, a fixed generator, so the
-same table gives the same verdicts).
+Every claim compares a side with one or more others, paired by seed (`rule.judge` states the verdict rule). A
+condition file's claims form one family by default (a claim may name its own `family`); within a family the
+claims' p-values are adjusted (Holm by default, Benjamini–Hochberg as an option: `multiplicity`), and each claim's
+interval is built at the level its adjusted test uses, so that interval and test agree as far as they can. With
+fewer than MIN_SEEDS paired seeds a claim is "untested" (effect, interval and tests still shown from 2 seeds on).
+An undecided claim gets an estimate of the seeds that would decide it (`seeds_needed`).
 """
 
 from __future__ import annotations
@@ -27,11 +17,15 @@ import pandas as pd
 import scipy.stats
 
 from harness.inference.claims import Claim
+from harness.inference.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, paired_bootstrap_ci, share_interval
+from harness.inference.multiplicity import ADJUSTMENT_NAMES, adjust, levels
+from harness.inference.paired_tests import PERMUTATIONS, mode_counts
+from harness.inference.rule import MIN_SEEDS, VERDICTS, ClaimData, claim_p, decide, judge, rival_tests
+from harness.inference.seeds_needed import SIMULATION_RESAMPLES, seeds_needed
 
-VERDICTS = ("holds", "not supported", "contradicted", "untested")
-BOOTSTRAP_RESAMPLES = 10_000
-BOOTSTRAP_SEED = 0
-MIN_SEEDS = 20
+__all__ = ["BOOTSTRAP_RESAMPLES", "MIN_SEEDS", "VERDICTS", "claim_verdict", "decide", "paired_bootstrap_ci"]
+
+DEFAULT_FAMILY = "condition file"
 
 VERDICT_COLUMNS = [
     "claim",
@@ -48,10 +42,23 @@ VERDICT_COLUMNS = [
     "effect",
     "ci_low",
     "ci_high",
+    "ci_level",
+    "seeds_up",
+    "seeds_down",
+    "exact_test",
+    "exact_p",
+    "test",
+    "p_value",
+    "family",
+    "adjustment",
+    "p_adjusted",
     "p_improvement",
+    "p_improvement_low",
+    "p_improvement_high",
     "resolution",
     "verdict",
     "why",
+    "seeds_needed",
 ]
 
 
@@ -68,118 +75,122 @@ def _values(metrics: pd.DataFrame, metric: str, condition: str, iteration: int) 
 
 
 def _interquartile_mean(values: np.ndarray) -> float:
-    return float(scipy.stats.trim_mean(values, 0.25))
+    return float(scipy.stats.trim_mean(values, 0.25)) if len(values) else np.nan
 
 
-def paired_bootstrap_ci(
-    side: np.ndarray, other: np.ndarray | None, statistic: str, confidence: float, resamples: int = BOOTSTRAP_RESAMPLES
-) -> tuple[float, float, float]:
-    """(effect, ci_low, ci_high) of side − other over seeds; other None compares side's mean with 0.
+def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str, int]:
+    """(data, side label, other label, iteration) of a claim: its sides over the seeds every side shares.
 
-    statistic "mean": mean of the paired differences; "std": std(side) − std(other), seeds resampled jointly.
-    With fewer than 2 seeds there is nothing to resample: the bounds are NaN (and a spread difference too).
+    Rivals (the conditions a pattern names) whose per-seed values are identical are one rival, labelled with all
+    their names. A comparison with a fixed value has one other side, None, and the side's values minus the value.
     """
-    if len(side) < 2:
-        effect = float(np.mean(side if other is None else side - other)) if statistic == "mean" else np.nan
-        return effect, np.nan, np.nan
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    if other is None or statistic == "mean":
-        differences = side if other is None else side - other
-        effect = float(np.mean(differences))
-        if np.ptp(differences) == 0:  # every resample is the same: the interval is the point
-            return effect, effect, effect
-        result = scipy.stats.bootstrap(
-            (differences,),
-            np.mean,
-            confidence_level=confidence,
-            n_resamples=resamples,
-            method="percentile",
-            rng=rng,
-        )
-    else:
-
-        def spread_difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-            return np.std(a, ddof=1, axis=axis) - np.std(b, ddof=1, axis=axis)
-
-        effect = float(spread_difference(side, other))
-        result = scipy.stats.bootstrap(
-            (side, other),
-            spread_difference,
-            paired=True,
-            confidence_level=confidence,
-            n_resamples=resamples,
-            method="percentile",
-            rng=rng,
-        )
-    interval = result.confidence_interval
-    return effect, float(interval.low), float(interval.high)
-
-
-def decide(direction: str, effect: float, low: float, high: float, resolution: float) -> tuple[str, str]:
-    """(verdict, why) by the module's rule."""
-    sign = {"above": 1.0, "below": -1.0}.get(direction)
-    within = -resolution <= low and high <= resolution
-    if sign is None:  # equal
-        if within:
-            return "holds", f"CI within ±{resolution:g}"
-        if (low > 0 or high < 0) and abs(effect) >= resolution:
-            return "contradicted", f"a difference of {effect:+.3g} (CI excludes 0, |Δ| ≥ {resolution:g})"
-        return "not supported", "CI reaches past the margin: more seeds needed to tell"
-    claimed_low, claimed_high = sorted((sign * low, sign * high))
-    if claimed_low > 0 and sign * effect >= resolution:
-        return "holds", f"CI excludes 0 on the claimed side, |Δ| ≥ {resolution:g}"
-    if claimed_high < 0 and sign * effect <= -resolution:
-        return "contradicted", f"the opposite effect: CI excludes 0 on the other side, |Δ| ≥ {resolution:g}"
-    if within:
-        return "not supported", f"no difference (CI within ±{resolution:g})"
-    if low > 0 or high < 0:
-        return "not supported", f"effect below the resolution ({resolution:g})"
-    return "not supported", "CI includes 0: more seeds needed to tell"
-
-
-def _improvement_probability(claim: Claim, differences: np.ndarray) -> float:
-    """Share of seeds on the claimed side by more than the resolution, ties (|d| ≤ r) counted half."""
-    r = claim.resolution
-    if claim.direction == "equal":
-        return float(np.mean(np.abs(differences) <= r))
-    signed = differences if claim.direction == "above" else -differences
-    return float(np.mean(signed > r) + 0.5 * np.mean(np.abs(signed) <= r))
-
-
-def _strongest(metrics: pd.DataFrame, claim: Claim, names: Sequence[str], iteration: int) -> str:
-    """The other condition a claim is tested against where its pattern names several: the strongest rival."""
-    means = {name: _values(metrics, claim.metric, name, iteration).mean() for name in names}
-    pick = min if claim.direction == "below" else max
-    return pick(means, key=lambda name: means[name])
-
-
-def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95) -> dict[str, object]:
-    """One row of the verdicts table (see VERDICT_COLUMNS)."""
     last = int(metrics["iteration"].max())
     iteration = _resolve(claim.iteration, last)
     side = _values(metrics, claim.metric, claim.condition, iteration)
-    side_label = f"{claim.condition} @ {iteration}"  # what the Mean columns describe
+    side_label = f"{claim.condition} @ {iteration}"
     if claim.than_value is not None:
-        seeds = side.index
-        side_values, other_values = side.to_numpy(), None
-        other_label, other_mean, other_iqm = f"the value {claim.than_value:g}", claim.than_value, claim.than_value
-        differences = side_values - claim.than_value
-        effect, low, high = paired_bootstrap_ci(differences, None, "mean", confidence)
-    else:
-        other_iteration = _resolve(claim.than_iteration if claim.than_iteration is not None else iteration, last)
-        names = claim.other_conditions(list(dict.fromkeys(metrics["condition"])))
-        other_condition = _strongest(metrics, claim, names, other_iteration) if len(names) > 1 else names[0]
-        other = _values(metrics, claim.metric, other_condition, other_iteration)
-        seeds = side.index.intersection(other.index)  # paired: only seeds both sides have
-        side_values, other_values = side[seeds].to_numpy(), other[seeds].to_numpy()
-        rivals = f" (strongest of {len(names)})" if len(names) > 1 else ""
-        other_label = f"{other_condition} @ {other_iteration}{rivals}"
-        other_mean, other_iqm = float(np.mean(other_values)), _interquartile_mean(other_values)
-        differences = side_values - other_values
-        effect, low, high = paired_bootstrap_ci(side_values, other_values, claim.statistic, confidence)
-    outcome, why = decide(claim.direction, effect, low, high, claim.resolution)
-    if len(seeds) < MIN_SEEDS:
-        outcome, why = "untested", f"too few seeds ({len(seeds)} < {MIN_SEEDS}) for a verdict"
+        data = ClaimData(side.to_numpy() - claim.than_value, (None,), (f"the value {claim.than_value:g}",))
+        return data, side_label, f"the value {claim.than_value:g}", iteration
+    other_iteration = _resolve(claim.than_iteration if claim.than_iteration is not None else iteration, last)
+    names = claim.other_conditions(list(dict.fromkeys(metrics["condition"])))
+    others = {name: _values(metrics, claim.metric, name, other_iteration) for name in names}
+    seeds = side.index
+    for values in others.values():
+        seeds = seeds.intersection(values.index)  # paired: only seeds every side has
+    groups: dict[bytes, tuple[np.ndarray, list[str]]] = {}
+    for name, values in others.items():
+        array = values[seeds].to_numpy()
+        groups.setdefault(array.tobytes(), (array, []))[1].append(name)
+    labels = tuple(
+        f"{named[0]} @ {other_iteration}" + (f" (= {', '.join(named[1:])})" if len(named) > 1 else "")
+        for _, named in groups.values()
+    )
+    data = ClaimData(side[seeds].to_numpy(), tuple(array for array, _ in groups.values()), labels)
+    return data, side_label, labels[0], iteration
+
+
+def _improvement_scores(claim: Claim, differences: np.ndarray) -> np.ndarray:
+    """Per seed: 1 on the claimed side by more than the resolution, ½ a tie (|d| ≤ r), 0 otherwise; for "equal":
+    1 within the margin, else 0."""
+    r = claim.resolution
+    if claim.direction == "equal":
+        return (np.abs(differences) <= r).astype(float)
+    signed = differences if claim.direction == "above" else -differences
+    return (signed > r) + 0.5 * (np.abs(signed) <= r)
+
+
+def _family(claim: Claim) -> str:
+    return claim.family or DEFAULT_FAMILY
+
+
+def verdict_table(
+    metrics: pd.DataFrame, claims: Sequence[Claim], confidence: float = 0.95, estimate_seeds: bool = True
+) -> pd.DataFrame:
+    """The verdicts table: one row per claim, in the given order (columns VERDICT_COLUMNS).
+
+    α = 1 − confidence is each family's error rate. estimate_seeds: give undecided claims a seeds_needed (the
+    costly part); NaN otherwise. Raises ValueError where one family's claims ask for different adjustments.
+    """
+    alpha = 1 - confidence
+    prepared = [claim_data(metrics, claim) for claim in claims]
+    tests = [
+        rival_tests(data, claim, PERMUTATIONS, np.random.default_rng(BOOTSTRAP_SEED))
+        for claim, (data, *_) in zip(claims, prepared, strict=True)
+    ]
+    raw = np.array([claim_p(found) for found in tests])
+    tested = np.array([len(data.side) >= MIN_SEEDS for data, *_ in prepared])
+    adjusted, level = np.full(len(claims), np.nan), np.full(len(claims), alpha)
+    for family in dict.fromkeys(_family(c) for c in claims):
+        members = np.array([_family(c) == family for c in claims])
+        methods = {c.adjustment for c, member in zip(claims, members, strict=True) if member}
+        if len(methods) > 1:
+            raise ValueError(f"claims of family {family!r} ask for different adjustments: {sorted(methods)}")
+        method = methods.pop()
+        p = np.where(tested[members], raw[members], np.nan)  # untested claims are left out of the family
+        adjusted[members], level[members] = adjust(p, method), levels(p, method, alpha)
+    rows = []
+    for index, claim in enumerate(claims):
+        data, side_label, _, _ = prepared[index]
+        adjusted_p = adjusted[index] if tested[index] else raw[index]
+        factor = adjusted_p / raw[index] if raw[index] > 0 else 1.0  # the adjustment, applied to every rival
+        outcome = judge(data, claim, tests[index], factor, level[index], alpha, BOOTSTRAP_RESAMPLES)
+        rows.append(
+            _row(claim, data, side_label, outcome, raw[index], adjusted[index], level[index], tested[index], alpha)
+        )
+        if rows[-1]["verdict"] == "undecided" and estimate_seeds:
+            rows[-1]["seeds_needed"] = _seeds_needed(data, claim, factor, level[index], alpha)
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def _seeds_needed(data: ClaimData, claim: Claim, factor: float, level: float, alpha: float) -> float:
+    """seeds_needed through `judge` at the claim's current level and adjustment, with fewer resamples."""
+
+    def decided(rows: np.ndarray, rng: np.random.Generator) -> bool:
+        resampled = data.take(rows)
+        found = rival_tests(resampled, claim, SIMULATION_RESAMPLES, rng, fast=True)
+        outcome = judge(resampled, claim, found, factor, level, alpha, SIMULATION_RESAMPLES, rng)
+        return outcome.verdict != "undecided"
+
+    return seeds_needed(decided, len(data.side))
+
+
+def _row(claim, data, side_label, outcome, raw_p, adjusted_p, level, tested, alpha) -> dict[str, object]:  # noqa: ANN001
+    rival = outcome.rival
+    other = data.others[rival]
+    side_values = data.side + (claim.than_value or 0.0) if other is None else data.side
+    other_values = np.full(len(data.side), claim.than_value) if other is None else other
+    differences = side_values - other_values
+    up, down, exact, exact_p = mode_counts(data.side, other, claim.statistic, claim.resolution)
+    share = (
+        share_interval(_improvement_scores(claim, differences), 1 - alpha)
+        if claim.statistic == "mean"
+        else (np.nan,) * 3
+    )
+    rivals = len(data.others)
+    other_label = data.labels[rival] + (f" (worst of {rivals} distinct rivals)" if rivals > 1 else "")
+    verdict, why = outcome.verdict, outcome.why
+    if not tested:
+        verdict, why = "untested", f"too few seeds ({len(data.side)} < {MIN_SEEDS}) for a verdict"
     return {
         "claim": claim.name,
         "statement": claim.statement,
@@ -187,21 +198,34 @@ def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95)
         "side": side_label,
         "other_side": other_label,
         "statistic": claim.statistic,
-        "seeds": len(seeds),
-        "side_mean": float(np.mean(side_values)),
-        "other_mean": other_mean,
+        "seeds": len(data.side),
+        "side_mean": float(np.mean(side_values)) if len(side_values) else np.nan,
+        "other_mean": float(np.mean(other_values)) if len(other_values) else np.nan,
         "side_iqm": _interquartile_mean(side_values),
-        "other_iqm": other_iqm,
-        "effect": effect,
-        "ci_low": low,
-        "ci_high": high,
-        "p_improvement": _improvement_probability(claim, differences) if claim.statistic == "mean" else np.nan,
+        "other_iqm": _interquartile_mean(other_values),
+        "effect": outcome.effect,
+        "ci_low": outcome.low,
+        "ci_high": outcome.high,
+        "ci_level": outcome.confidence,
+        "seeds_up": up,
+        "seeds_down": down,
+        "exact_test": exact,
+        "exact_p": exact_p,
+        "test": outcome.test + (f", intersection–union over {rivals} rivals" if rivals > 1 else ""),
+        "p_value": raw_p,
+        "family": _family(claim),
+        "adjustment": ADJUSTMENT_NAMES[claim.adjustment] if tested else "none (untested)",
+        "p_adjusted": adjusted_p if tested else np.nan,
+        "p_improvement": share[0],
+        "p_improvement_low": share[1],
+        "p_improvement_high": share[2],
         "resolution": claim.resolution,
-        "verdict": outcome,
+        "verdict": verdict,
         "why": why,
+        "seeds_needed": np.nan,
     }
 
 
-def verdict_table(metrics: pd.DataFrame, claims: Sequence[Claim], confidence: float = 0.95) -> pd.DataFrame:
-    """The verdicts table: one row per claim, in the given order (columns VERDICT_COLUMNS)."""
-    return pd.DataFrame([claim_verdict(metrics, claim, confidence) for claim in claims], columns=VERDICT_COLUMNS)
+def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95) -> dict[str, object]:
+    """One claim's row of the verdicts table, as a family of one (see VERDICT_COLUMNS)."""
+    return verdict_table(metrics, [claim], confidence).iloc[0].to_dict()

@@ -30,7 +30,7 @@ from harness.report.metrics_table import (
 MODE_COLUMNS = 4
 DIFF = f"{QUALITY.name}_diff"
 # How a paired difference's CI is computed (paired_difference), in the words every section that shows one uses.
-PAIRED_CI = f"a percentile bootstrap over seeds (scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} paired resamples)"
+PAIRED_CI = f"a BCa bootstrap over seeds (scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} paired resamples)"
 
 
 def run_summary(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -150,7 +150,7 @@ def summarize(metrics: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 def paired_difference(differences: pd.Series, confidence: float) -> tuple[int, float, float, float]:
     """(n, mean, ci_low, ci_high) of seed-paired differences over their finite values.
 
-    The CI is the claims' percentile bootstrap (`harness.inference.verdicts.paired_bootstrap_ci`), so a summary row
+    The CI is the claims' BCa bootstrap (`harness.inference.verdicts.paired_bootstrap_ci`), so a summary row
     and a claim on the same comparison give the same interval. NaN bounds with fewer than 2 pairs (one pair has no
     spread to resample); NaN mean too without pairs.
     """

@@ -1,0 +1,65 @@
+"""How many seeds would decide an open claim: the observed seeds resampled at larger n through the real rule.
+
+For each n on a geometric ladder (the observed count × √2^k, up to LADDER_TOP times it) SIMULATED_DATASETS
+datasets of n seeds are drawn with replacement from the observed ones (whole seeds: every side of a claim moves
+together) and judged by the rule; the share that gets a verdict other than "undecided" is the chance of deciding
+at n. A logistic curve in log n fit to those shares (least squares on the logit, from the rungs around the first
+that reaches TARGET) gives the n at which it is TARGET. The generator is seeded, so a report repeats byte for byte.
+This treats the observed seeds as the population: an estimate of the order of magnitude, not a promise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+TARGET = 0.8
+SIMULATED_DATASETS = 40
+SIMULATION_RESAMPLES = 999
+LADDER_RATIO = math.sqrt(2)
+LADDER_TOP = 8
+SEEDS_NEEDED_SEED = 1
+
+Rule = Callable[[np.ndarray, np.random.Generator], bool]
+
+
+def decided_share(rule: Rule, observed: int, n: int, datasets: int, rng: np.random.Generator) -> float:
+    """Share of `datasets` resampled datasets of n seeds (rows drawn from 0..observed−1) that `rule` decides."""
+    return float(np.mean([rule(rng.integers(0, observed, size=n), rng) for _ in range(datasets)]))
+
+
+def _crossing(ns: list[int], shares: list[float], datasets: int) -> float:
+    """n at which a logistic fit of shares against log n reaches TARGET; linear interpolation where it fails."""
+    clipped = np.clip(shares, 0.5 / datasets, 1 - 0.5 / datasets)
+    x, y = np.log(ns), np.log(clipped / (1 - clipped))
+    informative = (np.asarray(shares) > 0) & (np.asarray(shares) < 1)
+    if informative.sum() >= 2:
+        slope, intercept = np.polyfit(x, y, 1)
+        if slope > 0:
+            return float(np.exp((math.log(TARGET / (1 - TARGET)) - intercept) / slope))
+    above = next(i for i, share in enumerate(shares) if share >= TARGET)
+    if above == 0:
+        return float(ns[0])
+    s0, s1 = shares[above - 1], shares[above]
+    fraction = (TARGET - s0) / (s1 - s0)
+    return float(np.exp(x[above - 1] + fraction * (x[above] - x[above - 1])))
+
+
+def seeds_needed(rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, top: int = LADDER_TOP) -> float:
+    """Seeds at which `rule` (a resampled set of seed rows, a generator → decided?) decides with chance TARGET;
+    inf where even `top` × the observed seeds do not. Rounded up to a whole seed, never below the observed count."""
+    rng = np.random.default_rng(SEEDS_NEEDED_SEED)
+    ns: list[int] = []
+    shares: list[float] = []
+    n = float(observed)
+    while n <= top * observed + 1e-9:
+        ns.append(math.ceil(n))
+        shares.append(decided_share(rule, observed, ns[-1], datasets, rng))
+        first = next((i for i, share in enumerate(shares) if share >= TARGET), None)
+        if first is not None and (len(shares) - first >= 2 or shares[-1] == 1.0):
+            keep = slice(max(0, first - 2), len(shares))  # the rungs around the crossing: the curve is local
+            return float(max(observed, math.ceil(_crossing(ns[keep], shares[keep], datasets))))
+        n *= LADDER_RATIO
+    return math.inf
