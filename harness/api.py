@@ -29,6 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE
+from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
 from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
 from harness.grid.compile_cache import enable_compilation_cache
@@ -134,7 +135,7 @@ def _empty_run_dir(run_dir: Path | None, name: str, overwrite: bool) -> Path:
     return run_dir
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class GridResult:
     """A finished grid: its tables, its training state and its run directory (what `coevolab run` writes).
 
@@ -167,6 +168,14 @@ class GridResult:
     times: Mapping[str, float]
     final_state: CoevolutionState | None
     figure_files: Mapping[str, Path]
+
+    def __repr__(self) -> str:
+        # Short, for a notebook: the default would print every table and the state's arrays.
+        run = self.spec.run
+        return (
+            f"GridResult({self.spec.name!r}: {plural(len(self.spec.conditions), 'condition')} × "
+            f"{plural(len(run.seeds), 'seed')}, {plural(run.iterations, 'iteration')}; run_dir={str(self.run_dir)!r})"
+        )
 
     @property
     def run_labels(self) -> list[tuple[str, int]]:

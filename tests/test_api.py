@@ -122,6 +122,7 @@ def test_the_result_holds_the_run(ran: tuple[harness.GridResult, list]) -> None:
     expected = [last.loc[label, "judge_updates"] for label in result.run_labels]
     assert np.asarray(state.runs.judge_updates).tolist() == expected
     assert result.diverged.empty
+    assert repr(result) == f"GridResult('api': 3 conditions × 2 seeds, 2 iterations; run_dir='{result.run_dir}')"
 
 
 def test_progress_is_reported_once_per_iteration(ran: tuple[harness.GridResult, list]) -> None:
