@@ -23,6 +23,7 @@ from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, a
 from harness.common.wording import plural
 from harness.grid.layout import GridSpec
 from harness.inference.verdicts import VERDICTS
+from harness.report.findings import p_text, seeds_needed_text
 from harness.report.markdown import markdown_table
 from harness.report.pairs import pair_source
 
@@ -167,28 +168,47 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     counts = verdicts["verdict"].value_counts()
-    tally = ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v != "untested")
+    tally = ", ".join(
+        f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v not in ("untested", "undecided")
+    )
     rows = [
         [
             f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}",
             row.other_side,
             f"{row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]",
-            "n/a" if pd.isna(row.p_improvement) else f"{row.p_improvement:.2f}",
+            f"{row.seeds_up}/{row.seeds_down}",
+            f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
+            "n/a"
+            if pd.isna(row.p_improvement)
+            else f"{row.p_improvement:.2f} [{row.p_improvement_low:.2f}, {row.p_improvement_high:.2f}]",
             f"**{row.verdict}**",
             row.why,
+            seeds_needed_text(row),
         ]
         for row in verdicts.itertuples(index=False)
     ]
     table = markdown_table(
-        ["Claim", "Compared with", "Δ [95% CI]", "P(better)", "Verdict", "Why"],
+        [
+            "Claim",
+            "Compared with",
+            "Δ [CI]",
+            "Seeds ↑/↓",
+            "p (adj.)",
+            "P(better) [95% CI]",
+            "Verdict",
+            "Why",
+            "Seeds needed",
+        ],
         rows,
-        right=[False, False, True, True, False, False],
+        right=[False, False, True, True, True, True, False, False, True],
     )
     seeds = int(verdicts["seeds"].max())
     return (
         f"{plural(len(verdicts), 'claim')} over {plural(seeds, 'seed')} per condition: {tally}. "
         f"From `{run_dir.as_posix()}/report.md`, "
-        f"which states the rule (regenerate: `{regenerate}`).\n\n{table.rstrip()}\n\n{wall_time_line(manifest)}"
+        "which states the rule: each CI at its claim's family-adjusted level, p raw (adjusted), seeds ↑/↓ the seeds "
+        f"that changed end mode each way (regenerate: `{regenerate}`).\n\n{table.rstrip()}\n\n"
+        + wall_time_line(manifest)
     )
 
 

@@ -66,7 +66,8 @@ def verdict_rule(verdicts: pd.DataFrame, confidence: float = 0.95) -> str:
     )
 
 
-def _seeds_needed(row: object) -> str:
+def seeds_needed_text(row: object) -> str:
+    """A verdicts row's seeds_needed as the report writes it: "—" (decided), "> N" (beyond the ladder) or a count."""
     needed, seeds = getattr(row, "seeds_needed"), getattr(row, "seeds")  # noqa: B009
     if pd.isna(needed):
         return "—"
@@ -108,7 +109,7 @@ def verdicts_markdown(verdicts: pd.DataFrame) -> str:
                 better,
                 f"**{row.verdict}**",
                 row.why,
-                _seeds_needed(row),
+                seeds_needed_text(row),
             ]
         )
     return markdown_table(header, rows, right=[False, False, True, True, True, True, True, True, False, False, True])
