@@ -61,3 +61,18 @@ def test_nothing_is_written_while_the_cache_is_off() -> None:
     assert compile_cache.exported_dir() is None
     program = exported("negate", jax.jit(lambda x: [-x]), [jnp.ones(2)], "negate")
     np.testing.assert_array_equal(program.call(jnp.ones(2))[0], -np.ones(2))
+
+
+def test_the_source_digest_covers_every_layer_of_the_package(tmp_path: Path) -> None:
+    # A copy of the package hashes as the package does; an edit in any layer folder, not only the grid, changes it.
+    import shutil
+
+    copy = tmp_path / "harness"
+    shutil.copytree(compile_cache.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert compile_cache.source_digest(copy) == compile_cache.harness_source_digest()
+    for module in ("engine/mechanisms.py", "grid/training_step.py", "report/tables.py"):
+        edited = copy / module
+        original = edited.read_text()
+        edited.write_text(original + "\n# edited\n")
+        assert compile_cache.source_digest(copy) != compile_cache.harness_source_digest(), module
+        edited.write_text(original)

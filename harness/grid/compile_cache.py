@@ -49,13 +49,22 @@ def enable_compilation_cache(path: Path | None = None) -> Path:
 EXPORTED_SUBDIR = "exported"
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def source_digest(package: Path) -> str:
+    """Hash of every module under `package`, with their paths relative to it."""
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 @functools.cache
 def harness_source_digest() -> str:
-    """Hash of every module of this package: an exported program is only reused by the code that traced it."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    """Hash of every module of the harness package, in every layer's folder: an exported program is only reused by
+    the code that traced it (an edit of a mechanism in harness/engine must miss the cache as surely as one here)."""
+    return source_digest(PACKAGE)
 
 
 def exported_dir() -> Path | None:
