@@ -67,7 +67,8 @@ def test_no_modules_import_in_a_circle() -> None:
     graph = import_graph()
     # A package's __init__ may re-export its modules; that edge is not a dependency of the package on itself.
     edges = {
-        module: {target for target in targets if not target.startswith(module + ".")} for module, targets in graph.items()
+        module: {target for target in targets if not target.startswith(module + ".")}
+        for module, targets in graph.items()
     }
     state: dict[str, str] = {}
 
