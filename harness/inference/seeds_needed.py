@@ -5,7 +5,8 @@ datasets of n seeds are drawn with replacement from the observed ones (whole see
 together) and judged by the rule; the share that gets a verdict other than "undecided" is the chance of deciding
 at n. A logistic curve in log n fit to those shares (least squares on the logit, from the rungs around the first
 that reaches TARGET) gives the n at which it is TARGET. The generator is seeded, so a report repeats byte for byte.
-This treats the observed seeds as the population: an estimate of the order of magnitude, not a promise.
+The ladder stops early where normal theory says its top is out of reach (`out_of_reach`): the answer is then inf
+as it would be at the top. This treats the observed seeds as the population: an order of magnitude, not a promise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import scipy.stats
 
 TARGET = 0.8
 SIMULATED_DATASETS = 40
@@ -21,6 +23,7 @@ SIMULATION_RESAMPLES = 999
 LADDER_RATIO = math.sqrt(2)
 LADDER_TOP = 8
 SEEDS_NEEDED_SEED = 1
+GIVE_UP_MARGIN = 0.15  # below the normal-theory bound by this much, the ladder's top is out of reach
 
 Rule = Callable[[np.ndarray, np.random.Generator], bool]
 
@@ -47,6 +50,17 @@ def _crossing(ns: list[int], shares: list[float], datasets: int) -> float:
     return float(np.exp(x[above - 1] + fraction * (x[above] - x[above - 1])))
 
 
+def out_of_reach(share: float, growth: float) -> bool:
+    """Whether a claim decided with chance `share` now cannot reach TARGET with `growth` times the seeds.
+
+    Normal theory: the decision's z-score grows with √n, and TARGET at α = 5% two-sided needs z = 1.96 + z_TARGET;
+    so reaching it after a growth g needs a share of at least Φ((1.96 + z_TARGET) / √g − 1.96) now. The margin
+    below that bound absorbs Monte-Carlo noise and the discreteness of end modes; it only saves the costly top rungs.
+    """
+    needed = scipy.stats.norm.cdf((1.96 + scipy.stats.norm.ppf(TARGET)) / math.sqrt(growth) - 1.96)
+    return share < needed - GIVE_UP_MARGIN
+
+
 def seeds_needed(rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, top: int = LADDER_TOP) -> float:
     """Seeds at which `rule` (a resampled set of seed rows, a generator → decided?) decides with chance TARGET;
     inf where even `top` × the observed seeds do not. Rounded up to a whole seed, never below the observed count."""
@@ -61,5 +75,7 @@ def seeds_needed(rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, 
         if first is not None and (len(shares) - first >= 2 or shares[-1] == 1.0):
             keep = slice(max(0, first - 2), len(shares))  # the rungs around the crossing: the curve is local
             return float(max(observed, math.ceil(_crossing(ns[keep], shares[keep], datasets))))
+        if first is None and out_of_reach(shares[-1], top * observed / ns[-1]):
+            break
         n *= LADDER_RATIO
     return math.inf
