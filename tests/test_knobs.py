@@ -325,7 +325,8 @@ def test_the_policy_and_the_diagnostics_see_the_average(trace: Trace) -> None:
     for name in names:
         run = trace.run(name)
         np.testing.assert_array_equal(policies[run], reference[run])
-        assert np.max(np.abs(policies[run] - live[run])) > 0
+        if name != "ema_reset1":  # (just reset: its average and its judge are both the pretrained row)
+            assert np.max(np.abs(policies[run] - live[run])) > 0
     np.testing.assert_array_equal(policies[trace.run("base")], live[trace.run("base")])
 
     measured, on_average = program.diagnose(state), program.diagnose(on_averages)
