@@ -23,14 +23,14 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not heavy"
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 
 # Everything: the tests marked heavy (the published grid's claims) and every benchmark body, run once untimed at
 # smoke size (pyproject's addopts disable benchmarking).
 test-all: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest tests benchmarks -n 2 --dist loadfile
+	$(BIN)/python -m pytest tests benchmarks -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-enable -q -p no:xdist

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.common.run_files import CHECKPOINT_FILE
+from harness.common.run_files import CHECKPOINT_FILE, stale_temporaries
+from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import load_grid
 from harness.grid.trainer import GridTrainer
@@ -133,10 +134,13 @@ def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
     assert oct((out / "metrics.csv").stat().st_mode & 0o777) == oct((out / "report.md").stat().st_mode & 0o777)
 
 
-def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:
-    # Iterations long enough (about a second each) that the interrupt lands before the run ends, however loaded
-    # the machine: after the first checkpoint, five remain.
-    grid = tiny_grid(tmp_path, iterations=6, steps=1000)
+def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
+    # The shape of test_run_writes_every_artifact_and_never_overwrites's grid (its compiled programs come from the
+    # shared cache) with far more iterations than the run reaches: the interrupt lands after the first checkpoint,
+    # long before the end, and the iterations it never runs cost nothing. Resuming a checkpoint to the metrics of
+    # an uninterrupted run is test_checkpoint's.
+    iterations = 1000
+    grid = tiny_grid(tmp_path, iterations=iterations)
     out = tmp_path / "run"
     # A process that starts with SIGINT ignored (as a shell's background jobs and their children do) keeps ignoring
     # it; one that starts with a handler gets the default across exec. So the child is started while this process
@@ -152,38 +156,34 @@ def test_interrupted_run_resumes_to_identical_metrics(tmp_path: Path) -> None:
         )
     finally:
         signal.signal(signal.SIGINT, previous)
-    deadline = time.time() + 300
-    while not (out / CHECKPOINT_FILE).exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.05)
+    while not (out / CHECKPOINT_FILE).exists() and process.poll() is None:
+        time.sleep(0.01)
     assert (out / CHECKPOINT_FILE).exists(), "no checkpoint appeared"
     process.send_signal(signal.SIGINT)
-    stdout, _ = process.communicate(timeout=300)
-    assert process.returncode == 130, "the run was not interrupted"
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr
     assert f"coevolab run --resume {out}" in stdout
+    assert "Traceback" not in stderr
     assert not (out / "metrics.csv").exists()
-
-    resumed = coevolab("run", "--resume", str(out), "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
-    metrics = pd.read_csv(out / "metrics.csv")
-
-    # The same grid run without interruption (its compiled programs come from the shared cache).
-    whole = coevolab("run", str(grid), "--out", str(tmp_path / "whole"), "--quiet")
-    assert whole.returncode == 0, whole.stderr
-    expected = pd.read_csv(tmp_path / "whole" / "metrics.csv")
-    assert len(metrics) == len(expected) == 7
-    for column in ["policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality"]:
-        np.testing.assert_allclose(metrics[column], expected[column], rtol=0, atol=1e-6, err_msg=column)
+    # A clean stop: the last checkpoint is complete and loads, and a write the interrupt cut short removed its
+    # temporary file (only a killed process leaves one).
+    assert 1 <= int(read_checkpoint(out)["completed_iterations"]) < iterations
+    assert stale_temporaries(out) == []
 
 
-def test_divergent_runs_are_flagged_and_the_rest_unaffected(tmp_path: Path) -> None:
+def test_divergent_runs_are_flagged_and_the_rest_unaffected(tmp_path: Path, private_compile_cache: Path) -> None:
     path = tmp_path / "diverge.toml"
     path.write_text(
         "[run]\nseeds = 1\niterations = 2\nsteps_per_iteration = 20\nbatch_size = 16\n"
         "[conditions.baseline]\n[conditions.exploding-judge]\nlr_judge = 1e30\n"
     )
     out = tmp_path / "run"
-    result = coevolab("run", str(path), "--out", str(out), "--quiet")
+    # No other test runs this grid's shape, so it compiles cold either way: the run also shows that
+    # --no-compile-cache writes nothing to the cache and says so in the manifest.
+    result = coevolab("run", str(path), "--out", str(out), "--quiet", "--no-compile-cache")
     assert result.returncode == 3, result.stderr
+    assert not private_compile_cache.exists() or not any(private_compile_cache.rglob("*"))
+    assert json.loads((out / "manifest.json").read_text())["compile_cache"] is None
     assert "exploding-judge" in result.stdout
     metrics = pd.read_csv(out / "metrics.csv")
     bad = metrics[metrics["condition"] == "exploding-judge"]
@@ -205,16 +205,12 @@ def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path) -> None:
     assert "GiB" in result.stderr and "fewer seeds" in result.stderr
 
 
-def test_compiled_programs_are_cached_on_disk_unless_turned_off(tmp_path: Path, private_compile_cache: Path) -> None:
+def test_compiled_programs_are_cached_on_disk(tmp_path: Path, private_compile_cache: Path) -> None:
+    # (--no-compile-cache is test_divergent_runs_are_flagged_and_the_rest_unaffected's.)
     grid = tiny_grid(tmp_path, iterations=1, steps=5)
 
     def cache_files() -> set[Path]:
         return {path for path in private_compile_cache.rglob("*") if path.is_file()}
-
-    off = coevolab("run", str(grid), "--out", str(tmp_path / "off"), "--quiet", "--no-compile-cache")
-    assert off.returncode == 0, off.stderr
-    assert not cache_files()
-    assert json.loads((tmp_path / "off" / "manifest.json").read_text())["compile_cache"] is None
 
     first = coevolab("run", str(grid), "--out", str(tmp_path / "first"), "--quiet")
     assert first.returncode == 0, first.stderr
@@ -231,6 +227,5 @@ def test_compiled_programs_are_cached_on_disk_unless_turned_off(tmp_path: Path, 
     again = coevolab("run", str(grid), "--out", str(tmp_path / "again"), "--quiet")
     assert again.returncode == 0, again.stderr
     assert cache_files() == filled
-    metrics = {run: pd.read_csv(tmp_path / run / "metrics.csv") for run in ("off", "first", "again")}
+    metrics = {run: pd.read_csv(tmp_path / run / "metrics.csv") for run in ("first", "again")}
     pd.testing.assert_frame_equal(metrics["first"], metrics["again"])
-    pd.testing.assert_frame_equal(metrics["off"], metrics["first"])

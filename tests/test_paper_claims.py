@@ -1,13 +1,26 @@
-"""The published grid (all 90 runs) shows the lab's scientific claims.
+"""The published grid shows the lab's scientific claims.
 
 Thresholds sit between the effect and the seed spread measured on seeds 0–4, so a
 regression in the dynamics (not seed noise) is what fails them.
+
+Each run of a grid is independent of the others, so the claims about the baseline, the slower judge, the frozen
+judge and the anchor are checked on those four conditions of the published grid alone (seeds 0–4, 10 iterations ×
+200 steps, as published): 20 runs instead of 90. Only "the anchor ends above every other condition" needs all 18; it
+is marked heavy (`make test-all`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
+
+from harness.grid.conditions import load_grid
+from harness.grid.trainer import GridTrainer
+
+PAPER = Path(__file__).resolve().parents[1] / "conditions" / "paper.toml"
+CLAIMED = ("baseline", "frozen", "slow-judge[judge_update_every=10]", "anchor[anchor_fraction=0.1]")
 
 
 def _mean_curve(metrics: pd.DataFrame, condition: str, metric: str) -> pd.Series:
@@ -20,11 +33,15 @@ def _final(metrics: pd.DataFrame, condition: str, metric: str) -> pd.Series:
 
 
 @pytest.fixture(scope="module")
-def m(paper_metrics: pd.DataFrame) -> pd.DataFrame:
-    assert paper_metrics["condition"].nunique() == 18
-    assert paper_metrics["seed"].nunique() == 5
-    assert not paper_metrics["diverged"].any()
-    return paper_metrics
+def m() -> pd.DataFrame:
+    """The published grid's runs of the conditions these claims name."""
+    spec = load_grid(PAPER)
+    assert (spec.run.seeds, spec.run.iterations, spec.run.steps_per_iteration) == ((0, 1, 2, 3, 4), 10, 200)
+    metrics = GridTrainer(spec.only(list(CLAIMED))).run()
+    assert list(metrics["condition"].unique()) == list(CLAIMED)
+    assert metrics["seed"].nunique() == 5
+    assert not metrics["diverged"].any()
+    return metrics
 
 
 def test_baseline_quality_gain_comes_early_then_plateaus(m: pd.DataFrame) -> None:
@@ -64,10 +81,20 @@ def test_slow_judge_ends_above_baseline(m: pd.DataFrame) -> None:
     assert _final(m, "slow-judge[judge_update_every=10]", "judge_alignment").mean() > 0.6
 
 
-def test_oracle_anchor_ends_highest_and_aligned(m: pd.DataFrame) -> None:
+def test_oracle_anchor_ends_aligned_and_above_the_others_here(m: pd.DataFrame) -> None:
     final = m[m["iteration"] == m["iteration"].max()].groupby("condition")["policy_quality"].mean()
     assert final.idxmax() == "anchor[anchor_fraction=0.1]"
     assert _final(m, "anchor[anchor_fraction=0.1]", "judge_alignment").min() > 0.95
+
+
+@pytest.mark.heavy
+def test_oracle_anchor_ends_highest_of_the_whole_grid(paper_metrics: pd.DataFrame) -> None:
+    """Every published condition trained (90 runs): the 10% anchor ends above all of them, on average."""
+    assert paper_metrics["condition"].nunique() == 18
+    assert paper_metrics["seed"].nunique() == 5
+    assert not paper_metrics["diverged"].any()
+    final = paper_metrics[paper_metrics["iteration"] == paper_metrics["iteration"].max()]
+    assert final.groupby("condition")["policy_quality"].mean().idxmax() == "anchor[anchor_fraction=0.1]"
 
 
 def test_frozen_keeps_pretrained_alignment(m: pd.DataFrame) -> None:

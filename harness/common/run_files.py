@@ -8,8 +8,8 @@ import json
 import os
 import platform
 import re
+import secrets
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ MANIFEST_FILE = "manifest.json"
 CHECKPOINT_FILE = "checkpoint.msgpack"
 CLAIMS_FILE = "claims.csv"  # the verdicts on a grid's claims, written by the report
 
-# atomic_write_bytes writes `.<name>.<random>.tmp` beside `<name>` (tempfile.mkstemp: 8 characters of [a-z0-9_]).
+# atomic_write_bytes writes `.<name>.<8 hex digits>.tmp` beside `<name>`.
 _TEMPORARY_PREFIX, _TEMPORARY_SUFFIX = ".", ".tmp"
-_TEMPORARY_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+_TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
 def _file_mode() -> int:
@@ -49,13 +49,26 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` so readers see the old file or the new one, never a partial one.
 
     A temporary file in the same directory is written, flushed to disk (fsync), given the user's normal file
-    mode and renamed over `path`. Every artifact of a run directory is written this way.
+    mode and renamed over `path`. Every artifact of a run directory is written this way. A write that raises
+    (KeyboardInterrupt included, wherever it lands) removes its temporary file; only a process killed mid-write
+    leaves one (see `stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f"{_TEMPORARY_PREFIX}{path.name}.", suffix=_TEMPORARY_SUFFIX
-    )
+    for _ in range(100):
+        # Named before it exists (not by tempfile.mkstemp), so that an exception at any point after it is created
+        # knows what to remove.
+        temporary = path.parent / f"{_TEMPORARY_PREFIX}{path.name}.{secrets.token_hex(4)}{_TEMPORARY_SUFFIX}"
+        try:
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        break
+    else:
+        raise FileExistsError(f"no free temporary name beside {path}")
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
@@ -64,7 +77,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.chmod(temporary, _file_mode())
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 
