@@ -8,7 +8,7 @@ which times every benchmark at full size (published grid: 18 conditions × 5 see
 100 inner steps per timed iteration; scaling up to 360 runs) and writes
 artifacts/bench/bench.json and artifacts/bench/bench.md. Modes:
 
-- disabled (`make test`, where pyproject's addopts carry --benchmark-disable): each
+- disabled (`make test-all`, where pyproject's addopts carry --benchmark-disable): each
   benchmark body runs once at smoke size (1 seed, 2 steps, runs [1, 2], a 2-condition
   subset of the published grid) to check the code works; nothing is written.
 - COEVOLAB_BENCH_QUICK=1 with --benchmark-enable: real code paths at reduced sizes

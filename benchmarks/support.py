@@ -44,7 +44,7 @@ QUICK_ENV = "COEVOLAB_BENCH_QUICK"
 class Sizes:
     """How big each benchmark is in one mode.
 
-    smoke: benchmarks disabled (`make test`): every body runs once, as small as it goes:
+    smoke: benchmarks disabled (`make test-all`): every body runs once, as small as it goes:
       the baseline condition only, in a 2-token × 1-position world, with freshly
       initialised (not pretrained) judges, so the whole folder compiles few, small programs.
     quick: enabled with COEVOLAB_BENCH_QUICK=1: real code paths, small grids, few rounds.

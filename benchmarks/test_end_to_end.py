@@ -42,7 +42,7 @@ def _grid(sizes: support.Sizes, hundred: bool) -> list[str]:
 
 
 def _cache(sizes: support.Sizes, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh compile cache for each measurement. At smoke sizes (`make test`) both tests run the same small grid
+    """A fresh compile cache for each measurement. At smoke sizes (`make test-all`) both tests run the same small grid
     and only check that the measuring works, so they share one: that grid is compiled cold once, not twice."""
     return tmp_path_factory.getbasetemp() / "smoke-compile-cache" if sizes.mode == "smoke" else tmp_path / "cache"
 

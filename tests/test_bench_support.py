@@ -16,7 +16,7 @@ from benchmarks.conftest import FigureBook, _markdown
 
 
 def test_measure_runs_the_body_once_when_benchmarks_are_disabled(benchmark, request: pytest.FixtureRequest) -> None:
-    # pyproject's addopts disable benchmarks: `make test` gets the smoke sizes.
+    # pyproject's addopts disable benchmarks: without --benchmark-enable, the smoke sizes.
     assert support.benchmarks_disabled(request.config)
     assert support.sizes_for(request.config) is support.SMOKE
     calls: list[int] = []
