@@ -61,9 +61,13 @@ def out_of_reach(share: float, growth: float) -> bool:
     return share < needed - GIVE_UP_MARGIN
 
 
-def seeds_needed(rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, top: int = LADDER_TOP) -> float:
+def seeds_needed(
+    rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, top: int = LADDER_TOP, single_test: bool = True
+) -> float:
     """Seeds at which `rule` (a resampled set of seed rows, a generator → decided?) decides with chance TARGET;
-    inf where even `top` × the observed seeds do not. Rounded up to a whole seed, never below the observed count."""
+    inf where even `top` × the observed seeds do not. Rounded up to a whole seed, never below the observed count.
+    single_test: the rule is one test (not an intersection over rivals, whose chance of deciding climbs far more
+    steeply than one test's): only then may the ladder stop early, and only within its top two rungs' reach."""
     rng = np.random.default_rng(SEEDS_NEEDED_SEED)
     ns: list[int] = []
     shares: list[float] = []
@@ -75,7 +79,8 @@ def seeds_needed(rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, 
         if first is not None and (len(shares) - first >= 2 or shares[-1] == 1.0):
             keep = slice(max(0, first - 2), len(shares))  # the rungs around the crossing: the curve is local
             return float(max(observed, math.ceil(_crossing(ns[keep], shares[keep], datasets))))
-        if first is None and out_of_reach(shares[-1], top * observed / ns[-1]):
+        growth = top * observed / ns[-1]
+        if single_test and first is None and growth <= 4 + 1e-9 and out_of_reach(shares[-1], growth):
             break
         n *= LADDER_RATIO
     return math.inf

@@ -171,7 +171,7 @@ def _seeds_needed(data: ClaimData, claim: Claim, factor: float, level: float, al
         outcome = judge(resampled, claim, found, factor, level, alpha, SIMULATION_RESAMPLES, rng)
         return outcome.verdict != "undecided"
 
-    return seeds_needed(decided, len(data.side))
+    return seeds_needed(decided, len(data.side), single_test=len(data.others) == 1)
 
 
 def _row(claim, data, side_label, outcome, raw_p, adjusted_p, level, tested, alpha) -> dict[str, object]:  # noqa: ANN001
