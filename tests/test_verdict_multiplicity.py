@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.stats
 
 from harness.grid.conditions import ConditionFileError, load_grid
+from harness.inference.claims import Claim
 from harness.inference.multiplicity import adjust, holm, levels
+from harness.inference.verdicts import verdict_table
 
 
 def test_holm_by_hand() -> None:
@@ -74,3 +77,43 @@ def test_families_and_adjustment_in_condition_files(tmp_path: Path) -> None:
     bad.write_text(file.read_text().replace('"bh"', '"bonferroni"'), encoding="utf-8")
     with pytest.raises(ConditionFileError, match="adjustment"):
         load_grid(bad)
+
+
+def _two_claim_table(families: tuple[str | None, str | None], adjustments: tuple[str, str]) -> pd.DataFrame:
+    rng = np.random.default_rng(6)
+    base = rng.normal(1.7, 0.1, size=40)
+    metrics = pd.concat(
+        [
+            pd.DataFrame({"condition": name, "seed": range(40), "iteration": 1, "policy_quality": values})
+            for name, values in (("a", base + rng.normal(0.05, 0.1, size=40)), ("b", base))
+        ],
+        ignore_index=True,
+    )
+    claims = [
+        Claim(
+            name=f"c{i}",
+            statement="a above b",
+            metric="policy_quality",
+            condition="a",
+            direction="above",
+            than_condition="b",
+            family=family,
+            adjustment=adjustment,
+        )
+        for i, (family, adjustment) in enumerate(zip(families, adjustments, strict=True))
+    ]
+    return verdict_table(metrics, claims, estimate_seeds=False)
+
+
+def test_the_table_adjusts_within_families() -> None:
+    # Two copies of one claim: in one family Holm doubles the smaller p; in two families each stands alone.
+    together = _two_claim_table((None, None), ("holm", "holm"))
+    apart = _two_claim_table(("x", "y"), ("holm", "holm"))
+    assert together["p_value"].tolist() == apart["p_value"].tolist()
+    assert together["p_adjusted"].tolist() == pytest.approx(np.minimum(1, 2 * together["p_value"]).tolist())
+    assert apart["p_adjusted"].tolist() == pytest.approx(apart["p_value"].tolist())
+    assert together["ci_level"].tolist() == pytest.approx([1 - 0.05 / 2, 1 - 0.05])  # Holm's steps
+    assert list(together["family"]) == ["condition file"] * 2 and list(apart["family"]) == ["x", "y"]
+    assert set(together["adjustment"]) == {"Holm"}
+    with pytest.raises(ValueError, match="different adjustments"):
+        _two_claim_table((None, None), ("holm", "bh"))
