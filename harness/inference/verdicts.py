@@ -21,7 +21,7 @@ from harness.inference.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, pai
 from harness.inference.multiplicity import ADJUSTMENT_NAMES, adjust, levels
 from harness.inference.paired_tests import PERMUTATIONS, mode_counts
 from harness.inference.rule import MIN_SEEDS, VERDICTS, ClaimData, claim_p, decide, judge, rival_tests
-from harness.inference.seeds_needed import SIMULATION_RESAMPLES, seeds_needed
+from harness.inference.seeds_needed import seeds_needed, simulation_resamples
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "MIN_SEEDS", "VERDICTS", "claim_verdict", "decide", "paired_bootstrap_ci"]
 
@@ -128,6 +128,13 @@ def verdict_table(
 ) -> pd.DataFrame:
     """The verdicts table: one row per claim, in the given order (columns VERDICT_COLUMNS).
 
+    effect, ci_low, ci_high: Δ and its BCa interval at confidence ci_level (the claim's adjusted level), against
+    other_side (the worst-case rival of a pattern). seeds_up / seeds_down: seeds whose Δ exceeds ± the resolution
+    (spread: escapes from the dominant end mode), exact_test and exact_p the exact test on them. test: which
+    permutation test gave p_value; p_adjusted: p_value adjusted within family by adjustment (NaN where untested).
+    p_improvement with p_improvement_low/high: P(better) and its 95% interval. seeds_needed: for undecided
+    claims, the seeds that would decide them with chance 0.8 (inf: more than the ladder's top), NaN otherwise.
+
     α = 1 − confidence is each family's error rate. estimate_seeds: give undecided claims a seeds_needed (the
     costly part); NaN otherwise. Raises ValueError where one family's claims ask for different adjustments.
     """
@@ -164,11 +171,12 @@ def verdict_table(
 
 def _seeds_needed(data: ClaimData, claim: Claim, factor: float, level: float, alpha: float) -> float:
     """seeds_needed through `judge` at the claim's current level and adjustment, with fewer resamples."""
+    resamples = simulation_resamples(level)
 
     def decided(rows: np.ndarray, rng: np.random.Generator) -> bool:
         resampled = data.take(rows)
-        found = rival_tests(resampled, claim, SIMULATION_RESAMPLES, rng, fast=True)
-        outcome = judge(resampled, claim, found, factor, level, alpha, SIMULATION_RESAMPLES, rng)
+        found = rival_tests(resampled, claim, resamples, rng, fast=True)
+        outcome = judge(resampled, claim, found, factor, level, alpha, resamples, rng)
         return outcome.verdict != "undecided"
 
     return seeds_needed(decided, len(data.side), single_test=len(data.others) == 1)
