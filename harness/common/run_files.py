@@ -28,6 +28,11 @@ _TEMPORARY_PREFIX, _TEMPORARY_SUFFIX = ".", ".tmp"
 _TEMPORARY_NAME = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
+class ArtifactWriteError(OSError):
+    """An artifact could not be written (full disk, file size limit, ...); `filename` is the artifact's path, and
+    the file it replaces, if any, is left as it was."""
+
+
 def _file_mode() -> int:
     """The mode a plain `open(path, "w")` would give a new file: 0o666 less the process umask.
 
@@ -76,6 +81,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(file.fileno())
         os.chmod(temporary, _file_mode())
         os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        # A full disk (ENOSPC) or a file size limit fails on the temporary file: name the artifact that was lost.
+        raise ArtifactWriteError(error.errno, error.strerror, str(path)) from error
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -71,6 +71,8 @@ class RunOutcome:
     metrics: pd.DataFrame
     diverged: pd.DataFrame
     final_state: CoevolutionState | None = None
+    times: dict[str, float] = field(default_factory=dict)  # seconds per phase, as the manifest records them
+    resumed_from_iteration: int | None = None
 
 
 def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -88,11 +90,15 @@ def execute(
     progress: Progress | None = None,
     resume: bool = False,
     started: float | None = None,
+    write_report: bool = True,
+    manifest_extra: dict | None = None,
 ) -> RunOutcome:
     """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
 
     started: time.perf_counter() when the process began its work (the command line passes it), so that the
     recorded phases add up to the whole wall clock; time before execute() is the "startup" phase.
+    write_report: False for a seed block (`harness.experiment.blocks`), whose report is the merged grid's.
+    manifest_extra: further entries of manifest.json (how the grid was run).
     """
     progress = progress or SilentProgress()
     entered = time.perf_counter()
@@ -153,12 +159,14 @@ def execute(
 
     metrics = program.metrics_table(records)
     atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
-    progress.phase("report", str(run_dir))
-    report_start = time.perf_counter()
-    # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
-    report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
-    report_seconds = time.perf_counter() - report_start
-    progress.phase_done("report", report_seconds)
+    report_seconds = 0.0
+    if write_report:
+        progress.phase("report", str(run_dir))
+        report_start = time.perf_counter()
+        # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
+        report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
+        report_seconds = time.perf_counter() - report_start
+        progress.phase_done("report", report_seconds)
     times = {
         "startup": entered - started,  # imports and reading the condition file, before this function
         "pretrain": program.times.pretrain,
@@ -185,9 +193,11 @@ def execute(
             shards=program.plan.n_shards,
             filler_runs=program.plan.fillers,
             pretrain=program.pretrain_table().to_dict(orient="records"),
+            **(manifest_extra or {}),
         ),
     )
     # Finished: metrics.csv holds everything the checkpoint did.
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     progress.close()
-    return RunOutcome(run_dir, metrics, diverged_runs(metrics), state)
+    resumed_from = checkpoint.completed_iterations if checkpoint else None
+    return RunOutcome(run_dir, metrics, diverged_runs(metrics), state, times, resumed_from)

@@ -36,6 +36,12 @@ class RunSettings(BaseModel):
         description="whose random streams every draw follows: the harness's (paired across conditions) or "
         "the original lab's, run for run (harness.engine.streams)",
     )
+    block_seeds: int | None = Field(
+        None,
+        ge=1,
+        description="seeds per block, the unit of work a grid is run in (harness.experiment.blocks); unset: the "
+        "harness's default for the grid's condition count",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
