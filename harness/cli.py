@@ -1,8 +1,11 @@
-"""The `coevolab` command: run a grid, re-render a report, list a file's conditions.
+"""The `coevolab` command: run a grid (whole, or one seed block of it: --block K), merge a run's blocks, re-render a
+report, list a file's conditions.
 
-Exit codes: 0 success; 1 failure; 2 bad input (condition file, arguments, output
-directory); 3 the grid finished but some runs diverged; 130 interrupted by Ctrl-C, 143 stopped by SIGTERM
-(a scheduler preempting the job): both stop the same way and are resumable.
+Exit codes: 0 success; 1 failure (a file that could not be written, e.g. on a full disk, is named; the last
+checkpoint stays as it was); 2 bad input (condition file, arguments, output directory, a block out of range or of
+another grid, a merge with blocks missing: nothing is written); 3 the grid finished but some runs diverged; 130
+interrupted by Ctrl-C, 143 stopped by SIGTERM (a scheduler preempting the job): both stop the same way and are
+resumable.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from harness.common.wording import plural
 from harness.grid.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from harness.grid.layout import GridSpec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
@@ -191,8 +196,8 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
         run_dir = existing_directory(Path(args.resume), "--resume")
         if not (run_dir / "grid.json").is_file():
             raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
-        if (run_dir / METRICS_FILE).is_file() and not has_checkpoint(run_dir):
-            raise UsageError(f"--resume {run_dir}: run already finished")
+        if (run_dir / METRICS_FILE).is_file() and not has_checkpoint(run_dir) and not _blocks_pending(run_dir):
+            raise UsageError(f"--resume {run_dir}: run already finished (grow it with --resume {run_dir} --seeds N)")
         return run_dir
     try:
         if args.out is None:
@@ -211,6 +216,25 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
     return run_dir
 
 
+def _blocks_pending(run_dir: Path) -> bool:
+    """Whether a run directory in seed blocks has blocks left to run (a grown or interrupted run)."""
+    from harness.experiment.blocks import pending_blocks, uses_blocks
+    from harness.experiment.runner import load_spec
+
+    return uses_blocks(run_dir) and bool(pending_blocks(load_spec(run_dir), run_dir))
+
+
+def _block_run_dir(args: argparse.Namespace, spec: GridSpec) -> Path:
+    """--out DIR of `--block K` (see harness.experiment.blocks.block_run_dir)."""
+    from harness.experiment.blocks import block_run_dir
+
+    if args.out is None:
+        raise UsageError("--block K needs --out DIR: the run directory that every block of the grid writes into")
+    if args.force:
+        raise UsageError("--block adds one block to --out DIR and overwrites no other; --force does not apply")
+    return block_run_dir(spec, args.block, Path(args.out))
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that a preempted run stops the same way."""
 
@@ -220,11 +244,18 @@ def _raise_terminated(signum: int, frame: object) -> NoReturn:
     raise Terminated
 
 
-def _interrupted_message(run_dir: Path, how: str) -> str:
+def _interrupted_message(run_dir: Path, how: str, block: int | None = None) -> str:
+    from harness.experiment.blocks import BLOCKS_DIR, block_dir
     from harness.experiment.checkpoint import has_checkpoint
 
-    if has_checkpoint(run_dir):
+    if block is not None:
+        kept = "finished iterations are checkpointed" if has_checkpoint(block_dir(run_dir, block)) else "nothing kept"
+        return f"\n{how}; block {block}: {kept}. Run the same command again to continue it."
+    blocks = run_dir / BLOCKS_DIR
+    if has_checkpoint(run_dir) or (blocks.is_dir() and any(has_checkpoint(path) for path in blocks.iterdir())):
         return f"\n{how}; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
+    if blocks.is_dir() and any((path / "block.json").is_file() for path in blocks.iterdir()):
+        return f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
     return f"\n{how} before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
 
 
@@ -248,40 +279,117 @@ def _conditions_path(given: str | None) -> Path:
     return DEFAULT_CONDITIONS
 
 
+def _resumed(args: argparse.Namespace) -> tuple[Path, GridSpec]:
+    """The run directory and grid of `--resume DIR` (grown to --seeds N if given; a flat run becomes blocks)."""
+    from harness.experiment.blocks import adopt_flat_run, grown_spec
+    from harness.experiment.runner import load_spec
+
+    if args.conditions or args.seed_list is not None or args.block is not None:
+        raise UsageError(
+            "--resume continues a run as it was, or grows it with --seeds N; do not pass a condition file, "
+            "--seed-list or --block"
+        )
+    if args.seeds is None:
+        run_dir = _prepare_run_dir(args, "")
+        return run_dir, load_spec(run_dir)
+    run_dir = existing_directory(Path(args.resume), "--resume")
+    if not (run_dir / "grid.json").is_file():
+        raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to grow")
+    spec = grown_spec(load_spec(run_dir), args.seeds)
+    adopt_flat_run(spec, run_dir)
+    return run_dir, spec
+
+
 def command_run(args: argparse.Namespace) -> int:
-    from harness.experiment.runner import execute, load_spec
+    import shutil
+
+    import pandas as pd
+
+    from harness.common.run_files import METRICS_FILE
+    from harness.experiment.blocks import (
+        BLOCKS_DIR,
+        block_count,
+        block_dir,
+        block_spec,
+        run_block,
+        seeds_per_block,
+        uses_blocks,
+    )
+    from harness.experiment.merge import IN_PROCESS, run_in_blocks
+    from harness.experiment.runner import diverged_runs, execute
     from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
     seeds = args.seeds if args.seeds is not None else args.seed_list
     if args.resume:
-        if args.conditions or seeds is not None:
-            raise UsageError("--resume continues a run as it was; do not pass a condition file, --seeds or --seed-list")
-        run_dir = _prepare_run_dir(args, "")
-        spec = load_spec(run_dir)
+        run_dir, spec = _resumed(args)
+        in_blocks = uses_blocks(run_dir)
     else:
         spec = _grid_and_warnings(_conditions_path(args.conditions), seeds)
-        check_fits(layout_grid(spec).shape, len(spec.run.seeds))  # refuse before writing anything
-        run_dir = _prepare_run_dir(args, spec.name)
+        largest = block_spec(spec, 0)  # every block is the size of the first or smaller
+        check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
+        if args.block is not None:
+            run_dir = _block_run_dir(args, spec)
+        else:
+            run_dir = _prepare_run_dir(args, spec.name)
+            if args.force:
+                shutil.rmtree(run_dir / BLOCKS_DIR, ignore_errors=True)  # --force starts the grid over
+        # A one-block grid keeps the flat layout of a run before blocks (its files at the top of run_dir).
+        in_blocks = args.block is not None or block_count(spec) > 1
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = _progress(args.quiet)
     previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        outcome = execute(spec, run_dir, progress, resume=bool(args.resume), started=args.started)
+        if args.block is not None:
+            run_block(spec, args.block, run_dir, progress)
+            progress.close()
+            done = block_dir(run_dir, args.block)
+            diverged = diverged_runs(pd.read_csv(done / METRICS_FILE))
+        elif in_blocks:
+            diverged, done = run_in_blocks(spec, run_dir, progress).diverged, run_dir
+        else:
+            whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
+            outcome = execute(
+                spec, run_dir, progress, resume=bool(args.resume), started=args.started, manifest_extra=whole
+            )
+            diverged, done = outcome.diverged, run_dir
     except KeyboardInterrupt as stop:
         progress.close()
         terminated = isinstance(stop, Terminated)
-        print(_interrupted_message(run_dir, "terminated (SIGTERM)" if terminated else "interrupted"))
+        print(_interrupted_message(run_dir, "terminated (SIGTERM)" if terminated else "interrupted", args.block))
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
-    if not outcome.diverged.empty:
+    return _finished(done, diverged)
+
+
+def _finished(run_dir: Path, diverged: pd.DataFrame) -> int:
+    """Print the diverged runs, if any, and where the results are; the exit code."""
+    if not diverged.empty:
         print("runs that diverged (non-finite parameters):")
-        print(outcome.diverged.to_string(index=False))
+        print(diverged.to_string(index=False))
     print(run_dir)
-    return EXIT_DIVERGED if not outcome.diverged.empty else EXIT_OK
+    return EXIT_DIVERGED if not diverged.empty else EXIT_OK
+
+
+def command_merge(args: argparse.Namespace) -> int:
+    from harness.experiment.blocks import uses_blocks
+    from harness.experiment.merge import SEPARATE, merge_blocks
+    from harness.experiment.runner import load_spec
+
+    run_dir = existing_directory(Path(args.run_dir), "merge")
+    if not (run_dir / "grid.json").is_file():
+        raise UsageError(f"merge {run_dir}: not a run directory (no grid.json)")
+    if not uses_blocks(run_dir):
+        raise UsageError(f"merge {run_dir}: holds no seed blocks (a grid run whole writes its results itself)")
+    try:
+        spec = load_spec(run_dir)
+    except ValueError as error:
+        raise UsageError(f"merge {run_dir}: its grid.json is not a grid: {error}") from None
+    outcome = merge_blocks(spec, run_dir, SEPARATE, _progress(args.quiet))
+    return _finished(run_dir, outcome.diverged)
 
 
 def command_report(args: argparse.Namespace) -> int:
@@ -289,6 +397,7 @@ def command_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from harness.common.run_files import METRICS_FILE
+    from harness.experiment.merge import how_run_line_of
     from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
@@ -301,7 +410,7 @@ def command_report(args: argparse.Namespace) -> int:
         grid = read_run_grid(run_dir)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
         raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
-    write_run_report(run_dir, metrics, grid.name if grid else run_dir.name, grid)
+    write_run_report(run_dir, metrics, grid.name if grid else run_dir.name, grid, how_run=how_run_line_of(run_dir))
     print(run_dir / "report.md")
     return EXIT_OK
 
@@ -366,7 +475,18 @@ def build_parser() -> argparse.ArgumentParser:
     chosen.add_argument("--seed-list", type=seed_list, metavar="SEEDS", help='run these seeds, e.g. "3", "0-4,7"')
     run.add_argument("--out", help=f"output directory (default: a fresh one under {DEFAULT_RUNS_ROOT}/)")
     run.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
-    run.add_argument("--resume", metavar="DIR", help="continue an interrupted run from its last checkpoint")
+    run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue an interrupted run from its last checkpoints (unfinished blocks only); with --seeds N, grow a "
+        "run of seeds 0..M-1 to 0..N-1, running only the new blocks",
+    )
+    run.add_argument(
+        "--block",
+        type=int,
+        metavar="K",
+        help="run only seed block K of the grid into --out DIR (a job array's task); then coevolab merge DIR",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.add_argument(
         "--no-compile-cache",
@@ -374,6 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"do not keep compiled programs on disk (default: ${CACHE_DIR_ENV} or {DEFAULT_CACHE_DIR})",
     )
     run.set_defaults(handler=command_run)
+
+    merge = commands.add_parser("merge", help="merge the finished seed blocks of a run directory and write its report")
+    merge.add_argument("run_dir", help="a run directory whose blocks ran with coevolab run --block K")
+    merge.add_argument("--quiet", action="store_true", help="no progress output")
+    merge.set_defaults(handler=command_merge)
 
     report = commands.add_parser("report", help="re-render a run's report from its metrics.csv (no training)")
     report.add_argument("run_dir", help="a run directory")
@@ -393,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.grid.sharding import use_every_cpu_core
 
     use_every_cpu_core()  # before JAX starts: one shard per core
+    from harness.common.run_files import ArtifactWriteError
+    from harness.experiment.blocks import BlockError
     from harness.experiment.checkpoint import CheckpointMismatch
     from harness.grid.conditions import ConditionFileError
     from harness.grid.memory import GridTooLarge
@@ -400,9 +527,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.handler(args)
-    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch) as error:
+    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch, BlockError) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ArtifactWriteError as error:
+        # A full disk or a file size limit: the file it would have replaced (the last checkpoint) is intact.
+        print(f"coevolab: error: could not write {error.filename}: {error.strerror}", file=sys.stderr)
+        return EXIT_FAILURE
     except PretrainingFailed as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_FAILURE

@@ -79,6 +79,7 @@ def write_report(
     confidence: float = 0.95,
     grid_name: str | None = None,
     grid: GridSpec | None = None,
+    how_run: str | None = None,
 ) -> None:
     """Write summary.csv, summary.md, figures/*.png and report.md into out_dir, each atomically.
 
@@ -88,8 +89,8 @@ def write_report(
     mechanism's description, the knobs the grid sets and the knob differences of identical conditions, and the
     grid's claims (harness.inference.claims) a verdicts section and claims.csv; it must describe the table's conditions.
     Attractors (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow
-    the end modes. The output depends only on the arguments (same inputs, same bytes). metrics.csv
-    is never written.
+    the end modes. how_run: one line on how the grid was run (its seed blocks), after the line on the grid. The output
+    depends only on the arguments (same inputs, same bytes). metrics.csv is never written.
     """
     out_dir = Path(out_dir)
     prepared = prepare(metrics)
@@ -125,6 +126,7 @@ def write_report(
         f"{facts.grid_text}, {plural(facts.n_runs, 'run')}, outer iterations {int(prepared['iteration'].min())}.."
         f"{facts.final_iteration} (0 = before training). Reference for paired differences: `{ref}`. {diverged}",
         "",
+        *([how_run, ""] if how_run else []),
         *how_to_read(prepared, facts, ref, confidence, grid, roles(prepared)),
         "## Summary at the final iteration",
         "",
@@ -169,10 +171,13 @@ def read_run_grid(run_dir: Path) -> GridSpec | None:
     return GridSpec.model_validate_json(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def write_run_report(run_dir: Path, metrics: pd.DataFrame, grid_name: str, grid: GridSpec | None = None) -> None:
+def write_run_report(
+    run_dir: Path, metrics: pd.DataFrame, grid_name: str, grid: GridSpec | None = None, how_run: str | None = None
+) -> None:
     """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes).
 
     grid: the run's grid (the run passes the grid it wrote to grid.json, `coevolab report` what read_run_grid reads
-    back), for q*'s scale, mechanism descriptions and knobs.
+    back), for q*'s scale, mechanism descriptions and knobs. how_run: the line on how a grid run in seed blocks was
+    run (its manifest's execution line).
     """
-    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name, grid=grid)
+    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name, grid=grid, how_run=how_run)

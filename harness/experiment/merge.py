@@ -1,0 +1,197 @@
+"""Finished seed blocks joined into the grid's results (metrics.csv, the report, the top manifest); a grid run as
+blocks by a backend and merged (`run_in_blocks`).
+
+The merged metrics.csv is the blocks' rows, text for text as each block wrote them (`coevolab run`'s format), sorted
+in the grid's condition order, then seed, then iteration: it is the same bytes whatever process ran a block and
+whatever order blocks finished in, and for a one-block grid the same bytes as the block's own table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import socket
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from harness import report
+from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
+from harness.common.wording import plural
+from harness.experiment.blocks import (
+    BLOCKS_DIR,
+    Backend,
+    BlockError,
+    BlockRecord,
+    block_count,
+    block_dir,
+    block_seeds,
+    in_process,
+    pending_blocks,
+    ran_another_grid,
+    read_record,
+    run_block,
+    seeds_per_block,
+)
+from harness.experiment.runner import Progress, RunOutcome, SilentProgress, diverged_runs
+from harness.grid.layout import GridSpec
+
+# How the blocks of a run were run, as the manifest and the report name it.
+IN_PROCESS = "in-process"
+SEPARATE = "separate processes"
+
+
+def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
+    """The grid's metrics.csv text from its finished blocks under `run_dir`.
+
+    Raises:
+        BlockError: some blocks are not finished (named), or a block's table is not the runs it should hold.
+    """
+    foreign = [k for k in range(block_count(spec)) if ran_another_grid(spec, run_dir, k)]
+    if foreign:
+        raise BlockError(
+            f"{run_dir}: {'blocks' if len(foreign) > 1 else 'block'} {', '.join(map(str, foreign))} "
+            f"{'were' if len(foreign) > 1 else 'was'} run for another grid than its grid.json's '{spec.name}'; "
+            "remove them, or merge them in their own run directory"
+        )
+    missing = pending_blocks(spec, run_dir)
+    if missing:
+        raise BlockError(
+            f"{run_dir}: {plural(len(missing), 'block')} of {block_count(spec)} not finished: "
+            f"{', '.join(map(str, missing))}; run them (coevolab run FILE --out {run_dir} --block K), then merge"
+        )
+    # Read as text, so that every value is written back exactly as its block wrote it.
+    tables = [
+        pd.read_csv(block_dir(run_dir, k) / METRICS_FILE, dtype=str, keep_default_na=False)
+        for k in range(block_count(spec))
+    ]
+    for k, table in enumerate(tables):
+        expected = len(spec.conditions) * len(block_seeds(spec, k)) * (spec.run.iterations + 1)
+        if len(table) != expected or set(table["seed"].astype(int)) != set(block_seeds(spec, k)):
+            raise BlockError(f"block {k} in {run_dir} holds {len(table)} rows, not the {expected} of its runs")
+        if list(table.columns) != list(tables[0].columns):
+            raise BlockError(f"block {k} in {run_dir} has other metrics than block 0 (another version of coevolab?)")
+    order = {c.name: i for i, c in enumerate(spec.conditions)}
+    merged = pd.concat(tables, ignore_index=True)
+    keys = pd.DataFrame(
+        {
+            "condition": merged["condition"].map(order),
+            "seed": merged["seed"].astype(int),
+            "iteration": merged["iteration"].astype(int),
+        }
+    )
+    merged = merged.loc[keys.sort_values(["condition", "seed", "iteration"], kind="stable").index]
+    text = io.StringIO()
+    merged.to_csv(text, index=False)
+    return text.getvalue()
+
+
+def _block_manifest(run_dir: Path, block: int) -> dict:
+    """A block's manifest.json (as `execute` wrote it), or {} where it cannot be read."""
+    try:
+        return json.loads((block_dir(run_dir, block) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def how_run_line_of(run_dir: Path) -> str | None:
+    """The line on how a grid run in seed blocks was run, from its manifest.json (None for a grid run whole), so that
+    `coevolab report` re-renders the report the merge wrote."""
+    try:
+        execution = json.loads((Path(run_dir) / MANIFEST_FILE).read_text(encoding="utf-8")).get("execution")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return execution.get("line") if isinstance(execution, dict) else None
+
+
+def how_run_line(records: list[BlockRecord], how: str) -> str:
+    """One line on how a grid was run, for its report: blocks, their size, the backend and the hosts."""
+    hosts = sorted({record.attempts[-1].host for record in records if record.attempts})
+    seeds = {len(record.seeds) for record in records}
+    size = f"{plural(max(seeds), 'seed')} each" if len(seeds) == 1 else f"up to {plural(max(seeds), 'seed')} each"
+    attempts = sum(len(record.attempts) for record in records)
+    retried = f", {plural(attempts - len(records), 'retry', 'retries')}" if attempts > len(records) else ""
+    return (
+        f"Run as {plural(len(records), 'seed block')} ({size}), {how}, on {plural(len(hosts), 'host')} "
+        f"({', '.join(hosts)}){retried}."
+    )
+
+
+def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None) -> RunOutcome:
+    """Merge the finished blocks of `spec` in `run_dir` into its metrics.csv, report and manifest.json.
+
+    Args:
+        how: how the blocks were run (IN_PROCESS, SEPARATE, a distributed backend's name), for the manifest and report.
+
+    Returns:
+        The merged run (no final state: it lives in no one process).
+
+    Raises:
+        BlockError: some blocks are missing; nothing is written then.
+    """
+    progress = progress or SilentProgress()
+    entered = time.perf_counter()
+    started_at = dt.datetime.now(dt.UTC)
+    text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
+    records = [record for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None]
+    atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    atomic_write_text(run_dir / METRICS_FILE, text)
+    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    line = how_run_line(records, how)
+    progress.phase("report", str(run_dir))
+    report_start = time.perf_counter()
+    report.write_run_report(run_dir, metrics, spec.name, spec, how_run=line)
+    progress.phase_done("report", time.perf_counter() - report_start)
+    phases: dict[str, float] = {}
+    for record in records:
+        for phase, seconds in record.attempts[-1].seconds.items():
+            phases[phase] = phases.get(phase, 0.0) + seconds
+    write_json(
+        run_dir / MANIFEST_FILE,
+        manifest(
+            spec.model_dump(mode="json"),
+            # The blocks' phases summed (their last attempts'), then this merge's own.
+            {**phases, "merge": time.perf_counter() - entered},
+            started_at,
+            runs=len(spec.conditions) * len(spec.run.seeds),
+            execution={
+                "backend": how,
+                "blocks": len(records),
+                "seeds_per_block": seeds_per_block(spec),
+                "merged_on": socket.gethostname(),
+                "line": line,
+            },
+            blocks=[record.model_dump(mode="json") for record in records],
+            pretrain=[row for k in range(len(records)) for row in _block_manifest(run_dir, k).get("pretrain", [])],
+        ),
+    )
+    progress.close()
+    return RunOutcome(run_dir, metrics, diverged_runs(metrics))
+
+
+def run_in_blocks(
+    spec: GridSpec,
+    run_dir: Path,
+    progress: Progress | None = None,
+    backend: Backend = in_process,
+    how: str = IN_PROCESS,
+) -> RunOutcome:
+    """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks).
+
+    Blocks finished earlier (a resumed or grown run) are kept; a block with a checkpoint continues from it. The top
+    grid.json is written first, so that an interrupted run resumes as this grid.
+    """
+    progress = progress or SilentProgress()
+    atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    (run_dir / BLOCKS_DIR).mkdir(exist_ok=True)
+    count = block_count(spec)
+
+    def run_one(spec: GridSpec, block: int, run_dir: Path) -> BlockRecord:
+        seeds = block_seeds(spec, block)
+        progress.phase("block", f"{block + 1} of {count}: seeds {seeds[0]}..{seeds[-1]}")
+        return run_block(spec, block, run_dir, progress)
+
+    backend(spec, run_dir, pending_blocks(spec, run_dir), run_one)
+    return merge_blocks(spec, run_dir, how, progress)
