@@ -18,6 +18,7 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from harness.engine.architecture import DEFAULT_NETWORK, NetworkConfig
 from harness.engine.models import Params, init_judge, init_policy
 
 
@@ -29,23 +30,26 @@ class RowLayout(NamedTuple):
     width: int  # P
 
 
-def _layout_of(init: Callable[[jax.Array, int, int], Params], vocab_size: int) -> RowLayout:
-    """The row layout of `init`'s parameters. Their shapes depend on the vocabulary only
-    (widths are module constants, and a GRU's weights do not depend on the sequence
-    length), so one sequence position stands in for any."""
-    shapes = jax.eval_shape(lambda key: init(key, vocab_size, 1), jax.random.PRNGKey(0))
+def _layout_of(init: Callable[..., Params], vocab_size: int, seq_len: int, network: NetworkConfig) -> RowLayout:
+    """The row layout of `init`'s parameters. Their shapes depend on the vocabulary and the network's settings, and
+    for attention on the sequence length (its position embeddings); a GRU's weights do not depend on the length, so
+    one position stands in for any."""
+    length = seq_len if network.family == "attention" else 1
+    shapes = jax.eval_shape(lambda key: init(key, vocab_size, length, network), jax.random.PRNGKey(0))
     row, unravel = ravel_pytree(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
     return RowLayout(unravel, jax.tree.structure(shapes), row.shape[0])
 
 
 @functools.cache
-def policy_layout(vocab_size: int) -> RowLayout:
-    return _layout_of(init_policy, vocab_size)
+def policy_layout(vocab_size: int, seq_len: int = 1, network: NetworkConfig = DEFAULT_NETWORK) -> RowLayout:
+    """The row layout of a policy for K = vocab_size tokens, L = seq_len positions and `network` (all static)."""
+    return _layout_of(init_policy, vocab_size, seq_len, network)
 
 
 @functools.cache
-def judge_layout(vocab_size: int) -> RowLayout:
-    return _layout_of(init_judge, vocab_size)
+def judge_layout(vocab_size: int, seq_len: int = 1, network: NetworkConfig = DEFAULT_NETWORK) -> RowLayout:
+    """The row layout of a judge for K = vocab_size tokens, L = seq_len positions and `network` (all static)."""
+    return _layout_of(init_judge, vocab_size, seq_len, network)
 
 
 @jax.jit

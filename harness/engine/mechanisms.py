@@ -6,7 +6,8 @@ Arguments that differ per network come first, shared ones (keyword-only) after, 
 The grid program (`harness.grid.training_step`) batches these with `harness.grid.batching`: it
 gathers the runs or judge slots a mechanism applies to, vmaps the function, keeps the
 old values where the mechanism is not due, and scatters back. Networks are flat rows
-(`harness.engine.state.Network`); a function unravels a row where a model reads it.
+(`harness.engine.state.Network`); a function unravels a row where a model reads it, by the grid's `model`
+settings (`harness.engine.architecture.ModelConfig`, static; today's GRUs by default).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.flat_params import judge_layout, policy_layout
 from harness.engine.knobs import RunKnobs, choices
 from harness.engine.models import judge_scores, judge_scores_of_outputs, sample_from_noise
@@ -28,10 +30,12 @@ _REJECTED_SIDES = choices("rejected_from")
 # The policy
 
 
-def sample(policy: jax.Array, noise: jax.Array, vocab: int) -> tuple[jax.Array, jax.Array]:
+def sample(
+    policy: jax.Array, noise: jax.Array, vocab: int, model: ModelConfig = DEFAULT_MODEL
+) -> tuple[jax.Array, jax.Array]:
     """B sequences from one policy row with Gumbel noise (L, B, K) (`harness.engine.streams`): tokens int32 (B, L)
     and log π (B,), differentiable in the row."""
-    return sample_from_noise(policy_layout(vocab).unravel(policy), noise)
+    return sample_from_noise(policy_layout(vocab, noise.shape[0], model.policy).unravel(policy), noise)
 
 
 def reinforce_cotangent(rewards: jax.Array, entropy_bonus: jax.Array) -> jax.Array:
@@ -59,9 +63,9 @@ def aggregate_scores(scores: jax.Array, members: jax.Array, rule: jax.Array, std
     return jnp.select([rule == code for code in range(len(_AGGREGATIONS))], [by_rule[n] for n in _AGGREGATIONS])
 
 
-def judge_reward(judge: jax.Array, tokens: jax.Array, vocab: int) -> jax.Array:
+def judge_reward(judge: jax.Array, tokens: jax.Array, vocab: int, model: ModelConfig = DEFAULT_MODEL) -> jax.Array:
     """One judge's scores of a batch (B, L) -> (B,), as the policy is rewarded with them."""
-    return judge_scores(judge_layout(vocab).unravel(judge), tokens, vocab)
+    return judge_scores(judge_layout(vocab, tokens.shape[1], model.judge).unravel(judge), tokens, vocab)
 
 
 def policy_step(
@@ -71,17 +75,18 @@ def policy_step(
     noise: jax.Array,
     knobs: RunKnobs,
     vocab: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> Network:
     """One REINFORCE step of one run: sample a batch with `noise` (L, B, K), reward it with the run's judges
     (rows (M, P), members marking the real ones), step Adam. The grid batches the same pieces (see
     `harness.grid.training_step.policy_step`)."""
 
     def log_prob(row: jax.Array) -> tuple[jax.Array, jax.Array]:
-        tokens, log_pi = sample(row, noise, vocab)
+        tokens, log_pi = sample(row, noise, vocab, model)
         return log_pi, tokens
 
     _, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
-    scores = jax.vmap(judge_reward, (0, None, None))(judges, tokens, vocab)
+    scores = jax.vmap(judge_reward, (0, None, None, None))(judges, tokens, vocab, model)
     rewards = aggregate_scores(scores, members, knobs.ensemble_aggregation, knobs.ensemble_std_weight)
     (grads,) = pullback(reinforce_cotangent(rewards, knobs.entropy_bonus))
     return adam_step(policy, grads, knobs.lr_policy)
@@ -91,14 +96,22 @@ def policy_step(
 # A judge
 
 
-def pair_bce(judge: jax.Array, pairs: jax.Array, labels: jax.Array, mask: jax.Array, vocab: int, seq_len: int) -> tuple:
+def pair_bce(
+    judge: jax.Array,
+    pairs: jax.Array,
+    labels: jax.Array,
+    mask: jax.Array,
+    vocab: int,
+    seq_len: int,
+    model: ModelConfig = DEFAULT_MODEL,
+) -> tuple:
     """Masked Bradley–Terry loss of one judge on pairs of outputs given by enumeration index.
 
     pairs int32 (P, 2); labels (P,) say whether the first should outscore the second;
     mask (P,) marks real pairs (the rest is padding). Returns (loss, accuracy on the mask).
     Pairwise losses leave out the head's bias (see `models.judge_scores`).
     """
-    params = judge_layout(vocab).unravel(judge)
+    params = judge_layout(vocab, seq_len, model.judge).unravel(judge)
     scores = judge_scores_of_outputs(params, pairs.T.reshape(-1), vocab, seq_len, include_bias=False)
     margin = scores[: pairs.shape[0]] - scores[pairs.shape[0] :]
     weight = mask / jnp.maximum(jnp.sum(mask), 1.0)
@@ -107,30 +120,44 @@ def pair_bce(judge: jax.Array, pairs: jax.Array, labels: jax.Array, mask: jax.Ar
     return loss, accuracy
 
 
-def pair_margins(judge: jax.Array, first: jax.Array, second: jax.Array, vocab: int) -> jax.Array:
+def pair_margins(
+    judge: jax.Array, first: jax.Array, second: jax.Array, vocab: int, model: ModelConfig = DEFAULT_MODEL
+) -> jax.Array:
     """J(first[i]) − J(second[i]) of one judge row on sequence pairs, each (B, L): the Bradley–Terry logits."""
-    params = judge_layout(vocab).unravel(judge)
+    params = judge_layout(vocab, first.shape[1], model.judge).unravel(judge)
     scores = judge_scores(params, jnp.concatenate([first, second]), vocab, include_bias=False)
     return scores[: first.shape[0]] - scores[first.shape[0] :]
 
 
 def pair_bce_labelled(
-    judge: jax.Array, first: jax.Array, second: jax.Array, ordered: jax.Array, vocab: int
+    judge: jax.Array,
+    first: jax.Array,
+    second: jax.Array,
+    ordered: jax.Array,
+    vocab: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> jax.Array:
     """Bradley–Terry loss of one judge on pairs labelled first > second where `ordered` (contrast pairs),
     else by its own current preference 1[J(a) > J(b)] (self-labelled pairs)."""
-    margin = pair_margins(judge, first, second, vocab)
+    margin = pair_margins(judge, first, second, vocab, model)
     own = jax.lax.stop_gradient((margin > 0).astype(jnp.float32))
     labels = jnp.where(ordered, jnp.ones_like(own), own)
     return jnp.mean(optax.sigmoid_binary_cross_entropy(margin, labels))
 
 
 def judge_pair_update(
-    judge: Network, first: jax.Array, second: jax.Array, ordered: jax.Array, lr: jax.Array, *, vocab: int
+    judge: Network,
+    first: jax.Array,
+    second: jax.Array,
+    ordered: jax.Array,
+    lr: jax.Array,
+    *,
+    vocab: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> Network:
     """One Bradley–Terry step of one judge on sequence pairs (first[i], second[i]), each (B, L): labelled
     chosen > rejected where `ordered`, else by the judge itself (`pair_bce_labelled`)."""
-    return adam_step(judge, jax.grad(pair_bce_labelled)(judge.params, first, second, ordered, vocab), lr)
+    return adam_step(judge, jax.grad(pair_bce_labelled)(judge.params, first, second, ordered, vocab, model), lr)
 
 
 def referee_update(
@@ -142,17 +169,20 @@ def referee_update(
     lr: jax.Array,
     *,
     vocab: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> Network:
     """Meta-judging of one judge: the pairs of two distinct outputs in its batch on which it is least certain,
     |J(a) − J(b)| < margin, are re-judged by a frozen referee row (its pretrained self), and the judge takes one
     Bradley–Terry step toward the referee's labels on them. No step where no pair is that uncertain."""
     # A pair of one output has margin 0 but nothing to judge: it is never re-judged (it would only dilute the step).
     distinct = jnp.any(first != second, axis=1)
-    uncertain = (distinct & (jnp.abs(pair_margins(judge.params, first, second, vocab)) < margin)).astype(jnp.float32)
-    labels = (pair_margins(referee, first, second, vocab) > 0).astype(jnp.float32)
+    uncertain = (distinct & (jnp.abs(pair_margins(judge.params, first, second, vocab, model)) < margin)).astype(
+        jnp.float32
+    )
+    labels = (pair_margins(referee, first, second, vocab, model) > 0).astype(jnp.float32)
 
     def loss(row: jax.Array) -> jax.Array:
-        bce = optax.sigmoid_binary_cross_entropy(pair_margins(row, first, second, vocab), labels)
+        bce = optax.sigmoid_binary_cross_entropy(pair_margins(row, first, second, vocab, model), labels)
         return jnp.sum(uncertain * bce) / jnp.maximum(jnp.sum(uncertain), 1.0)
 
     stepped = adam_step(judge, jax.grad(loss)(judge.params), lr)
@@ -160,22 +190,38 @@ def referee_update(
 
 
 def anchor_update(
-    judge: Network, pairs: jax.Array, count: jax.Array, lr: jax.Array, *, q_star: jax.Array, vocab: int, seq_len: int
+    judge: Network,
+    pairs: jax.Array,
+    count: jax.Array,
+    lr: jax.Array,
+    *,
+    q_star: jax.Array,
+    vocab: int,
+    seq_len: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> Network:
     """One q*-labelled step of one judge on the first `count` of `pairs` (int32 (P, 2) output indices,
     drawn uniformly by `harness.engine.streams.anchor_pairs`; the rest is padding)."""
     labels = (q_star[pairs[:, 0]] > q_star[pairs[:, 1]]).astype(jnp.float32)
     mask = (jnp.arange(pairs.shape[0]) < count).astype(jnp.float32)
-    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len)
+    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len, model)
     return adam_step(judge, grads, lr)
 
 
 def holdout_correction(
-    judge: Network, pairs: jax.Array, labels: jax.Array, mask: jax.Array, lr: jax.Array, *, vocab: int, seq_len: int
+    judge: Network,
+    pairs: jax.Array,
+    labels: jax.Array,
+    mask: jax.Array,
+    lr: jax.Array,
+    *,
+    vocab: int,
+    seq_len: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> Network:
     """Meta-correction of one judge: one Bradley–Terry step on the held-out q*-labelled pairs (`pair_bce`'s
     arguments; its accuracy on them, a forward pass, decides whether the step is due)."""
-    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len)
+    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len, model)
     return adam_step(judge, grads, lr)
 
 
@@ -204,6 +250,7 @@ def lookahead_side(
     knobs: RunKnobs,
     *,
     vocab: int,
+    model: ModelConfig = DEFAULT_MODEL,
 ) -> jax.Array:
     """The chosen side's policy row for future-guided pairs: a copy of one run's policy (with its Adam state)
     trained `steps` more REINFORCE steps against the run's current judges (rows (M, P), members marking the real
@@ -212,7 +259,7 @@ def lookahead_side(
 
     def step(copy: Network, inputs: tuple[jax.Array, jax.Array]) -> tuple[Network, None]:
         index, step_noise = inputs
-        stepped = policy_step(copy, judges, members, step_noise, knobs, vocab)
+        stepped = policy_step(copy, judges, members, step_noise, knobs, vocab, model)
         return jax.tree.map(lambda new, old: jnp.where(index < steps, new, old), stepped, copy), None
 
     copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))

@@ -1,8 +1,10 @@
 """The policy and judge networks (flax linen) and the pure functions that use them.
 
-Both are GRUs with flax's default initializers. The policy is autoregressive over
-positions with a learned start token; the judge reads a whole sequence and emits an
-unbounded scalar score from its final hidden state.
+Two families (`harness.engine.architecture`): GRUs, defined here, and self-attention networks
+(`harness.engine.attention`). Both use flax's default initializers. The policy is autoregressive over
+positions with a learned start token; the judge reads a whole sequence and emits an unbounded scalar
+score (a GRU's from its final hidden state). Every public function takes either family's parameters
+and dispatches on their structure, which is static under tracing; the GRU's are the defaults.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-EMBED_DIM = 16
-HIDDEN_DIM = 32
+from harness.engine import attention
+from harness.engine.architecture import DEFAULT_NETWORK, EMBED_DIM, HIDDEN_DIM, NetworkConfig
+
+__all__ = ["EMBED_DIM", "HIDDEN_DIM"]  # today's sizes, re-exported for the original lab's restated networks
 
 Params = chex.ArrayTree
 
@@ -25,10 +29,12 @@ class Policy(nn.Module):
     """Autoregressive GRU policy. Token index `vocab_size` is the learned start token."""
 
     vocab_size: int
+    embed_dim: int = EMBED_DIM
+    hidden_dim: int = HIDDEN_DIM
 
     def setup(self) -> None:
-        self.embed = nn.Embed(self.vocab_size + 1, EMBED_DIM)
-        self.cell = nn.GRUCell(HIDDEN_DIM)
+        self.embed = nn.Embed(self.vocab_size + 1, self.embed_dim)
+        self.cell = nn.GRUCell(self.hidden_dim)
         self.head = nn.Dense(self.vocab_size)
 
     def step(self, hidden: jax.Array, token: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -39,7 +45,7 @@ class Policy(nn.Module):
     def __call__(self, tokens: jax.Array) -> jax.Array:
         """Teacher-forced next-token logits: tokens int32 (B, L) -> float32 (B, L, K)."""
         batch, seq_len = tokens.shape
-        hidden = jnp.zeros((batch, HIDDEN_DIM))
+        hidden = jnp.zeros((batch, self.hidden_dim))
         previous = jnp.full((batch,), self.vocab_size, dtype=jnp.int32)
         logits = []
         for position in range(seq_len):
@@ -53,10 +59,12 @@ class Judge(nn.Module):
     """GRU sequence scorer: tokens int32 (B, L) -> unbounded float32 scores (B,)."""
 
     vocab_size: int
+    embed_dim: int = EMBED_DIM
+    hidden_dim: int = HIDDEN_DIM
 
     def setup(self) -> None:
-        self.embed = nn.Embed(self.vocab_size, EMBED_DIM)
-        self.cell = nn.GRUCell(HIDDEN_DIM)
+        self.embed = nn.Embed(self.vocab_size, self.embed_dim)
+        self.cell = nn.GRUCell(self.hidden_dim)
         self.head = nn.Dense(1)
 
     def read(self, hidden: jax.Array, tokens: jax.Array) -> jax.Array:
@@ -69,38 +77,46 @@ class Judge(nn.Module):
         return self.head(hidden)[:, 0]
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        hidden = jnp.zeros((tokens.shape[0], HIDDEN_DIM))
+        hidden = jnp.zeros((tokens.shape[0], self.hidden_dim))
         for position in range(tokens.shape[1]):
             hidden = self.read(hidden, tokens[:, position])
         return self.score_hidden(hidden)
 
 
-def init_policy(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
+def init_policy(key: jax.Array, vocab_size: int, seq_len: int, network: NetworkConfig = DEFAULT_NETWORK) -> Params:
     """A policy's parameters with flax's default initialisers.
 
     Args:
       key: PRNG key (2,).
       vocab_size: K, the number of tokens (the start token is one more embedding row).
-      seq_len: L; the parameters do not depend on it (a GRU's weights are shared over positions).
+      seq_len: L; a GRU's parameters do not depend on it (its weights are shared over positions), an attention
+        network's position embeddings do.
+      network: the family and sizes.
 
     Returns:
-      The parameter pytree: embed (K + 1, E), cell (GRU, E -> H), head (H -> K).
+      The parameter pytree; a GRU's: embed (K + 1, E), cell (GRU, E -> H), head (H -> K).
     """
-    return Policy(vocab_size).init(key, jnp.zeros((1, seq_len), jnp.int32))
+    if network.family == "attention":
+        return attention.init_policy(key, vocab_size, seq_len, network)
+    policy = Policy(vocab_size, network.embed_dim, network.hidden_dim)
+    return policy.init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
-def init_judge(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
+def init_judge(key: jax.Array, vocab_size: int, seq_len: int, network: NetworkConfig = DEFAULT_NETWORK) -> Params:
     """A judge's parameters with flax's default initialisers.
 
     Args:
       key: PRNG key (2,).
       vocab_size: K, the number of tokens.
-      seq_len: L; the parameters do not depend on it.
+      seq_len: L; as in `init_policy`.
+      network: the family and sizes.
 
     Returns:
-      The parameter pytree: embed (K, E), cell (GRU, E -> H), head (H -> 1).
+      The parameter pytree; a GRU's: embed (K, E), cell (GRU, E -> H), head (H -> 1).
     """
-    return Judge(vocab_size).init(key, jnp.zeros((1, seq_len), jnp.int32))
+    if network.family == "attention":
+        return attention.init_judge(key, vocab_size, seq_len, network)
+    return Judge(vocab_size, network.embed_dim, network.hidden_dim).init(key, jnp.zeros((1, seq_len), jnp.int32))
 
 
 # Batched initialisation goes one key at a time (`lax.map`), never through vmap: flax's
@@ -111,14 +127,14 @@ def init_judge(key: jax.Array, vocab_size: int, seq_len: int) -> Params:
 # holds a batched LAPACK call.
 
 
-def init_policies(keys: jax.Array, vocab_size: int, seq_len: int) -> Params:
+def init_policies(keys: jax.Array, vocab_size: int, seq_len: int, network: NetworkConfig = DEFAULT_NETWORK) -> Params:
     """Keys (N, 2) -> N policies' parameters stacked on a leading axis."""
-    return jax.lax.map(lambda key: init_policy(key, vocab_size, seq_len), keys)
+    return jax.lax.map(lambda key: init_policy(key, vocab_size, seq_len, network), keys)
 
 
-def init_judges(keys: jax.Array, vocab_size: int, seq_len: int) -> Params:
+def init_judges(keys: jax.Array, vocab_size: int, seq_len: int, network: NetworkConfig = DEFAULT_NETWORK) -> Params:
     """Keys (N, 2) -> N judges' parameters stacked on a leading axis."""
-    return jax.lax.map(lambda key: init_judge(key, vocab_size, seq_len), keys)
+    return jax.lax.map(lambda key: init_judge(key, vocab_size, seq_len, network), keys)
 
 
 class _GRUTables(NamedTuple):
@@ -185,6 +201,8 @@ def judge_scores(params: Params, tokens: jax.Array, vocab_size: int, include_bia
     Returns:
       float32 (B,): unbounded scores.
     """
+    if attention.is_attention(params):
+        return attention.judge_scores(params, tokens, include_bias)
     del vocab_size  # carried by the parameter shapes
     tables = _gru_tables(params)
     hidden = None
@@ -204,6 +222,8 @@ def policy_log_prob(params: Params, tokens: jax.Array, vocab_size: int) -> jax.A
     Returns:
       float32 (B,): log π(x) of each sequence.
     """
+    if attention.is_attention(params):
+        return attention.policy_log_prob(params, tokens, vocab_size)
     tables = _gru_tables(params)
     hidden, previous = None, jnp.full((tokens.shape[0],), vocab_size, dtype=jnp.int32)
     log_prob = jnp.zeros((tokens.shape[0],))
@@ -237,6 +257,8 @@ def sample_from_noise(params: Params, noise: jax.Array) -> tuple[jax.Array, jax.
     Returns:
       tokens int32 (B, L) and their log π float32 (B,).
     """
+    if attention.is_attention(params):
+        return attention.sample_from_noise(params, noise)
     tables = _gru_tables(params)
     seq_len, batch_size, vocab_size = noise.shape
     hidden, previous = None, jnp.full((batch_size,), vocab_size, dtype=jnp.int32)
@@ -261,8 +283,9 @@ def sample_with_log_prob(
 def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
     """log π(x) of every output, exactly.
 
-    Walks the prefix tree (K + K**2 + ... cell evaluations instead of L * K**L), so the exact distribution
-    is cheap enough to recompute every iteration.
+    A GRU walks the prefix tree (K + K**2 + ... cell evaluations instead of L * K**L), so the exact distribution
+    is cheap enough to recompute every iteration; an attention policy makes one causal pass over the K**(L-1)
+    prefixes of length L-1 (`harness.engine.attention`).
 
     Args:
       params: the policy's parameter pytree.
@@ -272,6 +295,8 @@ def policy_log_prob_table(params: Params, vocab_size: int, seq_len: int) -> jax.
     Returns:
       float32 (K**L,): log π of each output, in enumeration order (`harness.engine.world.enumerate_outputs`).
     """
+    if attention.is_attention(params):
+        return attention.policy_log_prob_table(params, vocab_size, seq_len)
     tables = _gru_tables(params)
     hidden, previous = None, jnp.full((1,), vocab_size, dtype=jnp.int32)
     prefix_log_prob = jnp.zeros((1,))
@@ -306,7 +331,7 @@ def _judge_prefix_hidden(tables: _GRUTables, vocab_size: int, length: int) -> ja
 
 
 def judge_score_table(params: Params, vocab_size: int, seq_len: int) -> jax.Array:
-    """A judge's score of every output, via the prefix tree.
+    """A judge's score of every output: a GRU's via the prefix tree, an attention judge's one pass over all outputs.
 
     Args:
       params: the judge's parameter pytree.
@@ -316,6 +341,8 @@ def judge_score_table(params: Params, vocab_size: int, seq_len: int) -> jax.Arra
     Returns:
       float32 (K**L,): scores in enumeration order.
     """
+    if attention.is_attention(params):
+        return attention.judge_score_table(params, vocab_size, seq_len)
     return _head(params, _judge_prefix_hidden(_gru_tables(params), vocab_size, seq_len))[:, 0]
 
 
@@ -337,6 +364,8 @@ def judge_scores_of_outputs(
     Returns:
       float32 (n,): the scores.
     """
+    if attention.is_attention(params):
+        return attention.judge_scores_of_outputs(params, output_ids, vocab_size, seq_len, include_bias)
     tables = _gru_tables(params)
     n_prefixes = vocab_size ** (seq_len - 1)
     if seq_len == 1 or n_prefixes + output_ids.shape[0] >= seq_len * output_ids.shape[0]:

@@ -1,6 +1,6 @@
 """Condition files: TOML in, a validated GridSpec out.
 
-A file has optional [run], [world] and [pretrain] tables, one [conditions.NAME]
+A file has optional [run], [world], [model] and [pretrain] tables, one [conditions.NAME]
 table per condition and optional [claims.NAME] tables (see `harness.inference.claims`). A knob
 given as a list sweeps: one condition per value, named `NAME[knob=value]`; several lists
 expand to their product, except the knobs named in `zip`, whose lists advance together.
@@ -22,12 +22,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from harness.engine.architecture import ModelConfig
 from harness.engine.knobs import Knobs
 from harness.engine.world import WorldConfig
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.inference.claims import Claim
 
-_SECTIONS: dict[str, type[BaseModel]] = {"run": RunSettings, "world": WorldConfig, "pretrain": PretrainSettings}
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "run": RunSettings,
+    "world": WorldConfig,
+    "model": ModelConfig,
+    "pretrain": PretrainSettings,
+}
 _CONDITION_FIELDS = ("description", "boundary", "original_script")
 _ZIP = "zip"
 _EXTENDS = "extends"
@@ -152,7 +158,11 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
         except ValueError as error:
             raise ConditionFileError(file, str(error), key=f"claims.{claim_name}") from None
         claims.append(claim)
-    return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), claims=tuple(claims), **settings)
+    try:
+        return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), claims=tuple(claims), **settings)
+    except ValidationError as error:
+        # A rule across tables (e.g. the original lab's streams with a non-default [model]): one line, its message.
+        raise ConditionFileError(file, str(error.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
 
 def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

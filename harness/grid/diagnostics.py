@@ -57,12 +57,12 @@ def _pair_audits(
         keys = jax.vmap(step_keys, (0, None, None, 0, 0))(
             state.runs.stream_key, state.step, jnp.bool_(True), knobs.anchor_fraction > 0, knobs.n_judges
         )
-        unravel = policy_layout(vocab).unravel
+        unravel = policy_layout(vocab, seq_len, shape.model.policy).unravel
         table = jax.vmap(lambda row: jnp.exp(policy_log_prob_table(unravel(row), vocab, seq_len)))
         chosen, rejected = (table(rows) for rows in pair_sides(shape, consts, knobs, state, keys.contrast, contrast))
     referees, with_referee = slot_tables, bool(shape.groups_of("referee"))
     if with_referee:
-        unravel_judge = judge_layout(vocab).unravel
+        unravel_judge = judge_layout(vocab, seq_len, shape.model.judge).unravel
         referees = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(consts.pretrained_judges)
     run = consts.slot_run
     audit = partial(audit_pairs, q_star=consts.q_star, with_referee=with_referee)
@@ -76,7 +76,8 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: Co
     """Every registered metric of every run, from its full policy distribution and judge score tables."""
     vocab, seq_len = shape.vocab_size, shape.seq_len
     policies, judges = state.runs.policy.params, state.slots.judge.params
-    unravel_policy, unravel_judge = policy_layout(vocab).unravel, judge_layout(vocab).unravel
+    unravel_policy = policy_layout(vocab, seq_len, shape.model.policy).unravel
+    unravel_judge = judge_layout(vocab, seq_len, shape.model.judge).unravel
     log_pi = jax.vmap(lambda row: policy_log_prob_table(unravel_policy(row), vocab, seq_len))(policies)  # (R, N)
     score_table = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))
     slot_tables = score_table(judges)  # (J, N)

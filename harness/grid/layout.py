@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.knobs import Knobs, RunKnobs, anchor_pair_count, holdout_pair_count, stack_knobs
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
@@ -106,6 +107,7 @@ class GridSpec(BaseModel):
 
     name: str = "grid"
     world: WorldConfig = WorldConfig()
+    model: ModelConfig = ModelConfig()
     run: RunSettings = RunSettings()
     pretrain: PretrainSettings = PretrainSettings()
     conditions: tuple[Condition, ...] = Field(min_length=1)
@@ -121,6 +123,16 @@ class GridSpec(BaseModel):
         if repeated:
             raise ValueError(f"condition names must be unique; repeated: {', '.join(repeated)}")
         return conditions
+
+    @model_validator(mode="after")
+    def _original_streams_need_default_networks(self) -> GridSpec:
+        # The original lab's streams restate its initialisation of its own GRUs only.
+        if self.run.streams == "original" and not self.model.is_default:
+            raise ValueError(
+                "streams = 'original' restates the original lab's GRU initialisation; "
+                "a non-default [model] needs streams = 'harness'"
+            )
+        return self
 
     @model_validator(mode="after")
     def _claims_fit_the_grid(self) -> GridSpec:
@@ -173,6 +185,7 @@ class GridShape:
     do not depend on the padding); max_holdout_pairs: the largest over the meta groups.
     history_depth: policy checkpoints each run keeps, the largest temporal gap of runs with a past
     rejected side (0: none kept); max_lookahead_steps: the longest look-ahead (0: no run looks ahead).
+    model: the policy's and the judge's architecture (the grid's `[model]`), which decide every row's width.
     """
 
     n_runs: int
@@ -188,6 +201,7 @@ class GridShape:
     streams: Streams = "harness"
     history_depth: int = 0
     max_lookahead_steps: int = 0
+    model: ModelConfig = DEFAULT_MODEL
 
     @property
     def contrast(self) -> bool:
@@ -300,6 +314,7 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         streams=spec.run.streams,
         history_depth=max(past_gaps, default=0),
         max_lookahead_steps=max(lookaheads, default=0),
+        model=spec.model,
     )
     return GridLayout(
         spec=spec,

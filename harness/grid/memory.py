@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.engine.models import EMBED_DIM, HIDDEN_DIM
+from harness.engine.architecture import DEFAULT_MODEL, ModelConfig, NetworkConfig
 from harness.engine.state import initial_state
 from harness.grid.layout import GridShape
 
@@ -16,22 +16,49 @@ FLOAT_BYTES = 4
 # Live copies of the training state during a step: the state itself, gradients, the updated
 # copies and the kept-back copies for masked selects.
 STATE_COPIES = 4
-# Activations kept for the backward pass of one GRU step, in units of (batch × 3H) floats.
+# Activations kept for the backward pass of one position of one network, in units of (batch × its
+# `activation_width`) floats.
 ACTIVATION_FACTOR = 6
 
 
-def parameter_count(vocab_size: int) -> tuple[int, int]:
-    """(policy, judge) parameter counts of the networks in harness.engine.models."""
-    gru = 3 * (EMBED_DIM * HIDDEN_DIM + HIDDEN_DIM) + 3 * HIDDEN_DIM * HIDDEN_DIM + HIDDEN_DIM
-    policy = (vocab_size + 1) * EMBED_DIM + gru + HIDDEN_DIM * vocab_size + vocab_size
-    judge = vocab_size * EMBED_DIM + gru + HIDDEN_DIM + 1
-    return policy, judge
+def _body_count(network: NetworkConfig, n_tokens: int, seq_len: int) -> int:
+    """Parameters of a network without its head: embedding and GRU cell, or embeddings, blocks and final norm."""
+    e, h = network.embed_dim, network.hidden_dim
+    if network.family == "gru":
+        return n_tokens * e + 3 * (e * h + h) + 3 * h * h + h
+    # Two norms (scale, bias), query/key/value/out (kernel E×E, bias E), the MLP (E -> H -> E).
+    block = 4 * e + 4 * (e * e + e) + (e * h + h) + (h * e + e)
+    return (n_tokens + seq_len) * e + network.layers * block + 2 * e
+
+
+def _feature_width(network: NetworkConfig) -> int:
+    """The width the head reads: a GRU's hidden state, an attention stack's residual stream."""
+    return network.hidden_dim if network.family == "gru" else network.embed_dim
+
+
+def parameter_count(vocab_size: int, seq_len: int = 1, model: ModelConfig = DEFAULT_MODEL) -> tuple[int, int]:
+    """(policy, judge) parameter counts of the networks in harness.engine.models (GRU) and harness.engine.attention,
+    for K = vocab_size tokens, L = seq_len positions (attention's position embeddings; a GRU has none)."""
+    policy, judge = model.policy, model.judge
+    policy_count = _body_count(policy, vocab_size + 1, seq_len) + _feature_width(policy) * vocab_size + vocab_size
+    judge_count = _body_count(judge, vocab_size, seq_len) + _feature_width(judge) + 1
+    return policy_count, judge_count
+
+
+def activation_width(network: NetworkConfig, seq_len: int) -> int:
+    """Floats per sequence and position one network keeps for its backward pass, before ACTIVATION_FACTOR: a GRU's
+    three gates (3H); an attention block's projections, MLP and attention weights over up to L positions."""
+    if network.family == "gru":
+        return 3 * network.hidden_dim
+    return (
+        network.layers * (6 * network.embed_dim + network.hidden_dim + network.heads * seq_len) + 2 * network.embed_dim
+    )
 
 
 def state_bytes(shape: GridShape) -> int:
     """Bytes of a grid's training state (`harness.engine.state.CoevolutionState`), from its fields' shapes: every
     field counts, so a new piece of state needs no term here."""
-    policy, judge = parameter_count(shape.vocab_size)
+    policy, judge = parameter_count(shape.vocab_size, shape.seq_len, shape.model)
     state = jax.eval_shape(
         lambda policies, judges, keys: initial_state(policies, judges, keys, shape.history_depth),
         jax.ShapeDtypeStruct((shape.n_runs, policy), jnp.float32),
@@ -44,22 +71,38 @@ def state_bytes(shape: GridShape) -> int:
 def estimate_bytes(shape: GridShape) -> int:
     """Peak bytes of one outer iteration of a grid, from its static shape (a deliberate over-estimate)."""
     n_outputs = shape.vocab_size**shape.seq_len
-    policy, judge = parameter_count(shape.vocab_size)
+    policy, judge = parameter_count(shape.vocab_size, shape.seq_len, shape.model)
+    policy_width = activation_width(shape.model.policy, shape.seq_len)
+    judge_width = activation_width(shape.model.judge, shape.seq_len)
     constants = shape.n_slots * judge + shape.n_runs * policy  # pretrained judges, π₀ rows
     per_step = (
-        ACTIVATION_FACTOR * 3 * HIDDEN_DIM * shape.seq_len * 2 * shape.batch_size * (shape.n_runs + shape.n_slots)
+        ACTIVATION_FACTOR
+        * shape.seq_len
+        * 2
+        * shape.batch_size
+        * (shape.n_runs * policy_width + shape.n_slots * judge_width)
     )
     holdout = (
         shape.slots_of("meta_correction")
         * (n_outputs // shape.vocab_size + 2 * shape.max_holdout_pairs)
-        * 3
-        * HIDDEN_DIM
+        * judge_width
         * 3
     )
-    # Exact diagnostics: every run's distribution and every judge's score table over all outputs,
-    # plus the prefix-tree hidden states behind them.
-    diagnostics = (shape.n_runs + shape.n_slots) * n_outputs * (4 + 2 * HIDDEN_DIM)
+    # Exact diagnostics: every run's distribution and every judge's score table over all outputs, plus the
+    # activations behind them: a GRU's prefix-tree hidden states (2H per output), an attention network's
+    # L positions per output (the policy's pass over prefixes is K times smaller; counted as the judge's).
+    diagnostics = n_outputs * (
+        shape.n_runs * (4 + 2 * _table_width(shape.model.policy, shape.seq_len))
+        + shape.n_slots * (4 + 2 * _table_width(shape.model.judge, shape.seq_len))
+    )
     return STATE_COPIES * state_bytes(shape) + FLOAT_BYTES * (constants + per_step + holdout + diagnostics)
+
+
+def _table_width(network: NetworkConfig, seq_len: int) -> int:
+    """Floats per output behind an exact table, halved: a GRU's hidden width, an attention stack's activations."""
+    if network.family == "gru":
+        return network.hidden_dim
+    return seq_len * activation_width(network, seq_len) // 2
 
 
 def available_bytes() -> int | None:

@@ -138,7 +138,7 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
         init_keys, data_keys = keys.judge_keys_batch(seed_ids, jnp.asarray([s.member for s in judges]))
         policies = tuple((None, seed, None) for seed in seeds)
         seed_array = jnp.asarray(seeds, jnp.int32)
-        policy_params = init_policies(jax.vmap(keys.policy_init_key)(seed_array), vocab, seq_len)
+        policy_params = init_policies(jax.vmap(keys.policy_init_key)(seed_array), vocab, seq_len, spec.model.policy)
         stream_keys = jax.vmap(keys.training_key)(seed_array)
         return GridOrigins(spec, judges, init_keys, data_keys, _targets(judges), policies, policy_params, stream_keys)
 

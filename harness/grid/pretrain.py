@@ -23,6 +23,7 @@ import numpy as np
 import optax
 from jax.sharding import PartitionSpec as P
 
+from harness.engine.architecture import DEFAULT_NETWORK, NetworkConfig
 from harness.engine.models import Params, init_judges, judge_score_table, judge_scores
 from harness.engine.rank_stats import spearman
 from harness.engine.streams import Streams
@@ -51,7 +52,13 @@ class _PretrainState(NamedTuple):
     chain: jax.Array  # "original" streams: the key the next step splits; "harness": the data key, unused
 
 
-def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, streams: Streams = "harness") -> Callable:
+def pretrain_program(
+    world: World,
+    settings: PretrainSettings,
+    n_shards: int,
+    streams: Streams = "harness",
+    network: NetworkConfig = DEFAULT_NETWORK,
+) -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
     (init_keys, data_keys (S, P/S, 2), targets (S, P/S)) -> the final state of every judge, (S, P/S, ...).
@@ -88,7 +95,7 @@ def pretrain_program(world: World, settings: PretrainSettings, n_shards: int, st
         if streams == "original":
             params = init_original_judges(init_keys, vocab, seq_len)
         else:
-            params = init_judges(init_keys, vocab, seq_len)
+            params = init_judges(init_keys, vocab, seq_len, network)
         count = init_keys.shape[0]
         return _PretrainState(
             targets,
@@ -151,10 +158,12 @@ def pretrain_judges(
     max_shards: int = 1,
     streams: Streams = "harness",
     targets: jax.Array | None = None,
+    network: NetworkConfig = DEFAULT_NETWORK,
 ) -> PretrainResult:
     """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P.
 
     targets: float (P,), the Spearman each judge stops at (None: settings.target_spearman for all).
+    network: the judges' architecture (the grid's `[model]`; the original lab's streams know only the default).
     The other settings are shared: one program pretrains judges of any mix of targets.
 
     The judges are split into up to `max_shards` shards that train side by side on as many
@@ -172,7 +181,8 @@ def pretrain_judges(
     per_shard = -(-count // n_shards)
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
-    state = pretrain_program(world, settings, n_shards, streams)(*to_shards((init_keys, data_keys, targets), index))
+    program = pretrain_program(world, settings, n_shards, streams, network)
+    state = program(*to_shards((init_keys, data_keys, targets), index))
     state = from_shards(state, np.arange(count))
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)

@@ -74,7 +74,7 @@ def pair_tokens(
     run's judge-pair noise from its sides' policy rows (one batch per run, shared by the run's judges)."""
     batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
     pair_noise = partial(streams.judge_pair_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
-    sample = jax.vmap(partial(mechanisms.sample, vocab=vocab))
+    sample = jax.vmap(partial(mechanisms.sample, vocab=vocab, model=shape.model))
     runs = group.run_ids
     noise = jax.vmap(pair_noise)(keys.judge_pairs[runs])
     chosen_rows, rejected_rows = (rows[runs] for rows in sides)
@@ -206,7 +206,7 @@ SIDE_ROWS = (
         mechanism="lookahead",
         networks="chosen",
         per="run",
-        unit=lambda step: partial(mechanisms.lookahead_side, vocab=step.shape.vocab_size),
+        unit=lambda step: partial(mechanisms.lookahead_side, vocab=step.shape.vocab_size, model=step.shape.model),
         arguments=lookahead_arguments,
         due=contrast_due,
     ),
@@ -258,7 +258,7 @@ JUDGE_UPDATE_ROWS = (
         mechanism="judge_update",
         networks="judge",
         per="slot",
-        unit=lambda step: partial(mechanisms.judge_pair_update, vocab=step.shape.vocab_size),
+        unit=lambda step: partial(mechanisms.judge_pair_update, vocab=step.shape.vocab_size, model=step.shape.model),
         arguments=judge_update_arguments,
         due=with_judge_update,
     ),
@@ -267,7 +267,11 @@ JUDGE_UPDATE_ROWS = (
         networks="judge",
         per="slot",
         unit=lambda step: partial(
-            mechanisms.anchor_update, q_star=step.consts.q_star, vocab=step.shape.vocab_size, seq_len=step.shape.seq_len
+            mechanisms.anchor_update,
+            q_star=step.consts.q_star,
+            vocab=step.shape.vocab_size,
+            seq_len=step.shape.seq_len,
+            model=step.shape.model,
         ),
         arguments=anchor_arguments,
         due=with_judge_update,
@@ -276,7 +280,7 @@ JUDGE_UPDATE_ROWS = (
         mechanism="referee",
         networks="judge",
         per="slot",
-        unit=lambda step: partial(mechanisms.referee_update, vocab=step.shape.vocab_size),
+        unit=lambda step: partial(mechanisms.referee_update, vocab=step.shape.vocab_size, model=step.shape.model),
         arguments=referee_arguments,
         due=with_judge_update,
     ),
@@ -309,13 +313,13 @@ def meta_correction_arguments(step: StepContext, group: Group, slots: SlotState)
 def meta_correction_due(step: StepContext, group: Group, slots: SlotState) -> jax.Array:
     """Judges whose check is due (every meta_update_every steps) and whose held-out accuracy is below threshold."""
     shape, knobs, runs = step.shape, step.knobs, group.ids.slot_run
-    accuracy_of = jax.vmap(mechanisms.pair_bce, (0, 0, 0, 0, None, None))
+    accuracy_of = jax.vmap(mechanisms.pair_bce, (0, 0, 0, 0, None, None, None))
     check_due = step.counter % knobs.meta_update_every[runs] == 0
     # The check is a forward pass; the correction's backward pass is skipped unless some judge fails it.
     accuracy = jax.lax.cond(
         jnp.any(check_due),
         lambda: accuracy_of(
-            slots.judge.params[group.ids.slot_ids], *held_out(step, group), shape.vocab_size, shape.seq_len
+            slots.judge.params[group.ids.slot_ids], *held_out(step, group), shape.vocab_size, shape.seq_len, shape.model
         )[1],
         lambda: jnp.ones_like(check_due, jnp.float32),  # (shaped like a per-shard value, for shard_map)
     )
@@ -328,7 +332,10 @@ META_CORRECTION_ROWS = (
         networks="judge",
         per="slot",
         unit=lambda step: partial(
-            mechanisms.holdout_correction, vocab=step.shape.vocab_size, seq_len=step.shape.seq_len
+            mechanisms.holdout_correction,
+            vocab=step.shape.vocab_size,
+            seq_len=step.shape.seq_len,
+            model=step.shape.model,
         ),
         arguments=meta_correction_arguments,
         due=meta_correction_due,

@@ -141,11 +141,12 @@ class GridTrainer:
 
     def policy_params(self, state: CoevolutionState) -> Params:
         """Every run's policy as a parameter pytree with a leading run axis (for inspection and tests)."""
-        return unravel_rows(policy_layout(self.shape.vocab_size), state.runs.policy.params)
+        layout = policy_layout(self.shape.vocab_size, self.shape.seq_len, self.shape.model.policy)
+        return unravel_rows(layout, state.runs.policy.params)
 
     def judge_params(self, rows: jax.Array) -> Params:
         """Judge rows (J, P) (e.g. `state.slots.judge.params`) as a parameter pytree with a leading slot axis."""
-        return unravel_rows(judge_layout(self.shape.vocab_size), rows)
+        return unravel_rows(judge_layout(self.shape.vocab_size, self.shape.seq_len, self.shape.model.judge), rows)
 
     def pretrain(self) -> PretrainResult:
         """Pretrain every judge source of the grid (`origins.judge_sources`), each once, to its own target.
@@ -162,6 +163,7 @@ class GridTrainer:
             max_shards=self.max_shards or len(jax.local_devices()),
             streams=self.spec.run.streams,
             targets=origins.judge_targets,
+            network=self.spec.model.judge,
         )
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start

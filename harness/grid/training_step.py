@@ -66,14 +66,15 @@ def policy_step(
     noise = jax.vmap(partial(streams.sampling_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len))(keys)
 
     def log_prob(policies: jax.Array) -> tuple[jax.Array, jax.Array]:
-        tokens, log_pi = jax.vmap(partial(mechanisms.sample, vocab=vocab))(policies, noise)
+        tokens, log_pi = jax.vmap(partial(mechanisms.sample, vocab=vocab, model=shape.model))(policies, noise)
         return log_pi, tokens
 
     # One forward pass gives both the samples and log π; its VJP is the score function.
     policy = state.runs.policy
     _, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
     judges = reward_judges(shape, consts, knobs, state.slots)
-    slot_scores = jax.vmap(mechanisms.judge_reward, (0, 0, None))(judges, tokens[consts.slot_run], vocab)
+    judge_reward = partial(mechanisms.judge_reward, vocab=vocab, model=shape.model)
+    slot_scores = jax.vmap(judge_reward)(judges, tokens[consts.slot_run])
     rewards = run_rewards(shape, consts, knobs, slot_scores)
     (grads,) = pullback(jax.vmap(mechanisms.reinforce_cotangent)(rewards, knobs.entropy_bonus))
     policy = jax.vmap(adam_step)(policy, grads, knobs.lr_policy)
