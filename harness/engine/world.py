@@ -1,6 +1,13 @@
-"""The enumerable world: every output sequence and its hidden ground-truth quality q*."""
+"""The enumerable world: every output sequence and its hidden ground-truth quality q*.
+
+Two recipes for q* (`WorldConfig.q_star`): "separable", the published lab's sum of per-position terms, and
+"rugged", an NK landscape whose per-position terms depend on `interaction_order` neighbours too
+(`ground_truth_quality` and `rugged_quality` state them).
+"""
 
 from __future__ import annotations
+
+from typing import Literal
 
 import chex
 import jax
@@ -24,6 +31,21 @@ class WorldConfig(BaseModel):
     seq_len: int = Field(4, ge=1, le=16, description="L: tokens per output")
     pair_scale: float = Field(0.3, ge=0.0, description="scale of the position×token term")
     q_star_seed: int = Field(42, ge=0, description="PRNG seed of the ground truth")
+    q_star: Literal["separable", "rugged"] = Field(
+        "separable", description="the ground truth's recipe: 'separable' (per-position terms) or 'rugged' (NK)"
+    )
+    interaction_order: int = Field(
+        1, ge=0, le=15, description="rugged only: N, the neighbours each position's term also reads (0: separable)"
+    )
+
+    @model_validator(mode="after")
+    def _neighbours_fit(self) -> WorldConfig:
+        if self.q_star == "rugged" and self.interaction_order >= self.seq_len:
+            raise ValueError(
+                f"interaction_order = {self.interaction_order} needs more positions than seq_len = {self.seq_len}: "
+                "a position's neighbours are the interaction_order positions after it (cyclically), all distinct"
+            )
+        return self
 
     @model_validator(mode="after")
     def _enumerable(self) -> WorldConfig:
@@ -100,9 +122,11 @@ def output_index(tokens: jax.Array, vocab_size: int) -> jax.Array:
 
 
 def ground_truth_quality(config: WorldConfig, outputs: jax.Array) -> jax.Array:
-    """The hidden ground truth, q*(x) = sum_i w_position[i] * w_token[x_i] + sum_i w_pair[i, x_i].
+    """The hidden ground truth by the world's recipe.
 
-    The weights are standard normal draws from `config.q_star_seed` (w_pair scaled by `config.pair_scale`).
+    "separable" (the default, the published lab's): q*(x) = sum_i w_position[i] * w_token[x_i] + sum_i w_pair[i, x_i],
+    the weights standard normal draws from `config.q_star_seed` (w_pair scaled by `config.pair_scale`).
+    "rugged": `rugged_quality`.
 
     Args:
       config: the world's settings.
@@ -111,9 +135,43 @@ def ground_truth_quality(config: WorldConfig, outputs: jax.Array) -> jax.Array:
     Returns:
       float32 (N,): q* of each output.
     """
+    if config.q_star == "rugged":
+        return rugged_quality(config, outputs)
     k_position, k_token, k_pair = jax.random.split(jax.random.PRNGKey(config.q_star_seed), 3)
     w_position = jax.random.normal(k_position, (config.seq_len,))
     w_token = jax.random.normal(k_token, (config.vocab_size,))
     w_pair = config.pair_scale * jax.random.normal(k_pair, (config.seq_len, config.vocab_size))
     positions = jnp.arange(config.seq_len)[None, :]
     return jnp.sum(w_position[None, :] * w_token[outputs], axis=1) + jnp.sum(w_pair[positions, outputs], axis=1)
+
+
+def rugged_tables(config: WorldConfig) -> jax.Array:
+    """The rugged world's per-position tables: float32 (L, K**(N+1)), standard normal from `config.q_star_seed`.
+
+    Entry [i, c] is position i's contribution when its neighbourhood (x_i, x_{i+1}, ..., x_{i+N}, positions mod L)
+    reads the base-K digits of c, x_i most significant.
+    """
+    width = config.vocab_size ** (config.interaction_order + 1)
+    return jax.random.normal(jax.random.PRNGKey(config.q_star_seed), (config.seq_len, width))
+
+
+def rugged_quality(config: WorldConfig, outputs: jax.Array) -> jax.Array:
+    """An NK landscape: q*(x) = sum_i T[i, (x_i, x_{i+1}, ..., x_{i+N})], N = `config.interaction_order`.
+
+    Each position's term reads its own token and the N positions after it, cyclically (position i + j mod L), from
+    a table of independent standard normal draws per position (`rugged_tables`). N = 0 gives a separable world
+    (a sum of per-position terms, q*(x) = sum_i T[i, x_i]); each further neighbour makes the landscape more rugged:
+    more local optima under single-token changes, and a per-position view of quality less informative.
+
+    Args:
+      config: the world's settings (q_star = "rugged"; pair_scale is not used).
+      outputs: int32 (N_out, L), as `enumerate_outputs` gives them.
+
+    Returns:
+      float32 (N_out,): q* of each output.
+    """
+    seq_len, order = config.seq_len, config.interaction_order
+    neighbourhood = (np.arange(seq_len)[:, None] + np.arange(order + 1)[None, :]) % seq_len  # (L, N+1)
+    digits = config.vocab_size ** np.arange(order, -1, -1)  # x_i most significant
+    codes = jnp.sum(outputs[:, neighbourhood] * digits, axis=-1)  # (N_out, L)
+    return jnp.sum(rugged_tables(config)[np.arange(seq_len), codes], axis=1)
