@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LONGEST_FIRST = (
     "test_paper_claims.py",
     "test_cli.py",
+    "test_blocks.py",
     "test_grid_program.py",
     "test_checkpoint.py",
     "test_original_engine.py",
