@@ -201,7 +201,8 @@ def how_to_read(
         "",
         f"A run is one condition × one seed; iteration 0 is before training and the tables report iteration "
         f"{facts.final_iteration}, the last{steps}. Means are over seeds; CIs of means are {100 * confidence:g}% "
-        f"Student-t over seeds, CIs of paired differences (Δ, and the claims' effects) {PAIRED_CI}.",
+        f"Student-t over seeds, CIs of paired differences (Δ) {PAIRED_CI}; the claims' intervals are built the "
+        "same way, each at its family-adjusted level.",
         "",
     ]
     lines += [
