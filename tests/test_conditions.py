@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from harness.engine.knobs import MAX_JUDGES, Knobs
 from harness.grid.conditions import ConditionFileError, load_grid, parse_grid
-from harness.grid.layout import GridSpec
+from harness.grid.layout import GridSpec, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,3 +182,14 @@ def test_any_document_loads_or_fails_with_a_located_message(conditions, run) -> 
     else:
         assert isinstance(spec, GridSpec)
         assert len(spec.conditions) >= 1
+
+
+def test_the_old_name_of_coevolab_streams_still_reads() -> None:
+    # Earlier condition files and every committed run's grid.json name coevolab's own streams "harness".
+    assert RunSettings.model_validate({"streams": "harness"}).streams == "coevolab"
+    assert RunSettings().streams == "coevolab"
+    reference = Path(__file__).resolve().parent.parent / "artifacts" / "reference" / "paper" / "grid.json"
+    assert '"streams": "harness"' in reference.read_text()
+    assert GridSpec.model_validate_json(reference.read_text()).run.streams == "coevolab"
+    with pytest.raises(ValueError, match="streams"):
+        RunSettings.model_validate({"streams": "ours"})

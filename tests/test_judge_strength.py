@@ -86,7 +86,7 @@ def _spec(streams: str) -> GridSpec:
     )
 
 
-@pytest.mark.parametrize("streams", ["harness", "original"])
+@pytest.mark.parametrize("streams", ["coevolab", "original"])
 def test_slots_get_the_judges_of_their_conditions_target(streams: str) -> None:
     program = GridTrainer(_spec(streams))
     spec, layout, origins = program.spec, program.layout, program.origins
@@ -165,7 +165,7 @@ def test_the_knob_stays_on_the_host() -> None:
 
 
 def test_failures_name_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    program = GridTrainer(_spec("harness").only(["default", "strong"]))
+    program = GridTrainer(_spec("coevolab").only(["default", "strong"]))
     count = len(program.origins.judge_sources)
     reached = np.array([source.target != STRONG for source in program.origins.judge_sources])
 

@@ -83,7 +83,7 @@ def _assert_row(network: Network, tree: chex.ArrayTree) -> None:
 def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) -> None:
     key = jax.random.PRNGKey(5)
     knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR, entropy_bonus=0.05)]))
-    noise = sampling_noise("harness", key, B, K, L)
+    noise = sampling_noise("coevolab", key, B, K, L)
     step = jax.jit(functools.partial(mechanisms.policy_step, vocab=K))
     after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs)
 
@@ -153,7 +153,7 @@ def test_rejected_side_picks_the_policy_a_checkpoint_or_the_initial_row() -> Non
 def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(policy_tree, judge_tree) -> None:
     knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR)]))
     keys = jax.random.split(jax.random.PRNGKey(21), 4)
-    noise = jnp.stack([sampling_noise("harness", key, B, K, L) for key in keys])  # room for 4 steps
+    noise = jnp.stack([sampling_noise("coevolab", key, B, K, L) for key in keys])  # room for 4 steps
     policy, judges, members = fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True])
     lookahead = jax.jit(functools.partial(mechanisms.lookahead_side, vocab=K))
     row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs)

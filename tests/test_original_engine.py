@@ -123,7 +123,7 @@ def test_runs_start_from_the_originals_networks(program: GridTrainer) -> None:
             np.testing.assert_allclose(scores[slot], expected, rtol=0, atol=ATOL)
 
 
-@pytest.mark.parametrize("streams", ["harness", "original"])
+@pytest.mark.parametrize("streams", ["coevolab", "original"])
 def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
     meta = Knobs(meta_holdout_fraction=0.05, meta_update_every=10)
     spec = GridSpec(

@@ -1,6 +1,6 @@
 """Random streams as a grid setting: every random draw of a training step, under either kind.
 
-``"harness"`` (ours, the default): a run's draws at global step s come from
+``"coevolab"`` (ours, the default): a run's draws at global step s come from
 fold_in(training key of its seed, s), split four ways by what they draw, so every
 condition of a seed sees the same noise (paired comparisons) and a step's draws do not
 depend on earlier ones.
@@ -14,7 +14,7 @@ turn, so how far it has advanced depends on the run's own schedule:
 - with anchors, per judge in member order: (key, first, second) = split(key, 3);
 - sampling splits its key once per position, (key, draw) = split(key), a chain.
 
-Both kinds are written for one run and carried in `RunState.stream_key`: the harness's
+Both kinds are written for one run and carried in `RunState.stream_key`: coevolab's
 never changes (the seed's training key), the original's advances. Drawing is split from
 key bookkeeping so that the expensive draws run only for the runs that use them.
 """
@@ -29,10 +29,10 @@ import jax.numpy as jnp
 from harness.engine.keys import distinct_pairs
 from harness.engine.models import position_gumbel_noise
 
-Streams = Literal["harness", "original"]
-STREAMS: tuple[Streams, ...] = ("harness", "original")
+Streams = Literal["coevolab", "original"]
+STREAMS: tuple[Streams, ...] = ("coevolab", "original")
 
-# The harness's per-step keys, by what they draw.
+# coevolab's per-step keys, by what they draw.
 _POLICY_SAMPLE, _JUDGE_PAIRS, _ANCHOR_PAIRS, _CONTRAST = range(4)
 # The original lab has no contrast pairs: their key folds this into its judge-pair key, leaving its chain as it was.
 _ORIGINAL_CONTRAST_FOLD = 0x7E5A
@@ -68,7 +68,7 @@ def step_keys(
     update_due, anchored: whether this step updates the judge, and whether the run has
     anchors; n_judges: its ensemble size. Only the original's keys depend on them.
     """
-    if streams == "harness":
+    if streams == "coevolab":
         keys = jax.random.split(jax.random.fold_in(stream_key, step), 4)
         anchors = jnp.broadcast_to(keys[_ANCHOR_PAIRS], (max_members, 2))  # a run's judges share its anchor pairs
         return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], anchors, keys[_CONTRAST], stream_key)
@@ -100,13 +100,13 @@ def _position_chain(key: jax.Array, seq_len: int) -> jax.Array:
 
 def sampling_noise(streams: Streams, key: jax.Array, batch: int, vocab: int, seq_len: int) -> jax.Array:
     """Gumbel noise of one batch of B sequences, float32 (L, B, K): position p's token is argmax(logits + noise[p])."""
-    position_keys = jax.random.split(key, seq_len) if streams == "harness" else _position_chain(key, seq_len)
+    position_keys = jax.random.split(key, seq_len) if streams == "coevolab" else _position_chain(key, seq_len)
     return position_gumbel_noise(position_keys, batch, vocab)
 
 
 def judge_pair_noise(streams: Streams, key: jax.Array, batch: int, vocab: int, seq_len: int) -> jax.Array:
     """Noise of the judge's pair batch, (L, 2B, K): rows :B are the first of each pair, B: the second."""
-    if streams == "harness":
+    if streams == "coevolab":
         return sampling_noise(streams, key, 2 * batch, vocab, seq_len)
     _, first, second = jax.random.split(key, 3)
     return jnp.concatenate(
@@ -122,7 +122,7 @@ def anchor_pairs(streams: Streams, key: jax.Array, batch: int, max_pairs: int, n
     each side drawn on its own, with replacement (a pair may repeat an output). Either
     way the first pairs do not depend on `max_pairs`, the grid's padding.
     """
-    if streams == "harness":
+    if streams == "coevolab":
         return distinct_pairs(key, batch, n_outputs)[:max_pairs]
     _, first_key, second_key = jax.random.split(key, 3)
     first = jax.random.randint(first_key, (max_pairs,), 0, n_outputs)

@@ -33,9 +33,10 @@ class RunSettings(BaseModel):
     steps_per_iteration: int = Field(200, ge=1, description="inner steps per outer iteration")
     batch_size: int = Field(64, ge=2, le=4096, description="sequences per policy step and per judge batch")
     streams: Streams = Field(
-        "harness",
-        description="whose random streams every draw follows: the harness's (paired across conditions) or "
-        "the original lab's, run for run (harness.engine.streams)",
+        "coevolab",
+        description="whose random streams every draw follows: coevolab's own (paired across conditions) or "
+        "the original lab's, run for run (harness.engine.streams); 'harness', the old name of coevolab's, is read "
+        "as 'coevolab'",
     )
     block_seeds: int | None = Field(
         None,
@@ -43,6 +44,12 @@ class RunSettings(BaseModel):
         description="seeds per block, the unit of work a grid is run in (harness.experiment.blocks); unset: the "
         "harness's default for the grid's condition count",
     )
+
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _old_stream_name(cls, value: object) -> object:
+        # Condition files and grid.json of earlier runs name coevolab's streams "harness".
+        return "coevolab" if value == "harness" else value
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -130,7 +137,7 @@ class GridSpec(BaseModel):
         if self.run.streams == "original" and not self.model.is_default:
             raise ValueError(
                 "streams = 'original' restates the original lab's GRU initialisation; "
-                "a non-default [model] needs streams = 'harness'"
+                "a non-default [model] needs streams = 'coevolab'"
             )
         return self
 
@@ -198,7 +205,7 @@ class GridShape:
     steps_per_iteration: int
     vocab_size: int
     seq_len: int
-    streams: Streams = "harness"
+    streams: Streams = "coevolab"
     history_depth: int = 0
     max_lookahead_steps: int = 0
     model: ModelConfig = DEFAULT_MODEL

@@ -64,7 +64,7 @@ class GridOrigins:
     stream_keys: jax.Array
 
     def _run_script(self, layout: GridLayout) -> list[str | None]:
-        if self.spec.run.streams == "harness":
+        if self.spec.run.streams == "coevolab":
             return [None] * layout.shape.n_runs
         return [self.spec.conditions[c].original_script for c in layout.run_condition]
 
@@ -118,7 +118,7 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
     """
     vocab, seq_len = spec.world.vocab_size, spec.world.seq_len
     seeds = spec.run.seeds
-    if spec.run.streams == "harness":
+    if spec.run.streams == "coevolab":
         members_of: dict[float, int] = {}
         for condition in spec.conditions:
             target = spec.judge_target(condition)
@@ -187,7 +187,7 @@ def holdout_tables(layout: GridLayout, world: World) -> tuple[jax.Array, jax.Arr
     n_outputs = world.n_outputs
     draws = {}
     for seed in sorted({int(s) for s in np.asarray(layout.knobs.meta_holdout_seed)}):
-        if layout.spec.run.streams == "harness":
+        if layout.spec.run.streams == "coevolab":
             # A prefix of any longer draw (threefry's bits are partitionable), so drawing `count` is exact.
             draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), count, n_outputs)
         else:

@@ -5,7 +5,7 @@ its own target (later periods leave it unchanged), so results do not depend on w
 judges share the batch. Judges from the same keys with different targets follow one
 trajectory and stop at different checks.
 
-Two random streams are available. ``"harness"`` (ours): the judge is initialised as in
+Two random streams are available. ``"coevolab"`` (ours): the judge is initialised as in
 `harness.engine.models` and step s draws its batch from fold_in(data key, s). ``"original"``: the
 original lab's (see `harness.original.streams`): its initialisation, and a key chain that
 every step splits three ways, (next key, batch-index key, label-noise key).
@@ -49,14 +49,14 @@ class _PretrainState(NamedTuple):
     steps: jax.Array
     spearman: jax.Array
     done: jax.Array
-    chain: jax.Array  # "original" streams: the key the next step splits; "harness": the data key, unused
+    chain: jax.Array  # "original" streams: the key the next step splits; "coevolab": the data key, unused
 
 
 def pretrain_program(
     world: World,
     settings: PretrainSettings,
     n_shards: int,
-    streams: Streams = "harness",
+    streams: Streams = "coevolab",
     network: NetworkConfig = DEFAULT_NETWORK,
 ) -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
@@ -156,7 +156,7 @@ def pretrain_judges(
     world: World,
     settings: PretrainSettings,
     max_shards: int = 1,
-    streams: Streams = "harness",
+    streams: Streams = "coevolab",
     targets: jax.Array | None = None,
     network: NetworkConfig = DEFAULT_NETWORK,
 ) -> PretrainResult:
