@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from harness.engine.knobs import Knobs
 from harness.engine.world import World
 from harness.grid.conditions import load_grid
-from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid, work_kind
+from harness.grid.layout import Condition, GridSpec, RunSettings, group_membership, layout_grid
 from harness.grid.pretrain import pretrain_program
 from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
 from harness.grid.trainer import GridTrainer
@@ -86,7 +86,7 @@ def test_every_run_and_slot_computed_once_in_shards_of_one_shape(grid: str, n_sh
     best = plan_shards(layout, n_shards, pieces=1)
     assert best.shape.n_runs + best.shape.n_slots == min(s.n_runs + s.n_slots for s in costs.values())
     # Shards only add runs: never fewer than an even split, never more than one extra per kind.
-    kinds = {work_kind(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions}
+    kinds = {group_membership(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions}
     assert -(-layout.shape.n_runs // n_shards) <= plan.shape.n_runs <= layout.shape.n_runs // n_shards + len(kinds)
 
 

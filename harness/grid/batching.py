@@ -19,7 +19,8 @@ from harness.engine.state import Network, select, take
 
 @flax.struct.dataclass
 class WorkGroup:
-    """The runs and judge slots of one scheduled mechanism's work group, as int32 device arrays.
+    """The runs and judge slots of one scheduled mechanism's work group, as int arrays: numpy in a grid's layout,
+    int32 device arrays in the program's constants (`GridConstants.groups`).
 
     run_ids (Rg,): the group's runs; slot_ids (Jg,): their judge slots; slot_run (Jg,): the
     run of each slot; slot_position (Jg,): where that run is in run_ids.

@@ -18,6 +18,7 @@ from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.knobs import Knobs, RunKnobs, anchor_pair_count, holdout_pair_count, stack_knobs
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
+from harness.grid.batching import WorkGroup
 from harness.grid.schedules import CADENCES, SCHEDULES, Cadence
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
@@ -168,7 +169,7 @@ class GridSpec(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True)
-class GroupShape:
+class WorkGroupShape:
     """Static sizes of one work group: a scheduled mechanism's runs of one cadence and their judge slots.
 
     holdout_pairs: the largest held-out pair count of the group's runs (every run's are padded
@@ -200,7 +201,7 @@ class GridShape:
     n_seeds: int
     max_members: int
     max_anchor_pairs: int
-    groups: tuple[GroupShape, ...]
+    groups: tuple[WorkGroupShape, ...]
     batch_size: int
     steps_per_iteration: int
     vocab_size: int
@@ -228,22 +229,11 @@ class GridShape:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkGroupIds:
-    """One work group as host arrays: run_ids (Rg,), slot_ids (Jg,), and for each slot its run
-    (slot_run) and that run's position in run_ids (slot_position)."""
-
-    run_ids: np.ndarray
-    slot_ids: np.ndarray
-    slot_run: np.ndarray
-    slot_position: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
 class GridLayout:
     """Runs and judge slots of a grid, as host arrays.
 
     run_condition, run_seed_index: int (R,). slot_run, slot_member: int (J,).
-    groups: one `WorkGroupIds` per `shape.groups` entry. knobs: `RunKnobs` (R,).
+    groups: one `WorkGroup` (of numpy arrays) per `shape.groups` entry. knobs: `RunKnobs` (R,).
     """
 
     spec: GridSpec
@@ -252,7 +242,7 @@ class GridLayout:
     run_seed_index: np.ndarray
     slot_run: np.ndarray
     slot_member: np.ndarray
-    groups: tuple[WorkGroupIds, ...]
+    groups: tuple[WorkGroup, ...]
     knobs: RunKnobs
 
     @property
@@ -268,10 +258,10 @@ class GridLayout:
 # What of a run's knobs decides the grid's shape: its ensemble size and its work group in
 # every schedule. Runs of one kind are interchangeable for padding (see `harness.grid.sharding`);
 # anchor and held-out pair counts are not part of it: the grid pads those to their maximum.
-WorkKind = tuple[int, tuple[Cadence | None, ...]]
+GroupMembership = tuple[int, tuple[Cadence | None, ...]]
 
 
-def work_kind(knobs: Knobs, n_outputs: int) -> WorkKind:
+def group_membership(knobs: Knobs, n_outputs: int) -> GroupMembership:
     return knobs.n_judges, tuple(schedule(knobs, n_outputs) for schedule in SCHEDULES.values())
 
 
@@ -299,10 +289,10 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
             if run_ids.size:
                 slot_ids = np.flatnonzero(np.isin(slot_run, run_ids))
                 groups.append(
-                    WorkGroupIds(run_ids, slot_ids, slot_run[slot_ids], np.searchsorted(run_ids, slot_run[slot_ids]))
+                    WorkGroup(run_ids, slot_ids, slot_run[slot_ids], np.searchsorted(run_ids, slot_run[slot_ids]))
                 )
                 held_out = int(np.max(holdout_pairs[run_ids])) if mechanism == "meta_correction" else 0
-                group_shapes.append(GroupShape(mechanism, name, run_ids.size, slot_ids.size, held_out))
+                group_shapes.append(WorkGroupShape(mechanism, name, run_ids.size, slot_ids.size, held_out))
 
     anchor_pairs = anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
     past_gaps = [k.temporal_gap for k in run_knobs if k.rejected_from == "past"]

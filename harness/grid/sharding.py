@@ -6,7 +6,7 @@ second program runs beside the first. So the runs are split into shards of ident
 shape, one per CPU device (JAX is given one device per core, see `use_every_cpu_core`),
 and `shard_map` runs the same per-shard program on every device at once.
 
-Shards need identical shapes. Runs are dealt to shards kind by kind (`WorkKind`: runs of
+Shards need identical shapes. Runs are dealt to shards kind by kind (`GroupMembership`: runs of
 one kind are interchangeable for shape), and a shard that is short of a run of some kind
 gets a filler: a copy of a real run of that kind, computed alongside and then ignored.
 Anchor and held-out pair counts, history depth and look-ahead length are padded to the largest
@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from harness.common.wording import plural
-from harness.grid.layout import GridLayout, GridShape, WorkKind, layout_runs, work_kind
+from harness.grid.layout import GridLayout, GridShape, GroupMembership, group_membership, layout_runs
 
 SHARD_AXIS = "shards"
 
@@ -107,10 +107,10 @@ class ShardPlan:
         return self.shard_runs.size - self.run_at.size
 
 
-def _runs_of_kind(layout: GridLayout) -> dict[WorkKind, list[int]]:
+def _runs_of_kind(layout: GridLayout) -> dict[GroupMembership, list[int]]:
     """The grid's runs grouped by work kind, in run order."""
-    condition_kinds = [work_kind(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions]
-    runs_of_kind: dict[WorkKind, list[int]] = {}
+    condition_kinds = [group_membership(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions]
+    runs_of_kind: dict[GroupMembership, list[int]] = {}
     for run, condition in enumerate(layout.run_condition):
         runs_of_kind.setdefault(condition_kinds[condition], []).append(run)
     return runs_of_kind

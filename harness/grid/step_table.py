@@ -24,7 +24,7 @@ from harness.engine import mechanisms, streams
 from harness.engine.knobs import RunKnobs, anchor_pair_count, holdout_pair_count
 from harness.engine.state import CoevolutionState, SlotState, select, take
 from harness.grid.batching import WorkGroup, apply_where_due
-from harness.grid.layout import GridShape, GroupShape
+from harness.grid.layout import GridShape, WorkGroupShape
 
 
 @flax.struct.dataclass
@@ -121,7 +121,7 @@ class Group(NamedTuple):
     """One work group of a row's mechanism: its runs and slots (device arrays) and its static sizes."""
 
     ids: WorkGroup
-    sizes: GroupShape
+    sizes: WorkGroupShape
 
 
 class StepRow(NamedTuple):

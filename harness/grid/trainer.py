@@ -8,7 +8,6 @@ the host can report progress and checkpoint in between.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,6 @@ from harness.engine.knobs import RunKnobs
 from harness.engine.models import Params, policy_log_prob_tables
 from harness.engine.state import CoevolutionState, initial_state
 from harness.engine.world import World
-from harness.grid.batching import WorkGroup
 from harness.grid.diagnostics import METRIC_NAMES, Diagnostics
 from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
 from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
@@ -59,9 +57,7 @@ def grid_constants(
         q_star=world.q_star,
         slot_run=slot_run,
         run_first_slot=jnp.asarray(np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs)), jnp.int32),
-        groups=tuple(
-            WorkGroup(*(jnp.asarray(ids, jnp.int32) for ids in dataclasses.astuple(group))) for group in layout.groups
-        ),
+        groups=tuple(jax.tree.map(lambda ids: jnp.asarray(ids, jnp.int32), group) for group in layout.groups),
         holdout_pairs=holdout_pairs,
         holdout_labels=holdout_labels,
         pretrained_judges=ravel_rows(judges)[origins.slot_judge(layout)],
