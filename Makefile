@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 
 # Everything: the tests marked heavy (the published grid's claims) and every benchmark body, run once untimed at
-# smoke size (pyproject's addopts disable benchmarking).
+# their smallest size (pyproject's addopts disable benchmarking).
 test-all: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -9,7 +9,7 @@ which times every benchmark at full size (published grid: 18 conditions × 5 see
 artifacts/bench/bench.json and artifacts/bench/bench.md. Modes:
 
 - disabled (`make test-all`, where pyproject's addopts carry --benchmark-disable): each
-  benchmark body runs once at smoke size (1 seed, 2 steps, runs [1, 2], a 2-condition
+  benchmark body runs once at untimed size (1 seed, 2 steps, runs [1, 2], a 2-condition
   subset of the published grid) to check the code works; nothing is written.
 - COEVOLAB_BENCH_QUICK=1 with --benchmark-enable: real code paths at reduced sizes
   (1 seed, 10 steps, runs [1, 2, 4], 3 rounds); the files are written and marked "quick".

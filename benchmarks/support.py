@@ -44,7 +44,7 @@ QUICK_ENV = "COEVOLAB_BENCH_QUICK"
 class Sizes:
     """How big each benchmark is in one mode.
 
-    smoke: benchmarks disabled (`make test-all`): every body runs once, as small as it goes:
+    untimed: benchmarks disabled (`make test-all`): every body runs once, as small as it goes:
       the baseline condition only, in a 2-token × 1-position world, with freshly
       initialised (not pretrained) judges, so the whole folder compiles few, small programs.
     quick: enabled with COEVOLAB_BENCH_QUICK=1: real code paths, small grids, few rounds.
@@ -63,11 +63,11 @@ class Sizes:
     compile_rounds: int  # cold / warm compiles
     loop_check: bool  # also compile steps_per_iteration=1 to show XLA counts the scan body once
     world: tuple[int, int] | None = None  # (vocab_size, seq_len) instead of the published world
-    pretrain_judges: bool = True  # False: judges start from their initialisation (smoke mode only)
+    pretrain_judges: bool = True  # False: judges start from their initialisation (untimed mode only)
 
 
 SMOKE = Sizes(
-    mode="smoke",
+    mode="untimed",
     steps_per_iteration=2,
     grid_seeds=1,
     grid_conditions=("baseline",),
@@ -146,7 +146,7 @@ def with_run(spec: GridSpec, seeds: tuple[int, ...], steps_per_iteration: int) -
 
 
 def published_grid(sizes: Sizes, steps_per_iteration: int | None = None) -> GridSpec:
-    """The published grid (the baseline alone in smoke mode) at this mode's seeds and steps per iteration."""
+    """The published grid (the baseline alone in untimed mode) at this mode's seeds and steps per iteration."""
     spec = base_grid(sizes)
     if sizes.grid_conditions is not None:
         spec = spec.only(sizes.grid_conditions)

@@ -36,15 +36,15 @@ def _environment(cache: Path) -> dict[str, str]:
 
 
 def _grid(sizes: support.Sizes, hundred: bool) -> list[str]:
-    if sizes.mode == "smoke":
+    if sizes.mode == "untimed":
         return [str(support.ROOT / "conditions" / "smoke.toml"), "--seed-list", "0"]
     return [str(support.ROOT / "conditions" / ("paper-100.toml" if hundred else "paper.toml"))]
 
 
 def _cache(sizes: support.Sizes, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh compile cache for each measurement. At smoke sizes (`make test-all`) both tests run the same small grid
+    """A fresh compile cache for each measurement. At untimed sizes (`make test-all`) both tests run the same small grid
     and only check that the measuring works, so they share one: that grid is compiled cold once, not twice."""
-    return tmp_path_factory.getbasetemp() / "smoke-compile-cache" if sizes.mode == "smoke" else tmp_path / "cache"
+    return tmp_path_factory.getbasetemp() / "untimed-compile-cache" if sizes.mode == "untimed" else tmp_path / "cache"
 
 
 def test_published_grid_end_to_end(benchmark, sizes, figures, tmp_path, tmp_path_factory):

@@ -21,8 +21,8 @@ from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
 
-# (vocab_size, seq_len) by mode: smoke runs each body once in the smallest world.
-WORLDS = {"smoke": ((2, 2),), "quick": ((4, 3), (8, 3)), "full": ((4, 3), (8, 3), (8, 4), (6, 5))}
+# (vocab_size, seq_len) by mode: untimed runs each body once in the smallest world.
+WORLDS = {"untimed": ((2, 2),), "quick": ((4, 3), (8, 3)), "full": ((4, 3), (8, 3), (8, 4), (6, 5))}
 
 
 def _both(**settings: object) -> dict[str, object]:
@@ -42,7 +42,7 @@ SMOKE_MODELS = ("gru-16x32", "attention-16x32x1")
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "world_size" in metafunc.fixturenames:
         mode = support.sizes_for(metafunc.config).mode
-        models = SMOKE_MODELS if mode == "smoke" else tuple(MODELS)
+        models = SMOKE_MODELS if mode == "untimed" else tuple(MODELS)
         cases = [(world, model) for world in WORLDS[mode] for model in models]
         metafunc.parametrize(("world_size", "model_name"), cases, ids=[f"{k}^{n}-{m}" for (k, n), m in cases])
 

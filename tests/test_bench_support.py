@@ -1,6 +1,6 @@
 """The benchmark harness's measuring code (benchmarks/support.py, benchmarks/conftest.py), cheaply.
 
-`make test` does not run the benchmarks themselves: `make test-all` runs each body once at smoke size, `make bench`
+`make test` does not run the benchmarks themselves: `make test-all` runs each body once at untimed size, `make bench`
 times them. What they all rely on is checked here without compiling a grid: the timing wrapper, the switch between
 modes, XLA's FLOP count, and the figures derived from the scaling benchmark.
 """
@@ -16,7 +16,7 @@ from benchmarks.conftest import FigureBook, _markdown
 
 
 def test_measure_runs_the_body_once_when_benchmarks_are_disabled(benchmark, request: pytest.FixtureRequest) -> None:
-    # pyproject's addopts disable benchmarks: without --benchmark-enable, the smoke sizes.
+    # pyproject's addopts disable benchmarks: without --benchmark-enable, the untimed sizes.
     assert support.benchmarks_disabled(request.config)
     assert support.sizes_for(request.config) is support.SMOKE
     calls: list[int] = []

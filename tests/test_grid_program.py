@@ -22,8 +22,8 @@ from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
-SMOKE = GridSpec(
-    name="smoke",
+MECHANISMS = GridSpec(
+    name="mechanisms",
     run=RUN,
     conditions=(
         Condition(name="baseline"),
@@ -40,7 +40,7 @@ SMOKE = GridSpec(
 # rather than one per condition: each is a compile, and these cover every difference of shape one per condition did.
 ELSEWHERE = (("baseline", "meta", "frozen"), ("ensemble", "anchor"))
 ALONE = tuple(name for names in ELSEWHERE for name in names)
-# Same shape as SMOKE (ensemble sizes, anchor pair counts floor(32 f) = 3 and 16, held-out count, batch,
+# Same shape as MECHANISMS (ensemble sizes, anchor pair counts floor(32 f) = 3 and 16, held-out count, batch,
 # steps, and the same work groups: which runs update their judges on every step, which check meta on
 # every step), different knob values everywhere.
 RETUNED = GridSpec(
@@ -83,12 +83,12 @@ def _compiled_iterate(messages: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def pretrained() -> PretrainResult:
     """Judges (seed, member) for seeds 0, 1 and members 0..2, shared by every grid here."""
-    return GridTrainer(SMOKE).pretrain()
+    return GridTrainer(MECHANISMS).pretrain()
 
 
 @pytest.fixture(scope="module")
-def smoke(pretrained: PretrainResult) -> dict:
-    grid = GridTrainer(SMOKE)
+def trained(pretrained: PretrainResult) -> dict:
+    grid = GridTrainer(MECHANISMS)
     with compile_log() as messages:
         state, record = grid.start(pretrained=pretrained)
     records = [record]
@@ -113,7 +113,7 @@ def alone(pretrained: PretrainResult) -> dict:
     """
     tables = {}
     for names in ELSEWHERE:
-        grid = GridTrainer(SMOKE.only(list(names)))
+        grid = GridTrainer(MECHANISMS.only(list(names)))
         members = grid.layout.shape.max_members
         # Sources are (seed, member), seed-major: keep each seed's first `members`.
         grid.pretrained = jax.tree.map(
@@ -126,8 +126,8 @@ def alone(pretrained: PretrainResult) -> dict:
     return {"tables": tables}
 
 
-def _alone_and_together(smoke: dict, alone: dict, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    together = smoke["table"].query("condition == @name").reset_index(drop=True)
+def _alone_and_together(trained: dict, alone: dict, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    together = trained["table"].query("condition == @name").reset_index(drop=True)
     by_itself = alone["tables"][name]
     assert len(by_itself) == len(together) == len(RUN.seeds) * (RUN.iterations + 1)
     assert by_itself[["seed", "iteration"]].equals(together[["seed", "iteration"]])
@@ -135,8 +135,8 @@ def _alone_and_together(smoke: dict, alone: dict, name: str) -> tuple[pd.DataFra
 
 
 @pytest.mark.parametrize("name", ALONE)
-def test_condition_alone_matches_condition_in_grid(smoke: dict, alone: dict, name: str) -> None:
-    by_itself, together = _alone_and_together(smoke, alone, name)
+def test_condition_alone_matches_condition_in_grid(trained: dict, alone: dict, name: str) -> None:
+    by_itself, together = _alone_and_together(trained, alone, name)
     for metric in ("policy_quality", "judge_alignment", "policy_entropy", "meta_accuracy"):
         np.testing.assert_allclose(
             by_itself[metric].to_numpy(float), together[metric].to_numpy(float), rtol=0, atol=1e-4, err_msg=metric
@@ -146,8 +146,8 @@ def test_condition_alone_matches_condition_in_grid(smoke: dict, alone: dict, nam
 
 
 @pytest.mark.parametrize("name", ALONE)
-def test_perceived_quality_alone_matches_grid(smoke: dict, alone: dict, name: str) -> None:
-    by_itself, together = _alone_and_together(smoke, alone, name)
+def test_perceived_quality_alone_matches_grid(trained: dict, alone: dict, name: str) -> None:
+    by_itself, together = _alone_and_together(trained, alone, name)
     np.testing.assert_allclose(
         by_itself["judge_perceived_quality"].to_numpy(float),
         together["judge_perceived_quality"].to_numpy(float),
@@ -157,19 +157,19 @@ def test_perceived_quality_alone_matches_grid(smoke: dict, alone: dict, name: st
 
 
 @pytest.mark.parametrize("name", ALONE)
-def test_judge_head_bias_does_not_drift(smoke: dict, name: str) -> None:
+def test_judge_head_bias_does_not_drift(trained: dict, name: str) -> None:
     """Every judge loss depends on score differences only, so d loss / d head bias is exactly 0: it must not move."""
-    grid = smoke["grid"]
+    grid = trained["grid"]
     runs = [i for i, (condition, _) in enumerate(grid.layout.run_labels()) if condition == name]
     slots = np.flatnonzero(np.isin(grid.layout.slot_run, runs))
-    final = np.asarray(smoke["final_judges"]["params"]["head"]["bias"])[slots]
+    final = np.asarray(trained["final_judges"]["params"]["head"]["bias"])[slots]
     start = np.asarray(grid.judge_params(grid.consts.pretrained_judges)["params"]["head"]["bias"])[slots]
     np.testing.assert_allclose(final, start, rtol=0, atol=1e-6)
 
 
-def test_the_smoke_grid_trains(smoke: dict) -> None:
+def test_the_mechanisms_grid_trains(trained: dict) -> None:
     """A sanity check that the comparison above compares runs that moved."""
-    table = smoke["table"]
+    table = trained["table"]
     first, last = table.query("iteration == 0"), table.query(f"iteration == {RUN.iterations}")
     assert np.all(np.abs(last["policy_entropy"].to_numpy() - first["policy_entropy"].to_numpy()) > 1e-4)
     updates = table.query("iteration > 0").groupby("condition")["judge_updates"].unique()
@@ -183,11 +183,11 @@ def test_the_smoke_grid_trains(smoke: dict) -> None:
     }
 
 
-def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretrained: PretrainResult) -> None:
-    first = smoke["grid"]
+def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pretrained: PretrainResult) -> None:
+    first = trained["grid"]
     assert layout_grid(RETUNED).shape == first.shape
-    # Positive control: no other module uses SMOKE's shape, so its first start did compile (and the log shows it).
-    assert len(_compiled_iterate(smoke["compiled"])) == 1
+    # Positive control: no other module uses MECHANISMS's shape, so its first start did compile (and the log shows it).
+    assert len(_compiled_iterate(trained["compiled"])) == 1
 
     retuned = GridTrainer(RETUNED)
     with compile_log() as messages:
@@ -218,13 +218,13 @@ def test_changing_knob_values_within_a_shape_never_recompiles(smoke: dict, pretr
         np.testing.assert_array_equal(np.asarray(got)[ensemble_slots], np.asarray(want)[ensemble_slots])
 
 
-def test_metrics_table(smoke: dict) -> None:
-    table = smoke["table"]
+def test_metrics_table(trained: dict) -> None:
+    table = trained["table"]
     n_records = RUN.iterations + 1
-    assert len(table) == len(SMOKE.conditions) * len(RUN.seeds) * n_records
+    assert len(table) == len(MECHANISMS.conditions) * len(RUN.seeds) * n_records
     keys = table[["condition", "seed", "iteration"]]
     assert not keys.duplicated().any()
-    expected = [(c.name, s, i) for c in SMOKE.conditions for s in RUN.seeds for i in range(n_records)]
+    expected = [(c.name, s, i) for c in MECHANISMS.conditions for s in RUN.seeds for i in range(n_records)]
     assert list(keys.itertuples(index=False, name=None)) == expected
     assert set(METRIC_NAMES) <= set(table.columns)
     for column in ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality", "mode_quality"):
@@ -239,15 +239,15 @@ def test_metrics_table(smoke: dict) -> None:
     assert table["finite"].all()
     assert np.all(table.query("iteration == 0")["judge_updates"] == 0)
     # mode_sequence renders mode_index with the world's glyphs.
-    outputs = np.asarray(smoke["grid"].world.outputs)
+    outputs = np.asarray(trained["grid"].world.outputs)
     glyphs = "↑↗→↘↓↙←↖"
     for index, rendered in zip(table["mode_index"], table["mode_sequence"], strict=True):
         assert rendered == " ".join(glyphs[t] for t in outputs[index])
 
 
-def test_diverged_is_sticky(smoke: dict) -> None:
+def test_diverged_is_sticky(trained: dict) -> None:
     """A run is diverged from its first non-finite record on, even if a later record is finite again."""
-    grid, records = smoke["grid"], smoke["records"]
+    grid, records = trained["grid"], trained["records"]
     bad = np.ones(grid.shape.n_runs, bool)
     bad[3] = False  # run 3 = (ensemble, seed 1): non-finite at record 1 only
     patched = [records[0], {**records[1], "finite": jax.numpy.asarray(bad)}, records[2]]
