@@ -35,7 +35,7 @@ from harness.experiment.blocks import (
     run_block,
     seeds_per_block,
 )
-from harness.experiment.runner import Progress, RunOutcome, SilentProgress, diverged_runs
+from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs
 from harness.grid.layout import GridSpec
 
 # How the blocks of a run were run, as the manifest and the report name it.
@@ -119,7 +119,7 @@ def how_run_line(records: list[BlockRecord], how: str) -> str:
     )
 
 
-def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None) -> RunOutcome:
+def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None) -> ExperimentOutcome:
     """Merge the finished blocks of `spec` in `run_dir` into its metrics.csv, report and manifest.json.
 
     Args:
@@ -168,7 +168,7 @@ def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | N
         ),
     )
     progress.close()
-    return RunOutcome(run_dir, metrics, diverged_runs(metrics))
+    return ExperimentOutcome(run_dir, metrics, diverged_runs(metrics))
 
 
 def run_in_blocks(
@@ -177,7 +177,7 @@ def run_in_blocks(
     progress: Progress | None = None,
     backend: Backend = in_process,
     how: str = IN_PROCESS,
-) -> RunOutcome:
+) -> ExperimentOutcome:
     """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks).
 
     Blocks finished earlier (a resumed or grown run) are kept; a block with a checkpoint continues from it. The top

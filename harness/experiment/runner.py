@@ -1,4 +1,8 @@
-"""A whole run of a grid into a directory: pretrain, compile, train with checkpoints, write artifacts."""
+"""An experiment: one grid trained into its run directory: pretrain, compile, train with checkpoints, write artifacts.
+
+A *run* is one condition × one seed of the grid; an experiment is one invocation (`coevolab run`, a seed block, or
+`harness.run_grid`) that trains all of them.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from harness.grid.trainer import GridTrainer
 
 
 class Progress(Protocol):
-    """What a run reports as it goes; the command line renders it."""
+    """What an experiment reports as it goes; the command line renders it."""
 
     def phase(self, name: str, detail: str = "") -> None: ...
     def phase_done(self, name: str, seconds: float) -> None: ...
@@ -63,9 +67,10 @@ class SilentProgress:
 
 
 @dataclass
-class RunOutcome:
-    """Where a run wrote its artifacts, its metrics, its diverged runs (condition, seed, first bad iteration), and
-    the state of every run after the last iteration (for `harness.api`; the run directory does not keep it)."""
+class ExperimentOutcome:
+    """Where an experiment wrote its artifacts, its metrics, its diverged runs (condition, seed, first bad
+    iteration), and the state of every run after the last iteration (for `harness.api`; the run directory does not
+    keep it)."""
 
     run_dir: Path
     metrics: pd.DataFrame
@@ -92,8 +97,8 @@ def execute(
     started: float | None = None,
     write_report: bool = True,
     manifest_extra: dict | None = None,
-) -> RunOutcome:
-    """Run `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
+) -> ExperimentOutcome:
+    """Train every run of `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
 
     started: time.perf_counter() when the process began its work (the command line passes it), so that the
     recorded phases add up to the whole wall clock; time before execute() is the "startup" phase.
@@ -200,4 +205,4 @@ def execute(
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     progress.close()
     resumed_from = checkpoint.completed_iterations if checkpoint else None
-    return RunOutcome(run_dir, metrics, diverged_runs(metrics), state, times, resumed_from)
+    return ExperimentOutcome(run_dir, metrics, diverged_runs(metrics), state, times, resumed_from)
