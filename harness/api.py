@@ -115,8 +115,8 @@ class _CallbackProgress:
 
 
 def _progress(progress: ProgressCallback | Progress | None) -> Progress | None:
-    """The runner's Progress for what run_grid was given: a Progress as it is (e.g. harness.cli.PlainProgress()),
-    a callback wrapped."""
+    """The runner's Progress for what run_grid was given: a Progress as it is (e.g.
+    harness.experiment.progress.PlainProgress()), a callback wrapped."""
     if progress is None or hasattr(progress, "iteration_done"):
         return cast("Progress | None", progress)
     return _CallbackProgress(cast(ProgressCallback, progress))
@@ -287,7 +287,8 @@ def run_grid(
             temporary directory, left in place (`GridResult.save` copies it elsewhere).
         overwrite: write into a `run_dir` that already holds files.
         progress: called as progress(done, total) after each outer iteration; or a
-            `harness.experiment.runner.Progress` (`harness.cli.PlainProgress()` prints the command's lines).
+            `harness.experiment.runner.Progress` (`harness.experiment.progress.PlainProgress()` prints the command's
+            lines).
         compile_cache: keep compiled programs on disk (True: $COEVOLAB_CACHE_DIR or ~/.cache/coevolab/jax, or a
             directory), so a later process skips compiling the same grid shape. Changes JAX's global cache setting.
 

@@ -94,91 +94,6 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-class PlainProgress:
-    """One line per phase and per iteration, for logs and pipes."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.total = 0
-
-    def _print(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.start:7.1f}s] {text}", flush=True)
-
-    def phase(self, name: str, detail: str = "") -> None:
-        self._print(f"{name}: {detail}" if detail else name)
-
-    def phase_done(self, name: str, seconds: float) -> None:
-        self._print(f"{name} done in {seconds:.1f}s")
-
-    def iterations(self, done: int, total: int) -> None:
-        self.total, self.train_start, self.first = total, time.perf_counter(), done
-        self._print(f"train: iterations {done + 1}..{total}")
-
-    def iteration_done(self, iteration: int) -> None:
-        finished = iteration + 1 - self.first
-        elapsed = time.perf_counter() - self.train_start
-        remaining = elapsed / finished * (self.total - iteration - 1)
-        self._print(f"iteration {iteration + 1}/{self.total} ({elapsed:.0f}s elapsed, ETA {remaining:.0f}s)")
-
-    def close(self) -> None:
-        pass
-
-
-class RichProgress(PlainProgress):
-    """Phases as status lines and a progress bar over outer iterations, on a terminal."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.console = Console()
-        self.bar = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("iterations"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-        )
-        self.task = None
-
-    def _print(self, text: str) -> None:
-        self.console.print(f"[dim]{time.perf_counter() - self.start:7.1f}s[/dim] {text}")
-
-    def iterations(self, done: int, total: int) -> None:
-        self.bar.start()
-        self.task = self.bar.add_task("train", total=total, completed=done)
-
-    def iteration_done(self, iteration: int) -> None:
-        self.bar.update(self.task, completed=iteration + 1)
-
-    def phase_done(self, name: str, seconds: float) -> None:
-        if name == "train":
-            self.bar.stop()
-        super().phase_done(name, seconds)
-
-    def close(self) -> None:
-        self.bar.stop()
-
-
-def _progress(quiet: bool):  # noqa: ANN202 - one of three progress classes
-    from harness.experiment.runner import SilentProgress
-
-    if quiet:
-        return SilentProgress()
-    return RichProgress() if sys.stdout.isatty() else PlainProgress()
-
-
 def existing_directory(path: Path, what: str) -> Path:
     """`path` if it is a directory; otherwise a UsageError that says what is wrong with it."""
     if not path.exists():
@@ -316,6 +231,7 @@ def command_run(args: argparse.Namespace) -> int:
         uses_blocks,
     )
     from harness.experiment.merge import IN_PROCESS, run_in_blocks
+    from harness.experiment.progress import console_progress
     from harness.experiment.runner import diverged_runs, execute
     from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
@@ -339,7 +255,7 @@ def command_run(args: argparse.Namespace) -> int:
         in_blocks = args.block is not None or block_count(spec) > 1
     if not args.no_compile_cache:
         enable_compilation_cache()
-    progress = _progress(args.quiet)
+    progress = console_progress(args.quiet)
     previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.block is not None:
@@ -377,6 +293,7 @@ def _finished(run_dir: Path, diverged: pd.DataFrame) -> int:
 def command_merge(args: argparse.Namespace) -> int:
     from harness.experiment.blocks import uses_blocks
     from harness.experiment.merge import SEPARATE, merge_blocks
+    from harness.experiment.progress import console_progress
     from harness.experiment.runner import load_spec
 
     run_dir = existing_directory(Path(args.run_dir), "merge")
@@ -388,7 +305,7 @@ def command_merge(args: argparse.Namespace) -> int:
         spec = load_spec(run_dir)
     except ValueError as error:
         raise UsageError(f"merge {run_dir}: its grid.json is not a grid: {error}") from None
-    outcome = merge_blocks(spec, run_dir, SEPARATE, _progress(args.quiet))
+    outcome = merge_blocks(spec, run_dir, SEPARATE, console_progress(args.quiet))
     return _finished(run_dir, outcome.diverged)
 
 
