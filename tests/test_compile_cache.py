@@ -56,11 +56,16 @@ def test_exported_program_is_traced_once_then_read_from_disk(cache_dir: Path, mo
 
 
 def test_nothing_is_written_while_the_cache_is_off() -> None:
-    # JAX's cache is inactive without a directory (tests never set one outside the fixture).
-    assert jax.config.jax_compilation_cache_dir is None
-    assert compile_cache.exported_dir() is None
-    program = exported("negate", jax.jit(lambda x: [-x]), [jnp.ones(2)], "negate")
-    np.testing.assert_array_equal(program.call(jnp.ones(2))[0], -np.ones(2))
+    # JAX's cache is inactive without a directory. Set here rather than assumed: an in-process `coevolab run` of
+    # another test in this worker may have turned it on for the process.
+    saved = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        assert compile_cache.exported_dir() is None
+        program = exported("negate", jax.jit(lambda x: [-x]), [jnp.ones(2)], "negate")
+        np.testing.assert_array_equal(program.call(jnp.ones(2))[0], -np.ones(2))
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
 
 
 def test_the_source_digest_covers_every_layer_of_the_package(tmp_path: Path) -> None:
