@@ -23,7 +23,7 @@ import shutil
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -40,6 +40,9 @@ BLOCK_FILE = "block.json"
 
 class BlockError(ValueError):
     """A block request that does not fit the run directory or the grid (exit code 2 on the command line)."""
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class Attempt(BaseModel):
@@ -160,21 +163,21 @@ def block_run_dir(spec: GridSpec, block: int, run_dir: Path) -> Path:
     return run_dir
 
 
-def read_record(run_dir: Path, block: int) -> BlockRecord | None:
-    """A block's block.json, or None where it has none or one that does not parse."""
-    path = block_dir(run_dir, block) / BLOCK_FILE
+def _read_model(path: Path, model: type[ModelT]) -> ModelT | None:
+    """The JSON file at `path` as `model`, or None where it is missing or does not parse (a block not yet written)."""
     try:
-        return BlockRecord.model_validate_json(path.read_text(encoding="utf-8"))
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def read_record(run_dir: Path, block: int) -> BlockRecord | None:
+    """A block's block.json, or None where it has none or one that does not parse."""
+    return _read_model(block_dir(run_dir, block) / BLOCK_FILE, BlockRecord)
 
 
 def _block_grid(run_dir: Path, block: int) -> GridSpec | None:
-    path = block_dir(run_dir, block) / GRID_FILE
-    try:
-        return GridSpec.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    return _read_model(block_dir(run_dir, block) / GRID_FILE, GridSpec)
 
 
 def ran_another_grid(spec: GridSpec, run_dir: Path, block: int) -> bool:
