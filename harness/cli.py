@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from harness.common.wording import plural
+from harness.experiment.ray_backend import add_ray_arguments
 from harness.grid.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
+from harness.inference.sequential import SPENDING_FUNCTIONS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -232,15 +234,21 @@ def command_run(args: argparse.Namespace) -> int:
     )
     from harness.experiment.merge import IN_PROCESS, run_in_blocks
     from harness.experiment.progress import console_progress
+    from harness.experiment.ray_backend import RAY, RayBackend
     from harness.experiment.runner import diverged_runs, execute
     from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
+    if args.until_decided or args.max_seeds is not None:
+        return command_until_decided(args)
     seeds = args.seeds if args.seeds is not None else args.seed_list
+    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
     if args.resume:
         run_dir, spec = _resumed(args)
         in_blocks = uses_blocks(run_dir)
+        if ray and not in_blocks:
+            raise UsageError(f"--resume {run_dir}: a grid run whole (not in seed blocks) resumes without --ray")
     else:
         spec = _grid_and_warnings(_conditions_path(args.conditions), seeds)
         largest = block_spec(spec, 0)  # every block is the size of the first or smaller
@@ -252,7 +260,7 @@ def command_run(args: argparse.Namespace) -> int:
             if args.force:
                 shutil.rmtree(run_dir / BLOCKS_DIR, ignore_errors=True)  # --force starts the grid over
         # A one-block grid keeps the flat layout of a run before blocks (its files at the top of run_dir).
-        in_blocks = args.block is not None or block_count(spec) > 1
+        in_blocks = args.block is not None or ray is not None or block_count(spec) > 1
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = console_progress(args.quiet)
@@ -264,7 +272,8 @@ def command_run(args: argparse.Namespace) -> int:
             done = block_dir(run_dir, args.block)
             diverged = diverged_runs(pd.read_csv(done / METRICS_FILE))
         elif in_blocks:
-            diverged, done = run_in_blocks(spec, run_dir, progress).diverged, run_dir
+            backend = (ray, RAY) if ray else ()
+            diverged, done = run_in_blocks(spec, run_dir, progress, *backend).diverged, run_dir
         else:
             whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
             outcome = execute(
@@ -278,7 +287,51 @@ def command_run(args: argparse.Namespace) -> int:
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if ray:
+            ray.close()
     return _finished(done, diverged)
+
+
+def command_until_decided(args: argparse.Namespace) -> int:
+    """`coevolab run [FILE] --until-decided --max-seeds N`, or `--resume DIR --until-decided` (see
+    harness.experiment.until_decided)."""
+    from harness.experiment.blocks import block_spec
+    from harness.experiment.progress import console_progress
+    from harness.experiment.until_decided import run_until_decided
+    from harness.grid.compile_cache import enable_compilation_cache
+    from harness.grid.layout import layout_grid
+    from harness.grid.memory import check_fits
+
+    if not args.until_decided:
+        raise UsageError("--max-seeds is the budget of --until-decided; pass both")
+    if args.block is not None or args.seed_list is not None:
+        raise UsageError("--until-decided grows seeds 0..N-1 itself; do not pass --block or --seed-list")
+    if args.resume:
+        if args.conditions or args.seeds is not None:
+            raise UsageError("--resume DIR --until-decided continues the grid in DIR; do not pass a file or --seeds")
+        spec, run_dir = None, existing_directory(Path(args.resume), "--resume")
+        if not (run_dir / "grid.json").is_file():
+            raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
+    else:
+        spec = _grid_and_warnings(_conditions_path(args.conditions), args.seeds)
+        largest = block_spec(spec, 0)
+        check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
+        run_dir = _prepare_run_dir(args, spec.name)
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+    progress = console_progress(args.quiet)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        outcome = run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress)
+    except KeyboardInterrupt as stop:
+        progress.close()
+        terminated = isinstance(stop, Terminated)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+    return _finished(run_dir, outcome.diverged)
 
 
 def _finished(run_dir: Path, diverged: pd.DataFrame) -> int:
@@ -404,11 +457,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="run only seed block K of the grid into --out DIR (a job array's task); then coevolab merge DIR",
     )
+    add_ray_arguments(run)
     run.add_argument("--quiet", action="store_true", help="no progress output")
     run.add_argument(
         "--no-compile-cache",
         action="store_true",
         help=f"do not keep compiled programs on disk (default: ${CACHE_DIR_ENV} or {DEFAULT_CACHE_DIR})",
+    )
+    # Adding seeds until the grid's claims are decided (harness.experiment.until_decided).
+    until = run.add_argument_group("adding seeds until the claims are decided")
+    until.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="grow the grid in seed blocks, only the conditions of undecided claims, until every claim is decided "
+        "or --max-seeds is spent (looks planned up front, α spent over them); with --resume DIR, continue such a run "
+        "or grow a finished one",
+    )
+    until.add_argument("--max-seeds", type=seed_count, metavar="N", help="the seed budget of --until-decided")
+    until.add_argument(
+        "--spending",
+        choices=SPENDING_FUNCTIONS,
+        default="pocock",
+        help="how --until-decided spends α over its looks (default: pocock)",
     )
     run.set_defaults(handler=command_run)
 
@@ -438,20 +508,21 @@ def main(argv: list[str] | None = None) -> int:
     from harness.common.run_files import ArtifactWriteError
     from harness.experiment.blocks import BlockError
     from harness.experiment.checkpoint import CheckpointMismatch
+    from harness.experiment.ray_backend import BlockLost, RaySetupError
     from harness.grid.conditions import ConditionFileError
     from harness.grid.memory import GridTooLarge
     from harness.grid.trainer import PretrainingFailed
 
     try:
         return args.handler(args)
-    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch, BlockError) as error:
+    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch, BlockError, RaySetupError) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ArtifactWriteError as error:
         # A full disk or a file size limit: the file it would have replaced (the last checkpoint) is intact.
         print(f"coevolab: error: could not write {error.filename}: {error.strerror}", file=sys.stderr)
         return EXIT_FAILURE
-    except PretrainingFailed as error:
+    except (PretrainingFailed, BlockLost) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
 
