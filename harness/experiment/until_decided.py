@@ -1,0 +1,340 @@
+"""A grid grown in seed blocks until its claims are decided or the seed budget is spent.
+
+The looks and the error level each spends are planned before the first look (`harness.inference.sequential`):
+n_1 (the grid's own seeds) doubling to the budget n_K. Stage k (stages/<k>/ of the run directory) holds seeds
+n_{k−1}..n_k − 1 of the conditions that still appear in an undecided claim (stage 0: every condition, seeds
+0..n_1 − 1), run as a seed-block grid by `run_in_blocks` on any `Backend`. A run of condition c and seed s does not
+depend on which other conditions or seeds its grid holds (tests/test_until_decided.py compares a condition's metrics
+in grids of other conditions), so the stages' runs are the runs one grid of every seed would hold. After stage k the
+stages' metrics are merged (metrics.csv) and every claim is judged at level α_k (`verdict_table`, the family's
+adjustment within it); a claim decided at a look keeps that look's verdict, and the next stage grows only the
+conditions of the claims still open. The run stops when every claim is decided or after the last look.
+
+A grid of fewer seeds than a verdict needs (MIN_SEEDS) starts at that many: a look that can decide nothing would
+still spend α.
+
+The run directory: grid.json (the grid at its first look's seeds), sequential.json (the plan), stages/<k>/ (each a
+blocks run with its own report), metrics.csv (the stages merged: conditions may hold different seed counts),
+looks.csv (one row per look taken), claims.csv (each claim's row from the look that decided it, else from the last
+look, with the look, its level and, for open claims, the seeds a fixed-seed grid would need at α), report.md (the
+merged grid's report and a section on the sequential verdicts) and manifest.json. Running it again resumes: finished
+stages and blocks are kept, and the verdicts, which are deterministic, are recomputed from them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from harness.common.run_files import (
+    CLAIMS_FILE,
+    GRID_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    atomic_write_text,
+    manifest,
+    write_json,
+)
+from harness.experiment.blocks import Backend, BlockError, in_process, pending_blocks, uses_blocks
+from harness.experiment.checkpoint import has_checkpoint
+from harness.experiment.merge import IN_PROCESS, run_in_blocks
+from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
+from harness.grid.layout import GridSpec
+from harness.inference.claims import Claim
+from harness.inference.sequential import Spending, look_levels, planned_looks
+from harness.inference.verdicts import MIN_SEEDS, verdict_table
+from harness.report import write_run_report
+from harness.report.metrics_table import CSV_FLOAT_FORMAT
+from harness.report.sequential import sequential_section
+
+PLAN_FILE = "sequential.json"
+STAGES_DIR = "stages"
+LOOKS_FILE = "looks.csv"
+UNDECIDED = ("undecided", "untested")
+
+
+class SequentialPlan(BaseModel):
+    """sequential.json: the looks (seed counts) planned before the first, and the level each spends."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spending: Spending
+    alpha: float
+    looks: tuple[int, ...]
+    levels: tuple[float, ...]
+
+    @classmethod
+    def planned(cls, start: int, max_seeds: int, spending: Spending, alpha: float) -> SequentialPlan:
+        looks = planned_looks(start, max_seeds)
+        return cls(spending=spending, alpha=alpha, looks=looks, levels=tuple(look_levels(looks, alpha, spending)))
+
+
+@dataclass
+class UntilDecidedOutcome:
+    """The merged metrics, their diverged runs, the claims' sequential verdicts (claims.csv) and the looks taken."""
+
+    run_dir: Path
+    metrics: pd.DataFrame
+    diverged: pd.DataFrame
+    claims: pd.DataFrame
+    looks: pd.DataFrame
+
+
+def stage_dir(run_dir: Path, stage: int) -> Path:
+    return Path(run_dir) / STAGES_DIR / str(stage)
+
+
+def is_sequential(run_dir: Path) -> bool:
+    """Whether a run directory holds a grid grown until its claims are decided."""
+    return (Path(run_dir) / PLAN_FILE).is_file()
+
+
+def claim_conditions(claims: Sequence[Claim], spec: GridSpec) -> list[str]:
+    """The grid's conditions (in its order) that any of the claims compares."""
+    names = [c.name for c in spec.conditions]
+    used = {name for claim in claims for name in (claim.condition, *claim.other_conditions(names))}
+    return [name for name in names if name in used]
+
+
+def stage_spec(spec: GridSpec, plan: SequentialPlan, stage: int, names: Sequence[str]) -> GridSpec:
+    """Stage `stage`'s grid: the conditions `names`, seeds n_{k−1}..n_k − 1, no claims (they are judged merged)."""
+    first = 0 if stage == 0 else plan.looks[stage - 1]
+    run = spec.run.model_copy(update={"seeds": tuple(range(first, plan.looks[stage]))})
+    return spec.only(names).model_copy(update={"run": run, "claims": ()})
+
+
+def _stage_finished(directory: Path) -> bool:
+    if not (directory / METRICS_FILE).is_file() or has_checkpoint(directory):
+        return False
+    return not uses_blocks(directory) or not pending_blocks(load_spec(directory), directory)
+
+
+def adopt_finished_run(run_dir: Path) -> GridSpec:
+    """Make a finished run directory (not yet sequential) the first stage of a sequential one: its files move into
+    stages/0/. Returns its grid.
+
+    Raises:
+        BlockError: the run has not finished, states no claims, or its seeds are not 0..N-1 with N ≥ MIN_SEEDS.
+    """
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    if not spec.claims:
+        raise BlockError(f"{run_dir}: its grid states no claims; there is nothing to decide")
+    if spec.run.seeds != tuple(range(len(spec.run.seeds))):
+        raise BlockError(f"only a run of seeds 0..N-1 can grow; {run_dir} has seeds {list(spec.run.seeds)}")
+    if len(spec.run.seeds) < MIN_SEEDS:
+        raise BlockError(
+            f"{run_dir} has {len(spec.run.seeds)} seeds, fewer than a verdict needs ({MIN_SEEDS}); grow it first "
+            f"(coevolab run --resume {run_dir} --seeds {MIN_SEEDS})"
+        )
+    if not _stage_finished(run_dir):
+        raise BlockError(f"{run_dir} has not finished; finish it first (coevolab run --resume {run_dir})")
+    first = stage_dir(run_dir, 0)
+    first.mkdir(parents=True)
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name != STAGES_DIR:
+            shutil.move(entry, first / entry.name)
+    return spec
+
+
+def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spending: Spending, alpha: float) -> tuple:
+    """(grid, plan) of a sequential run directory: read from it where it has a plan (max_seeds, if given, must be
+    the plan's), else planned now from `spec` (or from a finished run in it, adopted as stage 0) and written.
+
+    Raises:
+        BlockError: a plan that differs from the one in the directory, no budget for a new plan, a grid without
+            claims or with seeds other than 0..N-1.
+    """
+    run_dir = Path(run_dir)
+    if is_sequential(run_dir):
+        plan = SequentialPlan.model_validate_json((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+        if max_seeds is not None and max_seeds != plan.looks[-1]:
+            raise BlockError(
+                f"{run_dir} was planned for {plan.looks[-1]} seeds; its looks cannot change once taken (the error "
+                "control rests on them): resume it as it is"
+            )
+        return load_spec(run_dir), plan
+    if max_seeds is None:
+        raise BlockError("--until-decided needs a seed budget: --max-seeds N")
+    if spec is None:
+        spec = adopt_finished_run(run_dir)
+    if not spec.claims:
+        raise BlockError(f"the grid '{spec.name}' states no claims; there is nothing to decide")
+    start = len(spec.run.seeds)
+    if spec.run.seeds != tuple(range(start)):
+        raise BlockError(f"only a grid of seeds 0..N-1 can grow; this one has seeds {list(spec.run.seeds)}")
+    if max_seeds < max(start, MIN_SEEDS):
+        raise BlockError(
+            f"a budget of {max_seeds} seeds is too small: the grid has {start}, and a claim needs {MIN_SEEDS} for a "
+            "verdict"
+        )
+    # A look with fewer seeds than a verdict needs could decide nothing but would spend α: the first has MIN_SEEDS.
+    plan = SequentialPlan.planned(max(start, MIN_SEEDS), max_seeds, spending, alpha)
+    if plan.looks[0] > start:
+        spec = spec.model_copy(update={"run": spec.run.model_copy(update={"seeds": tuple(range(plan.looks[0]))})})
+    atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    atomic_write_text(run_dir / PLAN_FILE, plan.model_dump_json(indent=2) + "\n")
+    return spec, plan
+
+
+def merged_stages_text(spec: GridSpec, stages: int, run_dir: Path) -> str:
+    """The first `stages` stages' metrics.csv joined, text as each wrote it, in the grid's condition order, then
+    seed, then iteration."""
+    tables = [
+        pd.read_csv(stage_dir(run_dir, k) / METRICS_FILE, dtype=str, keep_default_na=False) for k in range(stages)
+    ]
+    merged = pd.concat(tables, ignore_index=True)
+    order = {c.name: i for i, c in enumerate(spec.conditions)}
+    keys = pd.DataFrame(
+        {
+            "condition": merged["condition"].map(order),
+            "seed": merged["seed"].astype(int),
+            "iteration": merged["iteration"].astype(int),
+        }
+    )
+    merged = merged.loc[keys.sort_values(["condition", "seed", "iteration"], kind="stable").index]
+    text = io.StringIO()
+    merged.to_csv(text, index=False)
+    return text.getvalue()
+
+
+def record_look(decided: pd.DataFrame | None, table: pd.DataFrame, look: int, level: float) -> pd.DataFrame:
+    """The claims' rows after a look: each decided claim's row from the look that decided it, each open claim's
+    from this look; `look` (1-based) and `level` are the look and level of the row's verdict (look empty: open)."""
+    table = table.assign(decided_at_look=np.where(table["verdict"].isin(UNDECIDED), np.nan, look), look_level=level)
+    if decided is not None:
+        keep = decided["decided_at_look"].notna()
+        table.loc[keep] = decided.loc[keep]
+    return table
+
+
+def run_until_decided(
+    spec: GridSpec | None,
+    run_dir: Path,
+    max_seeds: int | None = None,
+    spending: Spending = "pocock",
+    progress: Progress | None = None,
+    backend: Backend = in_process,
+    how: str = IN_PROCESS,
+    confidence: float = 0.95,
+) -> UntilDecidedOutcome:
+    """Grow `spec` (seeds 0..N-1, with claims) in stages until its claims are decided or `max_seeds` are spent.
+
+    Args:
+        spec: the grid at its first look's seeds; None resumes run_dir (a sequential run, or a finished run of a
+            grid with claims, adopted as its first stage).
+        max_seeds: the budget (the last look's seeds); None only where run_dir already holds a plan.
+        spending: how α = 1 − confidence is spent over the looks (`harness.inference.sequential`).
+        backend, how: what runs each stage's seed blocks, and its name for the manifests and reports.
+
+    Returns:
+        The merged metrics and the claims' sequential verdicts (also written into run_dir, see the module).
+
+    Raises:
+        BlockError: see `prepare`; a stage's blocks of another grid.
+        KeyboardInterrupt: Ctrl-C or SIGTERM; finished blocks and checkpoints stay for a resume.
+    """
+    run_dir = Path(run_dir)
+    progress = progress or SilentProgress()
+    started, entered = dt.datetime.now(dt.UTC), time.perf_counter()
+    spec, plan = prepare(run_dir, spec, max_seeds, spending, 1 - confidence)
+    names = [c.name for c in spec.conditions]
+    decided: pd.DataFrame | None = None
+    looks: list[dict[str, object]] = []
+    metrics = pd.DataFrame()
+    for stage, (seeds, level) in enumerate(zip(plan.looks, plan.levels, strict=True)):
+        if stage > 0:
+            assert decided is not None
+            still_open = decided["decided_at_look"].isna().to_numpy()
+            names = claim_conditions([c for c, open_ in zip(spec.claims, still_open, strict=True) if open_], spec)
+        directory = stage_dir(run_dir, stage)
+        own = stage_spec(spec, plan, stage, names)
+        if not _stage_finished(directory):
+            directory.mkdir(parents=True, exist_ok=True)
+            progress.phase("look", f"{stage + 1} of {len(plan.looks)}: {len(names)} conditions to {seeds} seeds")
+            run_in_blocks(own, directory, progress, backend, how)
+        atomic_write_text(run_dir / METRICS_FILE, merged_stages_text(spec, stage + 1, run_dir))
+        metrics = pd.read_csv(run_dir / METRICS_FILE)
+        progress.phase("verdicts", f"look {stage + 1} at level {level:.3g}")
+        table = verdict_table(metrics, spec.claims, 1 - level, estimate_seeds=False)
+        before = 0 if decided is None else int(decided["decided_at_look"].notna().sum())
+        decided = record_look(decided, table, stage + 1, level)
+        newly = decided["claim"][decided["decided_at_look"] == stage + 1].tolist()
+        looks.append(
+            {
+                "look": stage + 1,
+                "seeds": seeds,
+                "level": level,
+                "spent": float(np.sum(plan.levels[: stage + 1])),
+                "conditions_grown": len(names),
+                "runs": len(names) * len(own.run.seeds),
+                "decided": len(newly) + before,
+                "decided_here": "; ".join(newly),
+            }
+        )
+        if decided["decided_at_look"].notna().all():
+            break
+    assert decided is not None
+    claims = _with_seeds_needed(decided, metrics, spec.claims, confidence)
+    look_table = pd.DataFrame(looks)
+    _write_outputs(run_dir, spec, plan, metrics, claims, look_table, how, started, time.perf_counter() - entered)
+    progress.close()
+    return UntilDecidedOutcome(run_dir, metrics, diverged_runs(metrics), claims, look_table)
+
+
+def _with_seeds_needed(
+    decided: pd.DataFrame, metrics: pd.DataFrame, claims: Sequence[Claim], confidence: float
+) -> pd.DataFrame:
+    """Open claims' seeds_needed: the seeds a fixed-seed grid would need to decide them at α, from all the data."""
+    out = decided.copy()
+    open_ = out["decided_at_look"].isna().to_numpy()
+    if open_.any():
+        estimates = verdict_table(metrics, claims, confidence)["seeds_needed"].to_numpy()
+        out["seeds_needed"] = np.where(open_, estimates, np.nan)
+    return out
+
+
+def _write_outputs(
+    run_dir: Path,
+    spec: GridSpec,
+    plan: SequentialPlan,
+    metrics: pd.DataFrame,
+    claims: pd.DataFrame,
+    looks: pd.DataFrame,
+    how: str,
+    started: dt.datetime,
+    seconds: float,
+) -> None:
+    """claims.csv, looks.csv, report.md (the merged grid's report, then the sequential verdicts) and manifest.json."""
+    atomic_write_text(run_dir / CLAIMS_FILE, claims.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    atomic_write_text(run_dir / LOOKS_FILE, looks.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    line = (
+        f"Grown until its claims were decided: {len(looks)} of {len(plan.looks)} planned looks "
+        f"({', '.join(map(str, plan.looks))} seeds), each look's new seeds run as seed blocks, {how}."
+    )
+    report_grid = spec.model_copy(update={"claims": ()})  # the claims are judged by the looks, not at α once
+    write_run_report(run_dir, metrics, spec.name, report_grid, how_run=line)
+    report = run_dir / "report.md"
+    section = sequential_section(claims, looks, plan.looks, np.asarray(plan.levels), plan.alpha, plan.spending)
+    atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section)
+    write_json(
+        run_dir / MANIFEST_FILE,
+        manifest(
+            spec.model_dump(mode="json"),
+            {"until_decided": seconds},
+            started,
+            runs=int(looks["runs"].sum()),
+            execution={"backend": how, "line": line},
+            sequential=plan.model_dump(mode="json"),
+            looks=looks.to_dict(orient="records"),
+        ),
+    )

@@ -1,0 +1,249 @@
+"""`coevolab run FILE --until-decided --max-seeds N` on a tiny grid with claims, in this process (the stages share
+compiled programs): a clear claim is decided at the first look and its condition stops growing, the open claim's
+conditions grow to the budget, resuming recomputes the same verdicts without training, a changed budget is refused,
+and a condition's runs in a grid of fewer conditions match its runs in the whole grid."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+from jax.experimental.compilation_cache import compilation_cache
+
+from harness import cli, report
+from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
+from harness.experiment import until_decided
+from harness.experiment.blocks import (
+    BLOCK_FILE,
+    Attempt,
+    BlockError,
+    BlockRecord,
+    BlockRunner,
+    block_dir,
+    block_spec,
+    read_record,
+)
+from harness.experiment.runner import execute, load_spec
+from harness.experiment.until_decided import LOOKS_FILE, stage_dir
+from harness.grid.compile_cache import CACHE_DIR_ENV
+from harness.grid.conditions import grid_from_mapping
+from harness.grid.layout import GridSpec
+from harness.inference.sequential import look_levels
+
+# Three cheap conditions. The frozen judge's alignment is clearly above the baseline's after a few steps: decided at
+# the first look. The end mode's quality of resets against the baseline differs on one or two seeds either way:
+# open at the first look, so its two conditions (not frozen) grow to the budget.
+GRID = """
+[run]
+seeds = 20
+iterations = 2
+steps_per_iteration = 20
+
+[pretrain]
+target_spearman = 0.3
+
+[conditions.baseline]
+
+[conditions.frozen]
+boundary = true
+freeze_judge = true
+
+[conditions.reset]
+reset_every = 1
+
+[claims.frozen-keeps-alignment]
+statement = "a frozen judge ends better aligned than the baseline's"
+metric = "judge_alignment"
+condition = "frozen"
+direction = "above"
+than_condition = "baseline"
+
+[claims.reset-ends-in-better-modes]
+statement = "resets every iteration end in better modes than the baseline"
+metric = "mode_quality"
+condition = "reset"
+direction = "above"
+than_condition = "baseline"
+"""
+MAX_SEEDS = 40
+
+
+def _coevolab(*argv: object) -> int:
+    return cli.main([*map(str, argv), "--quiet"])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -> dict[str, Path]:
+    """The grid grown until decided (kept), a copy resumed, and the whole grid at the second look's seeds."""
+    root = tmp_path_factory.mktemp("until-decided")
+    grid = root / "grid.toml"
+    grid.write_text(GRID)
+    # `coevolab run` turns JAX's compile cache on in this process; later tests in this worker must not inherit it.
+    saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
+        assert _coevolab("run", grid, "--until-decided", "--max-seeds", MAX_SEEDS, "--out", root / "run") == 0
+        shutil.copytree(root / "run", root / "resumed")
+        assert _coevolab("run", "--resume", root / "resumed", "--until-decided") == 0
+        # The same seeds as the second look's stage, every condition: the first stage's program shape again.
+        whole = load_spec(stage_dir(root / "run", 0))
+        whole = whole.model_copy(update={"run": whole.run.model_copy(update={"seeds": tuple(range(20, 40))})})
+        (root / "whole").mkdir()
+        execute(whole, root / "whole", write_report=False)
+    jax.config.update("jax_enable_compilation_cache", saved[0])
+    jax.config.update("jax_compilation_cache_dir", saved[1])
+    compilation_cache.reset_cache()
+    return {"grid": grid, "run": root / "run", "resumed": root / "resumed", "whole": root / "whole"}
+
+
+@pytest.mark.heavy
+def test_a_clear_claim_is_decided_first_and_its_condition_stops_growing(runs: dict[str, Path]) -> None:
+    looks = pd.read_csv(runs["run"] / LOOKS_FILE)
+    levels = look_levels((20, 40), 0.05, "pocock")
+    assert looks["seeds"].tolist() == [20, 40]
+    np.testing.assert_allclose(looks["level"], levels, rtol=1e-8)  # as claims.csv writes floats
+    assert looks["conditions_grown"].tolist() == [3, 2]
+    claims = pd.read_csv(runs["run"] / CLAIMS_FILE).set_index("claim")
+    clear = claims.loc["frozen-keeps-alignment"]
+    assert (clear["verdict"], clear["decided_at_look"], clear["seeds"]) == ("holds", 1, 20)
+    assert clear["look_level"] == pytest.approx(levels[0]) and clear["ci_level"] <= 1 - levels[0] / 2
+    later = claims.loc["reset-ends-in-better-modes"]
+    assert later["seeds"] == MAX_SEEDS and later["look_level"] == pytest.approx(levels[1])
+    if pd.isna(later["decided_at_look"]):  # open after the budget: the seeds a fixed-size grid would need
+        assert later["verdict"] == "undecided" and pd.notna(later["seeds_needed"])
+    metrics = pd.read_csv(runs["run"] / METRICS_FILE)
+    seeds = metrics.groupby("condition", sort=False)["seed"].nunique()
+    assert seeds.to_dict() == {"baseline": 40, "frozen": 20, "reset": 40}
+    assert load_spec(stage_dir(runs["run"], 1)).run.seeds == tuple(range(20, 40))
+    report = (runs["run"] / "report.md").read_text()
+    assert "## Which claims hold, deciding as seeds were added" in report and "Pocock-type" in report
+
+
+@pytest.mark.heavy
+def test_resuming_recomputes_the_same_verdicts_without_training(runs: dict[str, Path]) -> None:
+    for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE):
+        assert (runs["resumed"] / name).read_bytes() == (runs["run"] / name).read_bytes()
+    for stage in (0, 1):
+        assert len(read_record(stage_dir(runs["resumed"], stage), 0).attempts) == 1
+
+
+@pytest.mark.heavy
+def test_a_planned_budget_cannot_change(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert _coevolab("run", "--resume", runs["resumed"], "--until-decided", "--max-seeds", 80) == cli.EXIT_BAD_INPUT
+    assert "cannot change" in capsys.readouterr().err
+    assert _coevolab("run", runs["grid"], "--max-seeds", 80, "--out", runs["run"].parent / "x") == cli.EXIT_BAD_INPUT
+
+
+@pytest.mark.heavy
+def test_a_condition_runs_alike_in_a_grid_of_fewer_conditions(runs: dict[str, Path]) -> None:
+    """Stage 2 ran baseline and reset without frozen: the same end modes as in the whole grid, floats within the
+    tolerance blocks have against a grid run whole (other program shapes round differently)."""
+    stage = pd.read_csv(stage_dir(runs["run"], 1) / METRICS_FILE)
+    whole = pd.read_csv(runs["whole"] / METRICS_FILE)
+    whole = whole[whole["condition"] != "frozen"].reset_index(drop=True)
+    assert stage[["condition", "seed", "iteration"]].equals(whole[["condition", "seed", "iteration"]])
+    np.testing.assert_array_equal(stage["mode_index"], whole["mode_index"])
+    floats = [name for name in whole.columns if whole[name].dtype.kind == "f"]
+    np.testing.assert_allclose(stage[floats].to_numpy(float), whole[floats].to_numpy(float), rtol=0, atol=1e-4)
+
+
+# The loop on known truth, without training: a backend that writes every pending block's metrics as a function of
+# (condition, seed) alone, as a real run is. "better" ends 0.5 above "base" on 70% of seeds (decided at the first
+# look); "same" differs from "base" by jumps either way with equal chance (open, so those two grow; "better" stops).
+SYNTHETIC = {
+    "run": {"seeds": 20, "iterations": 1, "block_seeds": 10},
+    "conditions": {"base": {}, "better": {}, "same": {}},
+    "claims": {
+        "better-is-better": {
+            "statement": "s",
+            "metric": "policy_quality",
+            "condition": "better",
+            "direction": "above",
+            "than_condition": "base",
+        },
+        "same-is-better": {
+            "statement": "s",
+            "metric": "policy_quality",
+            "condition": "same",
+            "direction": "above",
+            "than_condition": "base",
+        },
+    },
+}
+
+
+def _quality(condition: str, seed: int) -> float:
+    rng = np.random.default_rng([seed, len(condition)])
+    draw = rng.random()
+    if condition == "better":
+        return 0.5 if draw < 0.7 else 0.0
+    if condition == "same":
+        return 0.25 if draw < 0.1 else -0.25 if draw < 0.2 else 0.0
+    return 0.0
+
+
+def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run_one: BlockRunner) -> None:
+    """Writes each pending block as a finished block would be, with _quality's values (no training)."""
+    del run_one
+    calls.append((tuple(c.name for c in spec.conditions), tuple(pending)))
+    for block in pending:
+        own = block_spec(spec, block)
+        directory = block_dir(run_dir, block)
+        directory.mkdir(parents=True)
+        rows = [
+            {"condition": c.name, "seed": s, "iteration": i, "policy_quality": _quality(c.name, s), "diverged": False}
+            for c in own.conditions
+            for s in own.run.seeds
+            for i in range(own.run.iterations + 1)
+        ]
+        (directory / METRICS_FILE).write_text(pd.DataFrame(rows).to_csv(index=False))
+        (directory / GRID_FILE).write_text(own.model_dump_json())
+        attempt = Attempt(host="synthetic", started="", finished="")
+        record = BlockRecord(block=block, seeds=own.run.seeds, finished=True, attempts=[attempt])
+        (directory / BLOCK_FILE).write_text(record.model_dump_json())
+
+
+calls: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+
+
+@pytest.fixture
+def no_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grid's report needs every metric of a real run; these tables hold one."""
+
+    def title_only(run_dir: Path, *args: object, **kwargs: object) -> None:
+        (Path(run_dir) / "report.md").write_text("# report\n")
+
+    monkeypatch.setattr(report, "write_run_report", title_only)
+    monkeypatch.setattr(until_decided, "write_run_report", title_only)
+
+
+def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path, no_reports: None) -> None:
+    spec = grid_from_mapping(SYNTHETIC)
+    calls.clear()
+    outcome = until_decided.run_until_decided(spec, tmp_path, 80, backend=synthetic_backend, how="synthetic")
+    assert outcome.looks["seeds"].tolist() == [20, 40, 80]
+    assert calls == [(("base", "better", "same"), (0, 1)), (("base", "same"), (0, 1)), (("base", "same"), (0, 1, 2, 3))]
+    claims = outcome.claims.set_index("claim")
+    assert claims.loc["better-is-better", ["verdict", "decided_at_look", "seeds"]].tolist() == ["holds", 1, 20]
+    assert claims.loc["same-is-better", "verdict"] in ("undecided", "not supported")  # never holds: no true effect
+    assert outcome.metrics.groupby("condition")["seed"].nunique().to_dict() == {"base": 80, "better": 20, "same": 80}
+    written = {name: (tmp_path / name).read_bytes() for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE)}
+    calls.clear()
+    until_decided.run_until_decided(None, tmp_path, backend=synthetic_backend)  # resumed: every stage finished
+    assert calls == []
+    assert {name: (tmp_path / name).read_bytes() for name in written} == written
+    with pytest.raises(BlockError, match="cannot change"):
+        until_decided.run_until_decided(None, tmp_path, 160, backend=synthetic_backend)
+
+
+def test_a_grid_without_claims_or_budget_is_refused(tmp_path: Path) -> None:
+    spec = grid_from_mapping({**SYNTHETIC, "claims": {}})
+    with pytest.raises(BlockError, match="no claims"):
+        until_decided.run_until_decided(spec, tmp_path / "a", 80, backend=synthetic_backend)
+    with pytest.raises(BlockError, match="too small"):
+        until_decided.run_until_decided(grid_from_mapping(SYNTHETIC), tmp_path / "b", 10, backend=synthetic_backend)
