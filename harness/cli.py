@@ -295,9 +295,12 @@ def command_run(args: argparse.Namespace) -> int:
 def command_until_decided(args: argparse.Namespace) -> int:
     """`coevolab run [FILE] --until-decided --max-seeds N`, or `--resume DIR --until-decided` (see
     harness.experiment.until_decided)."""
+    import shutil
+
     from harness.experiment.blocks import block_spec
     from harness.experiment.progress import console_progress
-    from harness.experiment.until_decided import run_until_decided
+    from harness.experiment.ray_backend import RAY, RayBackend
+    from harness.experiment.until_decided import PLAN_FILE, STAGES_DIR, run_until_decided
     from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
@@ -306,6 +309,7 @@ def command_until_decided(args: argparse.Namespace) -> int:
         raise UsageError("--max-seeds is the budget of --until-decided; pass both")
     if args.block is not None or args.seed_list is not None:
         raise UsageError("--until-decided grows seeds 0..N-1 itself; do not pass --block or --seed-list")
+    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
     if args.resume:
         if args.conditions or args.seeds is not None:
             raise UsageError("--resume DIR --until-decided continues the grid in DIR; do not pass a file or --seeds")
@@ -317,12 +321,16 @@ def command_until_decided(args: argparse.Namespace) -> int:
         largest = block_spec(spec, 0)
         check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
         run_dir = _prepare_run_dir(args, spec.name)
+        if args.force:  # --force starts the grid over, not from an earlier plan's stages
+            (run_dir / PLAN_FILE).unlink(missing_ok=True)
+            shutil.rmtree(run_dir / STAGES_DIR, ignore_errors=True)
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = console_progress(args.quiet)
     previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        outcome = run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress)
+        backend = {"backend": ray, "how": RAY} if ray else {}
+        outcome = run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress, **backend)
     except KeyboardInterrupt as stop:
         progress.close()
         terminated = isinstance(stop, Terminated)
@@ -331,6 +339,8 @@ def command_until_decided(args: argparse.Namespace) -> int:
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if ray:
+            ray.close()
     return _finished(run_dir, outcome.diverged)
 
 
