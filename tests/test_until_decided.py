@@ -247,3 +247,24 @@ def test_a_grid_without_claims_or_budget_is_refused(tmp_path: Path) -> None:
         until_decided.run_until_decided(spec, tmp_path / "a", 80, backend=synthetic_backend)
     with pytest.raises(BlockError, match="too small"):
         until_decided.run_until_decided(grid_from_mapping(SYNTHETIC), tmp_path / "b", 10, backend=synthetic_backend)
+
+
+def test_a_finished_run_grows_as_the_first_look(tmp_path: Path, no_reports: None) -> None:
+    """A finished run (here of an earlier version, with a metric the stages after it lack) becomes stages/0/ and
+    grows from there; the merged metrics keep the columns every stage has."""
+    spec = grid_from_mapping(SYNTHETIC)
+    rows = [
+        {"condition": c.name, "seed": s, "iteration": i, "policy_quality": _quality(c.name, s), "diverged": False}
+        for c in spec.conditions
+        for s in spec.run.seeds
+        for i in range(spec.run.iterations + 1)
+    ]
+    (tmp_path / METRICS_FILE).write_text(pd.DataFrame(rows).assign(retired_metric=1.0).to_csv(index=False))
+    (tmp_path / GRID_FILE).write_text(spec.model_dump_json())
+    (tmp_path / "report.md").write_text("# the run's own report\n")
+    calls.clear()
+    outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend)
+    assert calls == [(("base", "same"), (0, 1))]  # the first look decided better-is-better from the run's 20 seeds
+    assert (stage_dir(tmp_path, 0) / "report.md").read_text() == "# the run's own report\n"
+    assert "retired_metric" not in outcome.metrics.columns
+    assert outcome.claims.set_index("claim").loc["better-is-better", "decided_at_look"] == 1

@@ -188,11 +188,12 @@ def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spendin
 
 def merged_stages_text(spec: GridSpec, stages: int, run_dir: Path) -> str:
     """The first `stages` stages' metrics.csv joined, text as each wrote it, in the grid's condition order, then
-    seed, then iteration."""
+    seed, then iteration; the metrics every stage has (a grown run of an earlier version may lack newer ones)."""
     tables = [
         pd.read_csv(stage_dir(run_dir, k) / METRICS_FILE, dtype=str, keep_default_na=False) for k in range(stages)
     ]
-    merged = pd.concat(tables, ignore_index=True)
+    shared = [name for name in tables[0].columns if all(name in table.columns for table in tables)]
+    merged = pd.concat([table[shared] for table in tables], ignore_index=True)
     order = {c.name: i for i, c in enumerate(spec.conditions)}
     keys = pd.DataFrame(
         {
