@@ -247,7 +247,7 @@ def run_until_decided(
     run_dir = Path(run_dir)
     progress = progress or SilentProgress()
     started, entered = dt.datetime.now(dt.UTC), time.perf_counter()
-    spec, plan = prepare(run_dir, spec, max_seeds, spending, 1 - confidence)
+    spec, plan = prepare(run_dir, spec, max_seeds, spending, round(1 - confidence, 12))
     names = [c.name for c in spec.conditions]
     decided: pd.DataFrame | None = None
     looks: list[dict[str, object]] = []
