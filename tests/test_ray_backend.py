@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import jax
@@ -42,7 +43,8 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: the module needs Ray)
 
 ROOT = Path(__file__).resolve().parents[1]
-# A grid whose program compiles in seconds: two conditions in a 2-token × 2-position world, one seed per block.
+# A grid whose program compiles quickly (about 20 s cold on two cores): two conditions in a 2-token × 2-position
+# world, one seed per block.
 GRID = """
 [run]
 seeds = 2
@@ -62,8 +64,9 @@ freeze_judge = true
 """
 # The fault tests' grid: iterations long enough (about a second) that a kill at the first checkpoint lands mid-block.
 SLOW_STEPS = 300
+# Each node would otherwise offer most of the machine's memory, three times over; a block here asks for about 1.5 GiB.
 NODE_MEMORY = 4 * 2**30
-OBJECT_STORE = 80 * 2**20
+OBJECT_STORE = 80 * 2**20  # the blocks hand back one record each
 
 
 def _coevolab(*argv: object) -> int:
@@ -109,9 +112,10 @@ def slow_grids(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: P
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Cluster:
+def cluster() -> Iterator[Cluster]:
     """A Ray cluster of this machine: a head that runs no tasks and two 1-CPU worker nodes."""
     saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     resources = {"object_store_memory": OBJECT_STORE, "memory": NODE_MEMORY}
     head = {"num_cpus": 0, "include_dashboard": False, **resources}
     machines = Cluster(initialize_head=True, head_node_args=head)
@@ -120,6 +124,8 @@ def cluster() -> Cluster:
     machines.wait_for_nodes()
     yield machines
     machines.shutdown()
+    for number, handler in handlers.items():  # Ray's nodes set their own; later tests in this worker get the old ones
+        signal.signal(number, handler)
     # The in-process `coevolab run` turned JAX's compile cache on; later tests in this worker must not inherit it.
     jax.config.update("jax_enable_compilation_cache", saved[0])
     jax.config.update("jax_compilation_cache_dir", saved[1])
@@ -240,7 +246,7 @@ def test_two_attempts_at_one_block_give_one_result(
             True,
             harness_source_digest(),
         )
-        records = [record for record, _, _ in ray.get([task.remote(*arguments), task.remote(*arguments)])]
+        records = ray.get([task.remote(*arguments), task.remote(*arguments)])
     finally:
         backend.close()
     # One attempt ran the block; the other waited for it and found it finished.

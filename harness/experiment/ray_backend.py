@@ -30,9 +30,8 @@ import logging
 import os
 import re
 import socket
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,18 +68,6 @@ class BlockResources:
 
     cpus: int
     memory_bytes: int
-
-
-@dataclass
-class TaskTiming:
-    """One finished block's task, in the driver's and the worker's clocks (seconds since the epoch)."""
-
-    block: int
-    host: str
-    submitted: float
-    started: float  # the task began in its worker: scheduling and the worker's start lie before it
-    imported: float  # JAX and the harness imported, the device count set
-    finished: float
 
 
 def block_resources(spec: GridSpec, cpus: int) -> BlockResources:
@@ -182,7 +169,7 @@ def holding_block(run_dir: Path, block: int) -> Iterator[None]:
 
 def run_block_task(
     spec_json: str, block: int, run_dir: str, cpus: int, cache_dir: str | None, use_cache: bool, source: str
-) -> tuple[str, float, float]:
+) -> str:
     """A Ray task's body: block `block` of the grid `spec_json` into `run_dir`, on `cpus` JAX CPU devices.
 
     Args:
@@ -191,13 +178,12 @@ def run_block_task(
         source: the driver's harness source digest; a node whose coevolab differs would train another program.
 
     Returns:
-        The block's record (block.json's text), when the task began, when its imports were done (time.time()).
+        The block's record (block.json's text).
 
     Raises:
         RaySetupError: this node runs another coevolab than the driver, or JAX has other devices than asked for.
         BlockError, CheckpointMismatch, ArtifactWriteError: as `run_block` raises them.
     """
-    started = time.time()
     # Before JAX is imported in this fresh worker: it reads both when its CPU backend starts.
     os.environ["JAX_NUM_CPU_DEVICES"] = str(cpus)
     os.environ["XLA_FLAGS"] = _without_device_count(os.environ.get("XLA_FLAGS", ""))
@@ -214,11 +200,10 @@ def run_block_task(
         raise RaySetupError(f"node {host}: JAX started with {len(jax.devices('cpu'))} CPU devices, not {cpus}")
     if use_cache:
         enable_compilation_cache(Path(cache_dir) if cache_dir else None)
-    imported = time.time()
     spec = GridSpec.model_validate_json(spec_json)
     with holding_block(Path(run_dir), block):
         record = run_block(spec, block, Path(run_dir))
-    return record.model_dump_json(), started, imported
+    return record.model_dump_json()
 
 
 @dataclass
@@ -227,7 +212,6 @@ class RayBackend:
 
     cpus_per_block: None for every CPU of the cluster's smallest node. compile_cache: whether tasks keep compiled
     programs on disk ($COEVOLAB_CACHE_DIR as the driver has it, else each node's ~/.cache/coevolab/jax).
-    timings: the tasks of the last call, in the order they finished.
     """
 
     address: str
@@ -235,8 +219,7 @@ class RayBackend:
     compile_cache: bool = True
     quiet: bool = False
     max_retries: int = MAX_RETRIES
-    started_instance: bool = False
-    timings: list[TaskTiming] = field(default_factory=list)
+    owns_connection: bool = False  # this backend called ray.init (and so ends the session in close)
 
     @classmethod
     def connect(
@@ -251,8 +234,8 @@ class RayBackend:
         """
         ray = _import_ray()
         quiet_logs = {"logging_level": logging.ERROR, "log_to_driver": False}
-        started = False
-        if not ray.is_initialized():
+        joined = not ray.is_initialized()
+        if joined:
             if address == LOCAL:
                 ray.init(
                     address=LOCAL,
@@ -260,14 +243,13 @@ class RayBackend:
                     object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                     **quiet_logs,
                 )
-                started = True
             else:
                 check_reachable(address, _bootstrap_address(ray, address))
                 try:
                     ray.init(address=address, **quiet_logs)
                 except (ConnectionError, RuntimeError) as error:
                     raise RaySetupError(f"--ray {address}: {str(error).splitlines()[0]}") from None
-        return cls(address, cpus_per_block, compile_cache, quiet, started_instance=started)
+        return cls(address, cpus_per_block, compile_cache, quiet, owns_connection=joined)
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> RayBackend | None:
@@ -285,9 +267,9 @@ class RayBackend:
         return cls.connect(args.ray, args.ray_cpus_per_block, not args.no_compile_cache, args.quiet)
 
     def close(self) -> None:
-        """Leave the cluster (stopping the local instance this backend started)."""
+        """Leave the cluster, if `connect` joined it (a local instance it started stops)."""
         ray = _import_ray()
-        if ray.is_initialized():
+        if self.owns_connection and ray.is_initialized():
             ray.shutdown()
 
     def _say(self, text: str) -> None:
@@ -326,7 +308,6 @@ class RayBackend:
             RaySetupError: no node fits a block.
         """
         del run_one
-        self.timings = []
         if not pending:
             return
         ray = _import_ray()
@@ -343,7 +324,6 @@ class RayBackend:
         )
         spec_json, where, source = spec.model_dump_json(), str(Path(run_dir).resolve()), harness_source_digest()
         cache = os.environ.get(CACHE_DIR_ENV)
-        submitted = time.time()
         tasks = {task.remote(spec_json, k, where, need.cpus, cache, self.compile_cache, source): k for k in pending}
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         self._say(
@@ -355,7 +335,7 @@ class RayBackend:
                 done, _ = ray.wait(list(tasks), num_returns=1)
                 block = tasks.pop(done[0])
                 try:
-                    record_json, began, imported = ray.get(done[0])
+                    record_json = ray.get(done[0])
                 except ray.exceptions.RayTaskError as error:
                     raise (error.cause if isinstance(error.cause, Exception) else BlockLost(str(error))) from None
                 except ray.exceptions.RayError as error:
@@ -366,7 +346,6 @@ class RayBackend:
                     ) from None
                 record = BlockRecord.model_validate_json(record_json)
                 last = record.attempts[-1]
-                self.timings.append(TaskTiming(block, last.host, submitted, began, imported, time.time()))
                 seeds = block_seeds(spec, block)
                 self._say(
                     f"block {block} (seeds {seeds[0]}..{seeds[-1]}) finished on {last.host}, attempt "
