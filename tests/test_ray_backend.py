@@ -153,6 +153,17 @@ def test_blocks_on_a_cluster_merge_to_the_bytes_of_an_in_process_run(
     assert stale_temporaries(out) == []
 
 
+@pytest.mark.heavy
+def test_a_run_grown_on_a_cluster_runs_only_its_new_blocks(
+    cluster: Cluster, grids: dict[str, Path], tmp_path: Path, subprocess_compile_cache: Path
+) -> None:
+    out = tmp_path / "grown"
+    assert _coevolab("run", grids["grid"], "--seeds", 1, "--out", out, "--ray", cluster.address) == cli.EXIT_OK
+    assert _coevolab("run", "--resume", out, "--seeds", 2, "--ray", cluster.address) == cli.EXIT_OK
+    assert (out / METRICS_FILE).read_bytes() == (grids["reference"] / METRICS_FILE).read_bytes()
+    assert [len(read_record(out, block).attempts) for block in (0, 1)] == [1, 1]
+
+
 def _garbage_checkpoint_run(grid: Path, out: Path) -> None:
     """A one-block run directory whose block has its grid, its record and a checkpoint that is not one."""
     spec = load_grid(grid, seeds=(0,))
