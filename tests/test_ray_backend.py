@@ -199,6 +199,12 @@ def test_errors_of_a_block_are_reported_in_one_line_and_not_retried(
     _one_line_error(capsys, "holds a block of another grid")
     assert read_record(foreign, 0).attempts == []
 
+    too_big = tmp_path / "too-big"
+    argv = ("run", grids["grid"], "--out", too_big, "--ray", cluster.address, "--ray-cpus-per-block", 4)
+    assert _coevolab(*argv) == cli.EXIT_BAD_INPUT
+    _one_line_error(capsys, "a block needs 4 CPUs")
+    assert not block_dir(too_big, 0).exists()  # refused before any task started
+
     backend = RayBackend.connect(cluster.address, quiet=True)
     try:
         with pytest.raises(BlockError, match="block 5 is out of range"):

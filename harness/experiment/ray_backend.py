@@ -306,14 +306,17 @@ class RayBackend:
             what a block's task raised (BlockError, CheckpointMismatch, ...), the other tasks cancelled first;
             BlockLost: a task's worker or node died more than `max_retries` times;
             RaySetupError: no node fits a block.
+            BlockError: a pending block is not one of the grid's (before any task starts).
         """
         del run_one
         if not pending:
             return
         ray = _import_ray()
-        from harness.experiment.blocks import BlockRecord, block_count, block_seeds
+        from harness.experiment.blocks import BlockRecord, block_count, block_seeds, check_block
         from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 
+        for block in pending:  # here, not in a worker started only to refuse it
+            check_block(spec, block)
         need = self.resources(spec)
         task = ray.remote(max_calls=1)(run_block_task).options(
             num_cpus=need.cpus,
