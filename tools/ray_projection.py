@@ -111,7 +111,7 @@ def projection_block(payload: dict) -> str:
     loads = measured.get("load_average_before_and_after") or [0.0]
     shared = (
         f" Other work shared the machine while it was measured (load average up to {max(loads):.1f}), so every "
-        "cost here is inflated."
+        "cost here may be inflated."
         if max(loads) > payload.get("cores", 1) + 0.5  # more runnable work than cores: the runs waited for them
         else ""
     )
