@@ -29,6 +29,7 @@ LONGEST_FIRST = (
     "test_original_engine.py",
     "test_sharding.py",
     "test_original_streams.py",
+    "test_ray_backend.py",
 )
 
 
@@ -50,10 +51,16 @@ def smoke_metrics() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="session")
-def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """One compile cache for every `coevolab` subprocess of the session (never the user's): a grid shape that
-    several tests run compiles once. Tests of the cache itself use a private directory instead."""
-    return tmp_path_factory.mktemp("compile-cache")
+    several tests run compiles once. Under xdist the test processes share it too (their temporary directories have
+    one parent, the session's), so a shape compiled by one process is loaded by the other (entries are read and
+    written under the cache's file lock: `enable_compilation_cache`). Tests of the cache itself use a private one."""
+    if worker_id == "master":
+        return tmp_path_factory.mktemp("compile-cache")
+    directory = tmp_path_factory.getbasetemp().parent / "compile-cache"
+    directory.mkdir(exist_ok=True)
+    return directory
 
 
 @pytest.fixture

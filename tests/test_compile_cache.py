@@ -55,6 +55,16 @@ def test_exported_program_is_traced_once_then_read_from_disk(cache_dir: Path, mo
     assert not list((cache_dir / "exported").glob("*.partial"))
 
 
+def test_entries_are_read_and_written_under_the_caches_file_lock(cache_dir: Path) -> None:
+    """Processes sharing one cache (test processes, a job array's tasks, Ray workers on one machine) must never read
+    an entry half-written: JAX locks each read and write only when the cache has a size cap."""
+    assert jax.config.jax_compilation_cache_max_size == compile_cache.CACHE_MAX_BYTES > 0
+    value = jax.jit(lambda x: x * 3.0 - 1.0)(jnp.arange(5.0))  # compiled, so written to the cache
+    np.testing.assert_array_equal(value, 3.0 * np.arange(5.0) - 1.0)
+    assert (cache_dir / ".lockfile").exists()
+    assert list(cache_dir.glob("*-cache"))  # the entry itself
+
+
 def test_nothing_is_written_while_the_cache_is_off() -> None:
     # JAX's cache is inactive without a directory. Set here rather than assumed: an in-process `coevolab run` of
     # another test in this worker may have turned it on for the process.

@@ -34,7 +34,7 @@ def with_modes(metrics: pd.DataFrame, modes: dict[tuple[str, int], tuple[str, fl
     return m
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def same_end() -> pd.DataFrame:
     """Two conditions that end at the same output: qualities differ by float noise only."""
     runs = {("baseline", s): [0.0, 1.7475814] for s in range(3)}
@@ -45,34 +45,40 @@ def same_end() -> pd.DataFrame:
     return with_modes(make_metrics(runs), modes)
 
 
-def test_differences_below_resolution_read_no_difference(same_end: pd.DataFrame, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def same_end_report(same_end: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """same_end's report, written once for the tests that only read it (drawing its figures is most of a report's
+    time)."""
+    directory = tmp_path_factory.mktemp("same-end-report")
+    write_report(same_end, directory, grid_name="tiny")
+    return directory
+
+
+def test_differences_below_resolution_read_no_difference(same_end: pd.DataFrame, same_end_report: Path) -> None:
     summary = summarize(same_end).set_index("condition")
     # The CI excludes zero, but the difference is float noise: not a finding.
     assert summary.loc["noise", "policy_quality_diff_ci_low"] > 0
     assert difference_verdict(summary.loc["noise"]) == "none"
     assert difference_verdict(summary.loc["better"]) == "above"
-    write_report(same_end, tmp_path)
-    report = (tmp_path / "report.md").read_text()
+    report = (same_end_report / "report.md").read_text()
     assert "no difference" in next(line for line in report.splitlines() if line.startswith("| noise"))
     assert "of 2 mechanisms, 1 end above the reference, 0 below and 1 show no difference" in report
 
 
-def test_end_modes_are_counted_per_condition(same_end: pd.DataFrame, tmp_path: Path) -> None:
+def test_end_modes_are_counted_per_condition(same_end: pd.DataFrame, same_end_report: Path) -> None:
     shares = mode_shares(same_end)
     assert shares.loc[shares["condition"] == "better", "runs"].tolist() == [3]
-    write_report(same_end, tmp_path)
-    report = (tmp_path / "report.md").read_text()
+    report = (same_end_report / "report.md").read_text()
     assert "6 of 9 runs end at ↑ ↑ ↑ ↑ (q* 1.748), 3 at ↑ ↑ ↑ ↗ (q* 2.000)" in report
     assert "## Where runs end" in report
     assert "↑ ↑ ↑ ↗" in report and "glyph" in report
 
 
-def test_headings_name_grid_seeds_and_iteration(same_end: pd.DataFrame, tmp_path: Path) -> None:
-    write_report(same_end, tmp_path, grid_name="tiny")
-    summary_md = (tmp_path / "summary.md").read_text()
+def test_headings_name_grid_seeds_and_iteration(same_end_report: Path) -> None:
+    summary_md = (same_end_report / "summary.md").read_text()
     assert summary_md.startswith("# Summary of tiny\n")
     assert "grid `tiny`: 3 conditions × 3 seeds (0–2); final iteration 1." in summary_md
-    report = (tmp_path / "report.md").read_text()
+    report = (same_end_report / "report.md").read_text()
     assert (
         report.count("3 conditions × 3 seeds (0–2); final iteration 1.") == 3
     )  # every table (summary, modes, escapes)
@@ -113,17 +119,18 @@ def test_a_new_headline_metric_appears_everywhere(
     assert "kl_initial_mean" in pd.read_csv(tmp_path / "summary.csv").columns
 
 
-def test_same_table_same_bytes_and_normal_file_modes(same_end: pd.DataFrame, tmp_path: Path) -> None:
-    write_report(same_end, tmp_path / "a", title="t")
-    write_report(same_end, tmp_path / "b", title="t")
-    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+def test_same_table_same_bytes_and_normal_file_modes(
+    same_end: pd.DataFrame, same_end_report: Path, tmp_path: Path
+) -> None:
+    write_report(same_end, tmp_path / "b", grid_name="tiny")  # the arguments same_end_report was written with
+    files = sorted(p.relative_to(same_end_report) for p in same_end_report.rglob("*") if p.is_file())
     assert len(files) == 10  # summary.csv, summary.md, report.md, attractors.csv, 6 figures
     for name in files:
-        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+        assert (same_end_report / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     umask = os.umask(0)
     os.umask(umask)
     for name in files:
-        assert stat.S_IMODE((tmp_path / "a" / name).stat().st_mode) == 0o666 & ~umask
+        assert stat.S_IMODE((same_end_report / name).stat().st_mode) == 0o666 & ~umask
 
 
 def summary_row(mean: float, low: float, high: float) -> pd.Series:
@@ -171,9 +178,8 @@ def test_the_rule_is_stated_once_and_used_everywhere(tmp_path: Path) -> None:
     assert "of 3 mechanisms, 1 end above the reference, 0 below and 2 show no difference" in report
 
 
-def test_no_cross_run_correlation_is_quoted(same_end: pd.DataFrame, tmp_path: Path) -> None:
-    write_report(same_end, tmp_path)
-    report = (tmp_path / "report.md").read_text()
+def test_no_cross_run_correlation_is_quoted(same_end_report: Path) -> None:
+    report = (same_end_report / "report.md").read_text()
     readings = report.split("## Figures", 1)[1]
     assert "ρ =" not in readings and "Spearman" not in readings.replace("(Spearman ρ)", "")
     assert "correlat" not in readings

@@ -22,6 +22,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 CACHE_DIR_ENV = "COEVOLAB_CACHE_DIR"
 DEFAULT_CACHE_DIR = Path("~/.cache/coevolab/jax")
+CACHE_MAX_BYTES = 8 * 2**30
 
 
 def default_cache_dir() -> Path:
@@ -42,6 +43,10 @@ def enable_compilation_cache(path: Path | None = None) -> Path:
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # -1: no size threshold
+    # A size cap is what turns on JAX's file lock around every read and write of an entry (least recently used
+    # entries go past it): processes that share one cache (two test processes, a job array's tasks or Ray workers
+    # on one machine) never read an entry another is half-way through writing.
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     compilation_cache.reset_cache()
     return directory
 
