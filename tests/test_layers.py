@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
-# Lowest first. A module of harness/ itself (the public API, the command line) is the top layer.
+# Lowest first. A module of harness/ itself (the public API) and the command line's package are the top layer.
 LAYERS = ("common", "engine", "original", "inference", "grid", "report", "experiment", "<top>")
+TOP_PACKAGES = ("cli",)
 
 
 def module_name(path: Path) -> str:
@@ -48,9 +49,13 @@ def import_graph() -> dict[str, set[str]]:
 def test_every_module_sits_in_a_layer_folder_or_is_the_top() -> None:
     graph = import_graph()
     top = sorted(module for module in graph if layer_of(module) == "<top>")
-    assert top == ["harness", "harness.api", "harness.cli"]
+    assert [module for module in top if not module.startswith("harness.cli.")] == [
+        "harness",
+        "harness.api",
+        "harness.cli",
+    ]
     folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and not path.name.startswith("__")}
-    assert folders == set(LAYERS) - {"<top>"}
+    assert folders == set(LAYERS) - {"<top>"} | set(TOP_PACKAGES)
 
 
 def test_imports_only_point_down() -> None:

@@ -1,0 +1,158 @@
+"""The `coevolab` command: run a grid (whole, or one seed block of it: --block K), merge a run's blocks, re-render a
+report, list a file's conditions.
+
+Exit codes: 0 success; 1 failure (a file that could not be written, e.g. on a full disk, is named; the last
+checkpoint stays as it was); 2 bad input (condition file, arguments, output directory, a block out of range or of
+another grid, a merge with blocks missing: nothing is written); 3 the grid finished but some runs diverged; 130
+interrupted by Ctrl-C, 143 stopped by SIGTERM (a scheduler preempting the job): both stop the same way and are
+resumable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+import time
+
+from harness.cli.arguments import (
+    DEFAULT_CONDITIONS,
+    DEFAULT_RUNS_ROOT,
+    EXIT_BAD_INPUT,
+    EXIT_DIVERGED,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    SEEDS_HELP,
+    Parser,
+    UsageError,
+    seed_count,
+    seed_list,
+)
+from harness.cli.commands import command_list, command_merge, command_report
+from harness.cli.run import Terminated, command_run
+from harness.experiment.ray_backend import add_ray_arguments
+from harness.grid.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
+from harness.inference.sequential import SPENDING_FUNCTIONS
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_DIVERGED",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "Terminated",
+    "UsageError",
+    "build_parser",
+    "main",
+    "seed_count",
+    "seed_list",
+]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("coevolab")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="coevolab", description="Judge–policy co-evolution grids as one compiled JAX program.")
+    parser.add_argument("--version", action="version", version=f"coevolab {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    run = commands.add_parser(
+        "run",
+        help="run a grid of conditions × seeds and write its report",
+        epilog=SEEDS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("conditions", nargs="?", help=f"condition file (default {DEFAULT_CONDITIONS})")
+    chosen = run.add_mutually_exclusive_group()
+    chosen.add_argument("--seeds", type=seed_count, metavar="N", help="run seeds 0..N-1")
+    chosen.add_argument("--seed-list", type=seed_list, metavar="SEEDS", help='run these seeds, e.g. "3", "0-4,7"')
+    run.add_argument("--out", help=f"output directory (default: a fresh one under {DEFAULT_RUNS_ROOT}/)")
+    run.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
+    run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue an interrupted run from its last checkpoints (unfinished blocks only); with --seeds N, grow a "
+        "run of seeds 0..M-1 to 0..N-1, running only the new blocks",
+    )
+    run.add_argument(
+        "--block",
+        type=int,
+        metavar="K",
+        help="run only seed block K of the grid into --out DIR (a job array's task); then coevolab merge DIR",
+    )
+    add_ray_arguments(run)
+    run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help=f"do not keep compiled programs on disk (default: ${CACHE_DIR_ENV} or {DEFAULT_CACHE_DIR})",
+    )
+    # Adding seeds until the grid's claims are decided (harness.experiment.until_decided).
+    until = run.add_argument_group("adding seeds until the claims are decided")
+    until.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="grow the grid in seed blocks, only the conditions of undecided claims, until every claim is decided "
+        "or --max-seeds is spent (looks planned up front, α spent over them); with --resume DIR, continue such a run "
+        "or grow a finished one",
+    )
+    until.add_argument("--max-seeds", type=seed_count, metavar="N", help="the seed budget of --until-decided")
+    until.add_argument(
+        "--spending",
+        choices=SPENDING_FUNCTIONS,
+        default="pocock",
+        help="how --until-decided spends α over its looks (default: pocock)",
+    )
+    run.set_defaults(handler=command_run)
+
+    merge = commands.add_parser("merge", help="merge the finished seed blocks of a run directory and write its report")
+    merge.add_argument("run_dir", help="a run directory whose blocks ran with coevolab run --block K")
+    merge.add_argument("--quiet", action="store_true", help="no progress output")
+    merge.set_defaults(handler=command_merge)
+
+    report = commands.add_parser("report", help="re-render a run's report from its metrics.csv (no training)")
+    report.add_argument("run_dir", help="a run directory")
+    report.set_defaults(handler=command_report)
+
+    listing = commands.add_parser("list", help="show the conditions a file defines and the knobs they change")
+    listing.add_argument("conditions", nargs="?", help=f"condition file (default {DEFAULT_CONDITIONS})")
+    listing.add_argument("--all", action="store_true", help="every resolved knob of every condition (wide)")
+    listing.set_defaults(handler=command_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()  # before the heavy imports, so the run's phases account for them
+    args = build_parser().parse_args(argv)
+    args.started = started
+    from harness.grid.sharding import use_every_cpu_core
+
+    use_every_cpu_core()  # before JAX starts: one shard per core
+    from harness.common.run_files import ArtifactWriteError
+    from harness.experiment.blocks import BlockError
+    from harness.experiment.checkpoint import CheckpointMismatch
+    from harness.experiment.ray_backend import BlockLost, RaySetupError
+    from harness.grid.conditions import ConditionFileError
+    from harness.grid.memory import GridTooLarge
+    from harness.grid.trainer import PretrainingFailed
+
+    try:
+        return args.handler(args)
+    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch, BlockError, RaySetupError) as error:
+        print(f"coevolab: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ArtifactWriteError as error:
+        # A full disk or a file size limit: the file it would have replaced (the last checkpoint) is intact.
+        print(f"coevolab: error: could not write {error.filename}: {error.strerror}", file=sys.stderr)
+        return EXIT_FAILURE
+    except (PretrainingFailed, BlockLost) as error:
+        print(f"coevolab: error: {error}", file=sys.stderr)
+        return EXIT_FAILURE

@@ -1,0 +1,7 @@
+"""`python -m harness.cli`: the `coevolab` command."""
+
+import sys
+
+from harness.cli import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""What every `coevolab` command shares: exit codes, the seed arguments, the parser's one-line errors, the
+condition file and the paths it is given, and the closing lines of a command that trained or merged a grid."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from harness.grid.layout import GridSpec
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
+# The published grid, found beside the package (this repository), so `coevolab list` works from any directory.
+REPOSITORY = Path(__file__).resolve().parents[2]
+DEFAULT_CONDITIONS = REPOSITORY / "conditions" / "paper.toml"
+DEFAULT_RUNS_ROOT = Path("artifacts/runs")
+LIST_WIDTH = 100
+# A seed list longer than this is a typo (0-99999), not a grid: refuse it rather than build it.
+MAX_SEEDS = 10_000
+
+SEEDS_HELP = """Seeds: --seeds N runs seeds 0..N-1; --seed-list picks seeds by number: "3" (only seed 3),
+"3,7", "0-4" (0 to 4 inclusive), "0-4,7". Without either, the condition file's [run] seeds are used."""
+
+
+class UsageError(Exception):
+    """Bad arguments or paths on the command line: exit code 2."""
+
+
+def seed_count(text: str) -> int:
+    """--seeds N: a positive count of seeds, 0..N-1."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count of seeds (a whole number ≥ 1), got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"a seed count must be at least 1, got {count}")
+    return count
+
+
+def seed_list(text: str) -> tuple[int, ...]:
+    """--seed-list SPEC: comma-separated seeds and inclusive ranges A-B, distinct and non-negative, in order given."""
+    seeds: list[int] = []
+    given: set[int] = set()
+    for part in text.split(","):
+        piece = part.strip()
+        low, dash, high = piece.partition("-")
+        try:
+            span = range(int(low), int(high) + 1) if dash else range(int(piece), int(piece) + 1)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected seeds like 3, 3,7 or 0-4,7 (non-negative whole numbers), got {text!r}"
+            ) from None
+        if dash and int(high) < int(low):
+            raise argparse.ArgumentTypeError(f"the range {piece!r} is empty (write the smaller seed first)")
+        if len(seeds) + len(span) > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"more than {MAX_SEEDS} seeds in {text!r}")
+        repeated = given.intersection(span)
+        if repeated:
+            raise argparse.ArgumentTypeError(f"seed {min(repeated)} is given twice in {text!r}")
+        seeds.extend(span)
+        given.update(span)
+    return tuple(seeds)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that say they come from the command line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: command line: {message} (see {self.prog} --help)\n")
+
+
+def existing_directory(path: Path, what: str) -> Path:
+    """`path` if it is a directory; otherwise a UsageError that says what is wrong with it."""
+    if not path.exists():
+        raise UsageError(f"{what} {path}: no such directory")
+    if not path.is_dir():
+        raise UsageError(f"{what} {path}: not a directory")
+    return path
+
+
+def grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) -> GridSpec:
+    from harness.grid.conditions import duplicate_conditions, load_grid
+
+    spec = load_grid(path, seeds=seeds)
+    for condition, same_as in duplicate_conditions(spec):
+        print(
+            f"coevolab: warning: condition '{condition}' resolves to the same knobs as '{same_as}' (duplicate runs)",
+            file=sys.stderr,
+        )
+    return spec
+
+
+def conditions_path(given: str | None) -> Path:
+    if given is not None:
+        return Path(given)
+    if not DEFAULT_CONDITIONS.is_file():
+        raise UsageError(f"no condition file given, and the default {DEFAULT_CONDITIONS} is absent; pass one")
+    return DEFAULT_CONDITIONS
+
+
+def finished(run_dir: Path, diverged: pd.DataFrame) -> int:
+    """Print the diverged runs, if any, and where the results are; the exit code."""
+    if not diverged.empty:
+        print("runs that diverged (non-finite parameters):")
+        print(diverged.to_string(index=False))
+    print(run_dir)
+    return EXIT_DIVERGED if not diverged.empty else EXIT_OK

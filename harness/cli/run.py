@@ -1,0 +1,242 @@
+"""`coevolab run`: a grid whole, one seed block of it, all its blocks on a backend (in this process or Ray), a
+resumed or grown run, or a grid grown until its claims are decided. Ctrl-C and SIGTERM stop each at a clean point."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from harness.cli.arguments import (
+    DEFAULT_RUNS_ROOT,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    UsageError,
+    conditions_path,
+    existing_directory,
+    finished,
+    grid_and_warnings,
+)
+
+if TYPE_CHECKING:
+    from harness.grid.layout import GridSpec
+
+
+def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
+    from harness.common.run_files import METRICS_FILE, fresh_run_dir
+    from harness.experiment.checkpoint import has_checkpoint
+
+    if args.resume:
+        run_dir = existing_directory(Path(args.resume), "--resume")
+        if not (run_dir / "grid.json").is_file():
+            raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
+        if (run_dir / METRICS_FILE).is_file() and not has_checkpoint(run_dir) and not _blocks_pending(run_dir):
+            raise UsageError(f"--resume {run_dir}: run already finished (grow it with --resume {run_dir} --seeds N)")
+        return run_dir
+    try:
+        if args.out is None:
+            return fresh_run_dir(DEFAULT_RUNS_ROOT, grid_name)
+        run_dir = Path(args.out)
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"--out {run_dir}: exists and is not a directory")
+        if run_dir.exists() and any(run_dir.iterdir()) and not args.force:
+            raise UsageError(
+                f"--out {run_dir} already holds files; use --force to overwrite, or --resume {run_dir} to continue it"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = args.out if args.out is not None else DEFAULT_RUNS_ROOT
+        raise UsageError(f"output directory {where}: cannot create or read it: {error.strerror or error}") from None
+    return run_dir
+
+
+def _blocks_pending(run_dir: Path) -> bool:
+    """Whether a run directory in seed blocks has blocks left to run (a grown or interrupted run)."""
+    from harness.experiment.blocks import pending_blocks, uses_blocks
+    from harness.experiment.runner import load_spec
+
+    return uses_blocks(run_dir) and bool(pending_blocks(load_spec(run_dir), run_dir))
+
+
+def _block_run_dir(args: argparse.Namespace, spec: GridSpec) -> Path:
+    """--out DIR of `--block K` (see harness.experiment.blocks.block_run_dir)."""
+    from harness.experiment.blocks import block_run_dir
+
+    if args.out is None:
+        raise UsageError("--block K needs --out DIR: the run directory that every block of the grid writes into")
+    if args.force:
+        raise UsageError("--block adds one block to --out DIR and overwrites no other; --force does not apply")
+    return block_run_dir(spec, args.block, Path(args.out))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that a preempted run stops the same way."""
+
+
+def _raise_terminated(signum: int, frame: object) -> NoReturn:
+    del signum, frame
+    raise Terminated
+
+
+def _interrupted_message(run_dir: Path, how: str, block: int | None = None) -> str:
+    from harness.experiment.blocks import BLOCKS_DIR, block_dir
+    from harness.experiment.checkpoint import has_checkpoint
+
+    if block is not None:
+        kept = "finished iterations are checkpointed" if has_checkpoint(block_dir(run_dir, block)) else "nothing kept"
+        return f"\n{how}; block {block}: {kept}. Run the same command again to continue it."
+    blocks = run_dir / BLOCKS_DIR
+    if has_checkpoint(run_dir) or (blocks.is_dir() and any(has_checkpoint(path) for path in blocks.iterdir())):
+        return f"\n{how}; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
+    if blocks.is_dir() and any((path / "block.json").is_file() for path in blocks.iterdir()):
+        return f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
+    return f"\n{how} before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
+
+
+def _resumed(args: argparse.Namespace) -> tuple[Path, GridSpec]:
+    """The run directory and grid of `--resume DIR` (grown to --seeds N if given; a flat run becomes blocks)."""
+    from harness.experiment.blocks import adopt_flat_run, grown_spec
+    from harness.experiment.runner import load_spec
+
+    if args.conditions or args.seed_list is not None or args.block is not None:
+        raise UsageError(
+            "--resume continues a run as it was, or grows it with --seeds N; do not pass a condition file, "
+            "--seed-list or --block"
+        )
+    if args.seeds is None:
+        run_dir = _prepare_run_dir(args, "")
+        return run_dir, load_spec(run_dir)
+    run_dir = existing_directory(Path(args.resume), "--resume")
+    if not (run_dir / "grid.json").is_file():
+        raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to grow")
+    spec = grown_spec(load_spec(run_dir), args.seeds)
+    adopt_flat_run(spec, run_dir)
+    return run_dir, spec
+
+
+def command_run(args: argparse.Namespace) -> int:
+    import shutil
+
+    import pandas as pd
+
+    from harness.common.run_files import METRICS_FILE
+    from harness.experiment.blocks import (
+        BLOCKS_DIR,
+        block_count,
+        block_dir,
+        block_spec,
+        run_block,
+        seeds_per_block,
+        uses_blocks,
+    )
+    from harness.experiment.merge import IN_PROCESS, run_in_blocks
+    from harness.experiment.progress import console_progress
+    from harness.experiment.ray_backend import RAY, RayBackend
+    from harness.experiment.runner import diverged_runs, execute
+    from harness.grid.compile_cache import enable_compilation_cache
+    from harness.grid.layout import layout_grid
+    from harness.grid.memory import check_fits
+
+    if args.until_decided or args.max_seeds is not None:
+        return command_until_decided(args)
+    seeds = args.seeds if args.seeds is not None else args.seed_list
+    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
+    if args.resume:
+        run_dir, spec = _resumed(args)
+        in_blocks = uses_blocks(run_dir)
+        if ray and not in_blocks:
+            raise UsageError(f"--resume {run_dir}: a grid run whole (not in seed blocks) resumes without --ray")
+    else:
+        spec = grid_and_warnings(conditions_path(args.conditions), seeds)
+        largest = block_spec(spec, 0)  # every block is the size of the first or smaller
+        check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
+        if args.block is not None:
+            run_dir = _block_run_dir(args, spec)
+        else:
+            run_dir = _prepare_run_dir(args, spec.name)
+            if args.force:
+                shutil.rmtree(run_dir / BLOCKS_DIR, ignore_errors=True)  # --force starts the grid over
+        # A one-block grid keeps the flat layout of a run before blocks (its files at the top of run_dir).
+        in_blocks = args.block is not None or ray is not None or block_count(spec) > 1
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+    progress = console_progress(args.quiet)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        if args.block is not None:
+            run_block(spec, args.block, run_dir, progress)
+            progress.close()
+            done = block_dir(run_dir, args.block)
+            diverged = diverged_runs(pd.read_csv(done / METRICS_FILE))
+        elif in_blocks:
+            backend = (ray, RAY) if ray else ()
+            diverged, done = run_in_blocks(spec, run_dir, progress, *backend).diverged, run_dir
+        else:
+            whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
+            outcome = execute(
+                spec, run_dir, progress, resume=bool(args.resume), started=args.started, manifest_extra=whole
+            )
+            diverged, done = outcome.diverged, run_dir
+    except KeyboardInterrupt as stop:
+        progress.close()
+        terminated = isinstance(stop, Terminated)
+        print(_interrupted_message(run_dir, "terminated (SIGTERM)" if terminated else "interrupted", args.block))
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        if ray:
+            ray.close()
+    return finished(done, diverged)
+
+
+def command_until_decided(args: argparse.Namespace) -> int:
+    """`coevolab run [FILE] --until-decided --max-seeds N`, or `--resume DIR --until-decided` (see
+    harness.experiment.until_decided)."""
+    import shutil
+
+    from harness.experiment.blocks import block_spec
+    from harness.experiment.progress import console_progress
+    from harness.experiment.ray_backend import RAY, RayBackend
+    from harness.experiment.until_decided import PLAN_FILE, STAGES_DIR, run_until_decided
+    from harness.grid.compile_cache import enable_compilation_cache
+    from harness.grid.layout import layout_grid
+    from harness.grid.memory import check_fits
+
+    if not args.until_decided:
+        raise UsageError("--max-seeds is the budget of --until-decided; pass both")
+    if args.block is not None or args.seed_list is not None:
+        raise UsageError("--until-decided grows seeds 0..N-1 itself; do not pass --block or --seed-list")
+    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
+    if args.resume:
+        if args.conditions or args.seeds is not None:
+            raise UsageError("--resume DIR --until-decided continues the grid in DIR; do not pass a file or --seeds")
+        spec, run_dir = None, existing_directory(Path(args.resume), "--resume")
+        if not (run_dir / "grid.json").is_file():
+            raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
+    else:
+        spec = grid_and_warnings(conditions_path(args.conditions), args.seeds)
+        largest = block_spec(spec, 0)
+        check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
+        run_dir = _prepare_run_dir(args, spec.name)
+        if args.force:  # --force starts the grid over, not from an earlier plan's stages
+            (run_dir / PLAN_FILE).unlink(missing_ok=True)
+            shutil.rmtree(run_dir / STAGES_DIR, ignore_errors=True)
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+    progress = console_progress(args.quiet)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        backend = {"backend": ray, "how": RAY} if ray else {}
+        outcome = run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress, **backend)
+    except KeyboardInterrupt as stop:
+        progress.close()
+        terminated = isinstance(stop, Terminated)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        if ray:
+            ray.close()
+    return finished(run_dir, outcome.diverged)
