@@ -162,7 +162,10 @@ def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridTr
     key_shape = jax.ShapeDtypeStruct((2, 3, 2), jnp.uint32)
     target_shape = jax.ShapeDtypeStruct((2, 3), jnp.float32)
     pretraining = (
-        pretrain_program(world, SPLIT.pretrain, 2).lower(key_shape, key_shape, target_shape).compile().as_text()
+        pretrain_program(world, SPLIT.pretrain, 2)
+        .lower(key_shape, key_shape, target_shape, jax.ShapeDtypeStruct((), jnp.int32))
+        .compile()
+        .as_text()
     )
     assert "while" in pretraining
     assert not COLLECTIVE.search(pretraining)

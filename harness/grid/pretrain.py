@@ -13,6 +13,7 @@ every step splits three ways, (next key, batch-index key, label-noise key).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -27,7 +28,7 @@ from harness.engine.architecture import DEFAULT_NETWORK, NetworkConfig
 from harness.engine.models import Params, init_judges, judge_score_table, judge_scores
 from harness.engine.rank_stats import spearman
 from harness.engine.streams import Streams
-from harness.engine.world import World
+from harness.engine.world import World, WorldConfig
 from harness.grid.layout import PretrainSettings
 from harness.grid.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
 from harness.original.streams import init_original_judges, pretrain_step_keys
@@ -61,9 +62,20 @@ def pretrain_program(
 ) -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
-    (init_keys, data_keys (S, P/S, 2), targets (S, P/S)) -> the final state of every judge, (S, P/S, ...).
-    Each shard loops over check periods until its own judges are done. `streams` as in the module docstring.
+    (init_keys, data_keys (S, P/S, 2), targets (S, P/S), max_steps (int32 scalar)) -> the final state of every
+    judge, (S, P/S, ...). Each shard loops over check periods until its own judges are done. `streams` as in the
+    module docstring. One program per world, settings other than the step cap, shard count, streams and network,
+    kept for the process: a grid's seed blocks, or a rerun with another cap, pretrain without compiling again.
     """
+    uncapped = settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
+    return _pretrain_program(world.config, uncapped, n_shards, streams, network)
+
+
+@functools.cache
+def _pretrain_program(
+    world_config: WorldConfig, settings: PretrainSettings, n_shards: int, streams: Streams, network: NetworkConfig
+) -> Callable:
+    world = World(world_config)
     vocab, seq_len = world.config.vocab_size, world.config.seq_len
     optimizer = optax.adam(settings.learning_rate)
     outputs, q_star = world.outputs, world.q_star
@@ -107,7 +119,7 @@ def pretrain_program(
             data_keys,
         )
 
-    def chunk(state: _PretrainState, data_key: jax.Array) -> _PretrainState:
+    def chunk(state: _PretrainState, data_key: jax.Array, max_steps: jax.Array) -> _PretrainState:
         """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
         if streams == "original":
             carry = (state.params, state.opt_state, state.chain)
@@ -122,18 +134,22 @@ def pretrain_program(
         trained = _PretrainState(
             state.target, params, opt_state, state.steps + settings.check_every, rho, rho >= state.target, chain
         )
-        finished = state.done | (state.steps >= settings.max_steps)
+        finished = state.done | (state.steps >= max_steps)
         return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
 
-    def unfinished(state: _PretrainState) -> jax.Array:
-        return jnp.any(~state.done & (state.steps < settings.max_steps))
-
-    def pretrain_shard(init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array) -> _PretrainState:
+    def pretrain_shard(
+        init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array, max_steps: jax.Array
+    ) -> _PretrainState:
         # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
         init_keys, data_keys, targets = init_keys[0], data_keys[0], targets[0]
-        state = jax.lax.while_loop(
-            unfinished, lambda state: jax.vmap(chunk)(state, data_keys), start(init_keys, data_keys, targets)
-        )
+
+        def unfinished(state: _PretrainState) -> jax.Array:
+            return jnp.any(~state.done & (state.steps < max_steps))
+
+        def period(state: _PretrainState) -> _PretrainState:
+            return jax.vmap(lambda judge, key: chunk(judge, key, max_steps))(state, data_keys)
+
+        state = jax.lax.while_loop(unfinished, period, start(init_keys, data_keys, targets))
         return jax.tree.map(lambda leaf: leaf[None], state)
 
     sharded = P(SHARD_AXIS)
@@ -143,7 +159,7 @@ def pretrain_program(
         jax.shard_map(
             pretrain_shard,
             mesh=shard_mesh(n_shards),
-            in_specs=(sharded, sharded, sharded),
+            in_specs=(sharded, sharded, sharded, P()),
             out_specs=sharded,
             check_vma=False,
         )
@@ -182,7 +198,7 @@ def pretrain_judges(
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
     program = pretrain_program(world, settings, n_shards, streams, network)
-    state = program(*to_shards((init_keys, data_keys, targets), index))
+    state = program(*to_shards((init_keys, data_keys, targets), index), jnp.int32(settings.max_steps))
     state = from_shards(state, np.arange(count))
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
