@@ -11,11 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 import pandas as pd
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from harness import cli
 from harness.common.run_files import CHECKPOINT_FILE, METRICS_FILE, stale_temporaries
@@ -35,6 +33,7 @@ from harness.experiment.merge import run_in_blocks
 from harness.experiment.runner import SilentProgress, load_spec
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import grid_from_mapping, load_grid
+from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
 # conditions/smoke.toml with one seed per block: every block of every test has one shape, compiled once.
@@ -73,10 +72,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
     root = tmp_path_factory.mktemp("blocks")
     grid = root / "blocks.toml"
     grid.write_text(GRID)
-    # In this process `coevolab run` turns JAX's compile cache on, as the command does for itself; later tests in
-    # this worker must not inherit that setting.
-    saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
-    with pytest.MonkeyPatch.context() as patch:
+    with compile_cache_settings_restored(), pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
         assert _coevolab("run", grid, "--out", root / "two") == cli.EXIT_OK
         shutil.copytree(root / "two", root / "grown")
@@ -86,9 +82,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
         shutil.copytree(root / "array", root / "array-missing")
         assert _coevolab("run", grid, "--seeds", 4, "--out", root / "array", "--block", 2) == cli.EXIT_OK
         assert _coevolab("merge", root / "array") == cli.EXIT_OK
-    jax.config.update("jax_enable_compilation_cache", saved[0])
-    jax.config.update("jax_compilation_cache_dir", saved[1])
-    compilation_cache.reset_cache()
     names = ("two", "grown", "array", "array-missing")
     return {"grid": grid, **{name: root / name for name in names}}
 

@@ -9,20 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from harness.grid import compile_cache
 from harness.grid.compile_cache import enable_compilation_cache, exported
+from tests.compile_cache_settings import compile_cache_settings_restored
 
 
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Iterator[Path]:
-    saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
-    directory = enable_compilation_cache(tmp_path / "cache")
-    yield directory
-    jax.config.update("jax_enable_compilation_cache", saved[0])
-    jax.config.update("jax_compilation_cache_dir", saved[1])
-    compilation_cache.reset_cache()
+    with compile_cache_settings_restored():
+        yield enable_compilation_cache(tmp_path / "cache")
 
 
 def test_exported_program_is_traced_once_then_read_from_disk(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

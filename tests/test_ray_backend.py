@@ -17,11 +17,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import jax
 import numpy as np
 import pandas as pd
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from harness import cli
 from harness.common.run_files import CHECKPOINT_FILE, GRID_FILE, METRICS_FILE, stale_temporaries
@@ -38,6 +36,7 @@ from harness.experiment.blocks import (
 from harness.experiment.ray_backend import LOCK_SUFFIX, RayBackend, run_block_task
 from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 from harness.grid.conditions import load_grid
+from tests.compile_cache_settings import compile_cache_settings_restored
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: the module needs Ray)
@@ -114,22 +113,19 @@ def slow_grids(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: P
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """A Ray cluster of this machine: a head that runs no tasks and two 1-CPU worker nodes."""
-    saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     resources = {"object_store_memory": OBJECT_STORE, "memory": NODE_MEMORY}
     head = {"num_cpus": 0, "include_dashboard": False, **resources}
-    machines = Cluster(initialize_head=True, head_node_args=head)
-    for _ in range(2):
-        machines.add_node(num_cpus=1, **resources)
-    machines.wait_for_nodes()
-    yield machines
-    machines.shutdown()
+    # The in-process `coevolab run`s of the tests on it turn JAX's compile cache on.
+    with compile_cache_settings_restored():
+        machines = Cluster(initialize_head=True, head_node_args=head)
+        for _ in range(2):
+            machines.add_node(num_cpus=1, **resources)
+        machines.wait_for_nodes()
+        yield machines
+        machines.shutdown()
     for number, handler in handlers.items():  # Ray's nodes set their own; later tests in this worker get the old ones
         signal.signal(number, handler)
-    # The in-process `coevolab run` turned JAX's compile cache on; later tests in this worker must not inherit it.
-    jax.config.update("jax_enable_compilation_cache", saved[0])
-    jax.config.update("jax_compilation_cache_dir", saved[1])
-    compilation_cache.reset_cache()
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], says: str) -> None:

@@ -9,11 +9,9 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-import jax
 import numpy as np
 import pandas as pd
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from harness import cli, report
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
@@ -34,6 +32,7 @@ from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import grid_from_mapping
 from harness.grid.layout import GridSpec
 from harness.inference.sequential import look_levels
+from tests.compile_cache_settings import compile_cache_settings_restored
 
 # Three cheap conditions. The frozen judge's alignment is clearly above the baseline's after a few steps: decided at
 # the first look. The end mode's quality of resets against the baseline differs on one or two seeds either way:
@@ -83,9 +82,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
     root = tmp_path_factory.mktemp("until-decided")
     grid = root / "grid.toml"
     grid.write_text(GRID)
-    # `coevolab run` turns JAX's compile cache on in this process; later tests in this worker must not inherit it.
-    saved = (jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)
-    with pytest.MonkeyPatch.context() as patch:
+    with compile_cache_settings_restored(), pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
         assert _coevolab("run", grid, "--until-decided", "--max-seeds", MAX_SEEDS, "--out", root / "run") == 0
         shutil.copytree(root / "run", root / "resumed")
@@ -95,9 +92,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
         whole = whole.model_copy(update={"run": whole.run.model_copy(update={"seeds": tuple(range(20, 40))})})
         (root / "whole").mkdir()
         execute(whole, root / "whole", write_report=False)
-    jax.config.update("jax_enable_compilation_cache", saved[0])
-    jax.config.update("jax_compilation_cache_dir", saved[1])
-    compilation_cache.reset_cache()
     return {"grid": grid, "run": root / "run", "resumed": root / "resumed", "whole": root / "whole"}
 
 

@@ -73,6 +73,12 @@ def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
             raise BlockError(f"block {k} in {run_dir} holds {len(table)} rows, not the {expected} of its runs")
         if list(table.columns) != list(tables[0].columns):
             raise BlockError(f"block {k} in {run_dir} has other metrics than block 0 (another version of coevolab?)")
+    return ordered_metrics_text(spec, tables)
+
+
+def ordered_metrics_text(spec: GridSpec, tables: list[pd.DataFrame]) -> str:
+    """metrics.csv text of `tables` (read as text, so every value is written back as it was) joined and sorted in
+    the grid's condition order, then seed, then iteration: the same bytes whatever order the tables come in."""
     order = {c.name: i for i, c in enumerate(spec.conditions)}
     merged = pd.concat(tables, ignore_index=True)
     keys = pd.DataFrame(

@@ -27,7 +27,6 @@ stages and blocks are kept, and the verdicts, which are deterministic, are recom
 from __future__ import annotations
 
 import datetime as dt
-import io
 import shutil
 import time
 from collections.abc import Sequence
@@ -49,7 +48,7 @@ from harness.common.run_files import (
 )
 from harness.experiment.blocks import Backend, BlockError, in_process, pending_blocks, uses_blocks
 from harness.experiment.checkpoint import has_checkpoint
-from harness.experiment.merge import IN_PROCESS, run_in_blocks
+from harness.experiment.merge import IN_PROCESS, ordered_metrics_text, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
 from harness.grid.layout import GridSpec
 from harness.inference.claims import Claim
@@ -196,19 +195,7 @@ def merged_stages_text(spec: GridSpec, stages: int, run_dir: Path) -> str:
         pd.read_csv(stage_dir(run_dir, k) / METRICS_FILE, dtype=str, keep_default_na=False) for k in range(stages)
     ]
     shared = [name for name in tables[0].columns if all(name in table.columns for table in tables)]
-    merged = pd.concat([table[shared] for table in tables], ignore_index=True)
-    order = {c.name: i for i, c in enumerate(spec.conditions)}
-    keys = pd.DataFrame(
-        {
-            "condition": merged["condition"].map(order),
-            "seed": merged["seed"].astype(int),
-            "iteration": merged["iteration"].astype(int),
-        }
-    )
-    merged = merged.loc[keys.sort_values(["condition", "seed", "iteration"], kind="stable").index]
-    text = io.StringIO()
-    merged.to_csv(text, index=False)
-    return text.getvalue()
+    return ordered_metrics_text(spec, [table[shared] for table in tables])
 
 
 def record_look(decided: pd.DataFrame | None, table: pd.DataFrame, look: int, level: float) -> pd.DataFrame:

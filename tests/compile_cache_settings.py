@@ -1,0 +1,24 @@
+"""JAX's compile-cache settings kept across code that changes them for the process (an in-process `coevolab run`
+turns the cache on, as the command does for itself), so later tests in the same worker do not inherit them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+
+SETTINGS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir", "jax_compilation_cache_max_size")
+
+
+@contextlib.contextmanager
+def compile_cache_settings_restored() -> Iterator[None]:
+    """Run the block, then put every compile-cache setting back as it was and let JAX bind its cache afresh."""
+    saved = {name: getattr(jax.config, name) for name in SETTINGS}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
