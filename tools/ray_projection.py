@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from harness.common.run_files import atomic_write_text
+from tools.readme_tables import replace_block
 
 RAY_START, RAY_END = "<!-- ray-projection:start -->", "<!-- ray-projection:end -->"
 BENCH_FILE = Path(__file__).resolve().parents[1] / "artifacts" / "bench" / "ray.json"
@@ -136,18 +136,9 @@ def projection_block(payload: dict) -> str:
 
 
 def rewrite_readme(readme: Path, bench_file: Path = BENCH_FILE) -> None:
-    """Replace the README's projection block (between RAY_START and RAY_END) with one rendered from `bench_file`.
-
-    Raises:
-        ValueError: the README lacks the markers.
-    """
-    text = readme.read_text(encoding="utf-8")
-    if RAY_START not in text or RAY_END not in text:
-        raise ValueError(f"{readme} has no {RAY_START} ... {RAY_END} block")
-    head, rest = text.split(RAY_START, 1)
-    _, tail = rest.split(RAY_END, 1)
+    """Replace the README's projection block (between RAY_START and RAY_END) with one rendered from `bench_file`."""
     block = projection_block(json.loads(bench_file.read_text(encoding="utf-8")))
-    atomic_write_text(readme, f"{head}{RAY_START}\n{block}\n{RAY_END}{tail}")
+    replace_block(readme, RAY_START, RAY_END, block)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -133,7 +133,8 @@ def wall_time_line(manifest: dict) -> str:
     )
 
 
-def _replace_block(readme: Path, start: str, end: str, block: str) -> None:
+def replace_block(readme: Path, start: str, end: str, block: str) -> None:
+    """Replace what lies between the markers `start` and `end` in `readme` with `block` (exit if they are absent)."""
     text = readme.read_text(encoding="utf-8")
     if start not in text or end not in text:
         raise SystemExit(f"{readme}: markers {start} / {end} not found")
@@ -160,7 +161,7 @@ def rewrite_readme(run_dir: Path, readme: Path, original_dir: Path | None = None
             "\n\nThe baseline seed by seed: the original lab's own runs (`tests/data/original_lab/baseline`) beside "
             f"ours under its streams.\n\n{markdown(baseline_by_seed(original, theirs))}"
         )
-    _replace_block(readme, START, END, block)
+    replace_block(readme, START, END, block)
 
 
 def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
@@ -213,7 +214,7 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
 
 
 def rewrite_claims(run_dir: Path, readme: Path) -> None:
-    _replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
+    replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
 
 
 def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
@@ -251,7 +252,7 @@ def rewrite_temporal(run_dir: Path, readme: Path) -> None:
         f"over every pair the judge could train on.\n\n{markdown(temporal_table(metrics, grid))}\n\n"
         f"{claims_block(run_dir, 'make reference-temporal')}"
     )
-    _replace_block(readme, TEMPORAL_START, TEMPORAL_END, block)
+    replace_block(readme, TEMPORAL_START, TEMPORAL_END, block)
 
 
 def main(argv: list[str] | None = None) -> None:
