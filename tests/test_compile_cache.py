@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +60,26 @@ def test_entries_are_read_and_written_under_the_caches_file_lock(cache_dir: Path
     np.testing.assert_array_equal(value, 3.0 * np.arange(5.0) - 1.0)
     assert (cache_dir / ".lockfile").exists()
     assert list(cache_dir.glob("*-cache"))  # the entry itself
+
+
+def test_an_entry_left_without_its_access_time_by_a_killed_process_is_removed(tmp_path: Path) -> None:
+    """A process killed between writing an entry and its access time leaves an orphan that JAX's eviction cannot
+    read, so every later write in that cache fails; enabling the cache removes it and writes work again."""
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    (directory / "jit_killed-0123-cache").write_bytes(b"half an executable")
+    kept = directory / "jit_whole-4567-cache"
+    kept.write_bytes(b"an executable")
+    (directory / "jit_whole-4567-atime").write_bytes((1).to_bytes(8, "little"))
+    with compile_cache_settings_restored():
+        enable_compilation_cache(directory)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # JAX reports a failed cache write as a warning
+            value = jax.jit(lambda x: x * 5.0 + 2.0)(jnp.arange(4.0))
+    np.testing.assert_array_equal(value, 5.0 * np.arange(4.0) + 2.0)
+    assert not (directory / "jit_killed-0123-cache").exists() and kept.exists()
+    written = {path.name.removesuffix("-cache") for path in directory.glob("*-cache")} - {"jit_whole-4567"}
+    assert written and all((directory / f"{key}-atime").exists() for key in written)
 
 
 def test_nothing_is_written_while_the_cache_is_off() -> None:

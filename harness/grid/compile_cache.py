@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import filelock
 import jax
 import jaxlib
 from jax import export
@@ -47,8 +48,33 @@ def enable_compilation_cache(path: Path | None = None) -> Path:
     # entries go past it): processes that share one cache (two test processes, a job array's tasks or Ray workers
     # on one machine) never read an entry another is half-way through writing.
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    remove_orphaned_entries(directory)
     compilation_cache.reset_cache()
     return directory
+
+
+# JAX's cache keeps an entry as KEY-cache beside KEY-atime (its last use), written in that order under LOCK_FILE.
+CACHE_SUFFIX, ATIME_SUFFIX, LOCK_FILE = "-cache", "-atime", ".lockfile"
+
+
+def remove_orphaned_entries(directory: Path) -> list[str]:
+    """Delete every entry of JAX's cache in `directory` that has no access time, under the cache's lock; returns
+    their keys.
+
+    A process killed while writing an entry (a SIGKILLed run, a lost job-array task) leaves its executable, perhaps
+    half-written, without the access time written after it. JAX's eviction reads every entry's access time before
+    each write, so one such orphan makes every later write in that cache fail (a warning, and the program is
+    compiled afresh by every later process).
+    """
+    with filelock.FileLock(directory / LOCK_FILE):
+        orphans = [
+            path
+            for path in directory.glob(f"*{CACHE_SUFFIX}")
+            if not path.with_name(path.name.removesuffix(CACHE_SUFFIX) + ATIME_SUFFIX).exists()
+        ]
+        for path in orphans:
+            path.unlink(missing_ok=True)
+    return [path.name.removesuffix(CACHE_SUFFIX) for path in orphans]
 
 
 EXPORTED_SUBDIR = "exported"
