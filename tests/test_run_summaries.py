@@ -1,4 +1,4 @@
-"""Per-run trajectory summaries (harness.report.trajectories) on a hand-built metrics table."""
+"""Per-run trajectory summaries (harness.inference.run_measures) on a hand-built metrics table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from harness.engine.world import World, WorldConfig
-from harness.report.trajectories import SUMMARY_COLUMNS, q_star_range, run_summaries
+from harness.inference.run_measures import SUMMARY_COLUMNS, q_star_range, run_summaries
 
 WORLD = WorldConfig(vocab_size=3, seq_len=3)
 

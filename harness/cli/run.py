@@ -140,6 +140,8 @@ def command_run(args: argparse.Namespace) -> int:
 
     if args.until_decided or args.max_seeds is not None:
         return command_until_decided(args)
+    if _is_study(args):
+        return command_study(args)
     seeds = args.seeds if args.seeds is not None else args.seed_list
     ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
     if args.resume:
@@ -234,6 +236,65 @@ def command_until_decided(args: argparse.Namespace) -> int:
         terminated = isinstance(stop, Terminated)
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        if ray:
+            ray.close()
+    return finished(run_dir, outcome.diverged)
+
+
+def _is_study(args: argparse.Namespace) -> bool:
+    """Whether `coevolab run` was given a study: a condition file with [shapes], or --resume of a study directory."""
+    from harness.experiment.study import is_study
+    from harness.grid.study import is_study_file
+
+    if args.resume:
+        return is_study(Path(args.resume))
+    path = conditions_path(args.conditions)
+    return path.is_file() and is_study_file(path)
+
+
+def command_study(args: argparse.Namespace) -> int:
+    """`coevolab run STUDY.toml` or `--resume DIR` of a study: one program per shape (harness.experiment.study)."""
+    from harness.experiment.blocks import block_spec
+    from harness.experiment.progress import console_progress
+    from harness.experiment.ray_backend import RAY, RayBackend
+    from harness.experiment.study import run_study
+    from harness.grid.compile_cache import enable_compilation_cache
+    from harness.grid.layout import layout_grid
+    from harness.grid.memory import check_fits
+    from harness.grid.study import load_study
+
+    if args.block is not None:
+        raise UsageError("a study runs its shapes one after another; --block applies to a grid file")
+    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
+    if args.resume:
+        if args.conditions or args.seeds is not None or args.seed_list is not None:
+            raise UsageError("--resume DIR continues the study in DIR; do not pass a file, --seeds or --seed-list")
+        study, run_dir = None, existing_directory(Path(args.resume), "--resume")
+    else:
+        seeds = args.seeds if args.seeds is not None else args.seed_list
+        try:
+            study = load_study(conditions_path(args.conditions), seeds)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        for shape in study.shapes:  # refuse before writing anything
+            largest = block_spec(shape.grid, 0)
+            check_fits(layout_grid(largest).shape, len(largest.run.seeds))
+        run_dir = _prepare_run_dir(args, study.name)
+    if not args.no_compile_cache:
+        enable_compilation_cache()
+    progress = console_progress(args.quiet)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        backend = {"backend": ray, "how": RAY} if ray else {}
+        outcome = run_study(study, run_dir, progress, **backend)
+    except KeyboardInterrupt as stop:
+        progress.close()
+        terminated = isinstance(stop, Terminated)
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"\n{how}; finished shapes and blocks are kept. Resume with:\n  coevolab run --resume {run_dir}")
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)

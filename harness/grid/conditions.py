@@ -60,7 +60,7 @@ def _unknown_key_message(key: str, valid: list[str]) -> str:
     return f"unknown key{hint}"
 
 
-def _validate(
+def validated(
     model: type[BaseModel], values: Mapping[str, Any], file: str, condition: str | None, prefix: str = ""
 ) -> Any:
     """Build `model` from `values`, turning the first validation problem into a ConditionFileError."""
@@ -117,8 +117,8 @@ def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Con
             if not swept
             else f"{name}[{','.join(f'{k}={_format_value(v)}' for k, v in zip(swept, combination, strict=True))}]"
         )
-        knobs = _validate(Knobs, values, file, label)
-        conditions.append(_validate(Condition, {"name": label, "knobs": knobs, **extras}, file, label))
+        knobs = validated(Knobs, values, file, label)
+        conditions.append(validated(Condition, {"name": label, "knobs": knobs, **extras}, file, label))
     return conditions
 
 
@@ -133,7 +133,7 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
         table = document.get(section, {})
         if not isinstance(table, Mapping):
             raise ConditionFileError(file, f"[{section}] must be a table", key=section)
-        settings[section] = _validate(model, table, file, None, prefix=f"{section}.")
+        settings[section] = validated(model, table, file, None, prefix=f"{section}.")
     tables = document.get("conditions", {})
     if not isinstance(tables, Mapping) or not tables:
         raise ConditionFileError(file, "no conditions: add at least one [conditions.NAME] table", key="conditions")
@@ -152,7 +152,7 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
             continue
         if not isinstance(table, Mapping):
             raise ConditionFileError(file, "a claim must be a table", key=f"claims.{claim_name}")
-        claim = _validate(Claim, {**file_wide, **table, "name": claim_name}, file, None, prefix=f"claims.{claim_name}.")
+        claim = validated(Claim, {**file_wide, **table, "name": claim_name}, file, None, prefix=f"claims.{claim_name}.")
         try:
             claim.check_against(names, settings["run"].iterations)
         except ValueError as error:
@@ -187,10 +187,10 @@ def _extended(document: Mapping[str, Any], file: str, directory: Path, seen: tup
     base_path = (directory / base_name).resolve()
     if base_path in seen:
         raise ConditionFileError(file, f"extends {base_name} forms a cycle", key=_EXTENDS)
-    return _merged(_read_document(base_path, seen), document)
+    return _merged(read_document(base_path, seen), document)
 
 
-def _read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A condition file's TOML with its `extends` chain resolved."""
     file = str(path)
     try:
@@ -207,7 +207,7 @@ def _read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return _extended(document, file, path.parent, (*seen, path.resolve()))
 
 
-def _with_seeds(document: Mapping[str, Any], seeds: int | Sequence[int] | None) -> Mapping[str, Any]:
+def with_seeds(document: Mapping[str, Any], seeds: int | Sequence[int] | None) -> Mapping[str, Any]:
     """`document` with [run].seeds replaced by `seeds` (a count N for 0..N-1, or a list of seeds), if given."""
     if seeds is None:
         return document
@@ -219,7 +219,7 @@ def _with_seeds(document: Mapping[str, Any], seeds: int | Sequence[int] | None) 
 def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
     """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
     path = Path(path)
-    return parse_grid(_with_seeds(_read_document(path), seeds), str(path))
+    return parse_grid(with_seeds(read_document(path), seeds), str(path))
 
 
 def _as_toml_values(value: Any) -> Any:
@@ -260,7 +260,7 @@ def grid_from_mapping(
         raise TypeError(f"a grid is a mapping of tables (run, conditions, ...), not {type(document).__name__}")
     source = source if source is not None else f"grid '{name}'"
     expanded = _extended(_as_toml_values(document), source, Path(relative_to), ())
-    return parse_grid(_with_seeds(expanded, seeds), source, name=name)
+    return parse_grid(with_seeds(expanded, seeds), source, name=name)
 
 
 def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:
