@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all bench reference reference-100 reference-until-decided reference-temporal lint format clean
+.PHONY: run test test-all bench reference reference-100 reference-until-decided reference-temporal reference-scale lint format clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,3 +69,9 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# The scale study: the published conditions in larger worlds, a rugged q*, a larger judge and attention networks
+# (conditions/scale.toml, about an hour on two cores), and the README's "Does it survive scale?" block.
+reference-scale: $(STAMP)
+	$(BIN)/coevolab run conditions/scale.toml --out artifacts/reference/scale --force --no-compile-cache
+	$(BIN)/python -m tools.readme_tables --study artifacts/reference/scale README.md

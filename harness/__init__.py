@@ -30,6 +30,8 @@ if TYPE_CHECKING:
         run_grid,
         use_every_cpu_core,
     )
+    from harness.experiment.study import run_study
+    from harness.grid.study import load_study
 
 __all__ = [
     "FIGURE_KEYS",
@@ -39,13 +41,19 @@ __all__ = [
     "grid_from_dict",
     "load_grid",
     "load_result",
+    "load_study",
     "run_grid",
+    "run_study",
     "use_every_cpu_core",
 ]
 
 # Where each exported name lives; `use_every_cpu_core` comes from its own module so that calling it loads as little
 # as possible before JAX's device count is set.
-_HOMES = {name: "harness.api" for name in __all__} | {"use_every_cpu_core": "harness.grid.sharding"}
+_HOMES = {name: "harness.api" for name in __all__} | {
+    "use_every_cpu_core": "harness.grid.sharding",
+    "load_study": "harness.grid.study",  # a file of several shapes; run_study(study, run_dir) runs it
+    "run_study": "harness.experiment.study",
+}
 
 
 def __getattr__(name: str) -> Any:

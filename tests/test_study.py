@@ -17,6 +17,7 @@ from harness.grid.study import load_study, parse_study
 from harness.inference.across_shapes import AcrossClaim, across_table
 from harness.inference.run_measures import q_star_range, run_measures
 from harness.report.study import MODEL_COLUMNS, SHAPE_COLUMNS
+from tools.readme_tables import study_block
 
 TINY = {
     "run": {"seeds": 2, "iterations": 2, "steps_per_iteration": 5, "batch_size": 16},
@@ -99,9 +100,10 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
     assert across.empty  # the tiny study states no across claims
     assert (tmp_path / "study" / "report.md").read_text().startswith("# Study study: 2 shapes")
     # A second run resumes: every shape is finished, so only the merge runs again, to the same bytes.
-    before = (tmp_path / "study" / "runs.csv").read_bytes()
+    before = {name: (tmp_path / "study" / name).read_bytes() for name in ("runs.csv", "report.md", "metrics.csv")}
     run_study(None, tmp_path / "study")
-    assert (tmp_path / "study" / "runs.csv").read_bytes() == before
+    assert {name: (tmp_path / "study" / name).read_bytes() for name in before} == before
+    assert study_block(tmp_path / "study").startswith("2 shapes × 2 conditions × 2 seeds (8 runs)")
 
 
 def test_run_measures_by_hand() -> None:

@@ -6,7 +6,8 @@ lab's streams beside ours and its baseline seed by seed when ORIGINAL_DIR is giv
 `python -m tools.readme_tables --claims RUN_DIR README.md`
 rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
 the run's claims.csv; `--temporal RUN_DIR README.md` the follow-up mechanisms' end state,
-pair audits and claims (between TEMPORAL_START and TEMPORAL_END). The README's numbers
+pair audits and claims (between TEMPORAL_START and TEMPORAL_END); `--study RUN_DIR README.md` a study's shapes
+and its claims across them (between SCALE_START and SCALE_END). The README's numbers
 always come from a run, not from typing.
 """
 
@@ -30,6 +31,7 @@ from harness.report.pairs import pair_source
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
 TEMPORAL_START, TEMPORAL_END = "<!-- temporal:start -->", "<!-- temporal:end -->"
+SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 # The original lab's own per-iteration records of its published baseline (see its README there).
 ORIGINAL_BASELINE = Path(__file__).resolve().parents[1] / "tests" / "data" / "original_lab" / "baseline"
 
@@ -255,15 +257,91 @@ def rewrite_temporal(run_dir: Path, readme: Path) -> None:
     replace_block(readme, TEMPORAL_START, TEMPORAL_END, block)
 
 
+def _interval(effect: float, low: float, high: float) -> str:
+    return f"{effect:+.3f}" if pd.isna(low) else f"{effect:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def study_block(run_dir: Path, regenerate: str = "make reference-scale") -> str:
+    """A study's shapes (baseline's per-run measures, the within-shape claim) and its claims across shapes."""
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    runs = pd.read_csv(run_dir / "runs.csv")
+    within = pd.read_csv(run_dir / CLAIMS_FILE) if (run_dir / CLAIMS_FILE).is_file() else pd.DataFrame()
+    across = pd.read_csv(run_dir / "across.csv")
+    baseline = runs[runs["condition"] == "baseline"].groupby("shape", sort=False)
+    first = runs.groupby("shape", sort=False).first()
+    rows = []
+    for shape, own in baseline:
+        facts = first.loc[shape]
+        q_star = facts["q_star"] if facts["q_star"] == "separable" else f"rugged (N = {facts['interaction_order']})"
+        own_claims = within[within["shape"] == shape] if not within.empty else within
+        claim = next(own_claims.itertuples(index=False), None)
+        rows.append(
+            [
+                str(shape),
+                f"{facts['outputs']:,}",
+                q_star,
+                f"{facts['policy_family']} {facts['policy_parameters']:,} / {facts['judge_family']} "
+                f"{facts['judge_parameters']:,}",
+                f"{own['share_of_q_star_range'].mean():.3f}",
+                f"{own['ceiling_iteration'].mean():.2f}",
+                f"{own['entropy_collapse_iteration'].mean():.2f}",
+                f"{own['at_dominant_mode'].mean():.2f}",
+                f"{own['judge_alignment'].mean():.3f}",
+                "n/a" if claim is None else f"{_interval(claim.effect, claim.ci_low, claim.ci_high)} {claim.verdict}",
+            ]
+        )
+    header = ["Shape", "Outputs", "q*", "Policy / judge (parameters)", "Share of q*'s range", "Ceiling iteration"]
+    header += ["Entropy < 1 nat at", "At dominant mode", "Judge alignment", "Slow judge − baseline [CI]"]
+    shapes = markdown_table(header, rows, right=[False, True, False, False, True, True, True, True, True, True])
+    claim_rows = [
+        [
+            row.statement,
+            f"{row.shape} vs {row.than_shape}" if row.kind == "between" else f"every shape ({row.shape})",
+            _interval(row.effect, row.ci_low, row.ci_high),
+            f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
+            f"**{row.verdict}**",
+            row.why,
+        ]
+        for row in across.itertuples(index=False)
+    ]
+    claims = markdown_table(
+        ["Claim (stated before the run)", "Compared", "Δ [CI]", "p (adj.)", "Verdict", "Why"],
+        claim_rows,
+        right=[False, False, True, True, False, False],
+    )
+    seeds = int(runs["seed"].nunique())
+    seconds, machine = manifest["wall_seconds"]["invocation"], manifest["machine"]
+    return (
+        f"{plural(len(rows), 'shape')} × {plural(runs['condition'].nunique(), 'condition')} × "
+        f"{plural(seeds, 'seed')} ({len(runs):,} runs), from `{run_dir.as_posix()}` "
+        f"([report]({run_dir.as_posix()}/report.md)); regenerate: `{regenerate}`. The baseline's runs per shape "
+        "(means over seeds), and the within-shape claim that slower judge updates (every 10) end above the baseline "
+        f"(seed-paired, Δ real quality):\n\n{shapes.rstrip()}\n\nThe claims across shapes (one Holm family; "
+        "between two shapes the runs are independent samples: Δ of means with a BCa interval at the claim's "
+        f"adjusted level and a permutation p):\n\n{claims.rstrip()}\n\n"
+        f"That study took {seconds:.0f} s in one command on {machine['cores']} cores of an {machine['cpu']}, at a "
+        f"peak resident memory of {manifest['peak_resident_bytes'] / 2**30:.1f} GiB (its shapes: "
+        + ", ".join(f"{name} {value:.0f} s" for name, value in manifest["shape_seconds"].items())
+        + ")."
+    )
+
+
+def rewrite_study(run_dir: Path, readme: Path) -> None:
+    replace_block(readme, SCALE_START, SCALE_END, study_block(run_dir))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.readme_tables", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run of the published grid (or, with --claims, of paper-100)")
     parser.add_argument("readme", type=Path)
     parser.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
     parser.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
+    parser.add_argument("--study", action="store_true", help="rewrite the scale study's block instead")
     parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
     args = parser.parse_args(argv)
-    if args.claims:
+    if args.study:
+        rewrite_study(args.run_dir, args.readme)
+    elif args.claims:
         rewrite_claims(args.run_dir, args.readme)
     elif args.temporal:
         rewrite_temporal(args.run_dir, args.readme)

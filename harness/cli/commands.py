@@ -38,14 +38,21 @@ def command_merge(args: argparse.Namespace) -> int:
 
 
 def command_report(args: argparse.Namespace) -> int:
+    import json
 
     import pandas as pd
 
     from harness.common.run_files import METRICS_FILE
     from harness.experiment.merge import how_run_line_of
+    from harness.experiment.study import is_study, load_study_spec, write_study_files
     from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
+    if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
+        study = load_study_spec(run_dir)
+        write_study_files(study, run_dir, json.loads((run_dir / "manifest.json").read_text())["execution"]["backend"])
+        print(run_dir / "report.md")
+        return EXIT_OK
     metrics_path = run_dir / METRICS_FILE
     if not metrics_path.is_file():
         raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")

@@ -8,8 +8,8 @@ shape). A shape's runs are exactly those of a file with that world and model run
   `MODEL_COLUMNS`);
 - runs.csv: one row per run (shape × condition × seed) of per-run measures (`harness.inference.run_measures`);
 - claims.csv: every shape's within-shape verdicts, with the shape; across.csv: the claims across shapes;
-- report.md (with its figure) and manifest.json (per shape: wall seconds by phase; the study's wall time and the
-  process's peak resident memory).
+- report.md (with its figure) and manifest.json (per shape: wall seconds by phase; this invocation's wall time and
+  its process's peak resident memory).
 
 Running it again (`coevolab run --resume DIR`) keeps every finished shape and block, continues the others, and merges.
 """
@@ -84,9 +84,13 @@ def _labelled(study: StudySpec, frames: dict[str, pd.DataFrame]) -> pd.DataFrame
     return merged[[*first, *(column for column in merged.columns if column not in first)]]
 
 
-def merge_study(study: StudySpec, run_dir: Path, how: str, seconds: float, started: dt.datetime) -> StudyOutcome:
-    """Merge the finished shapes of `study` in run_dir into its metrics.csv, runs.csv, claims.csv, across.csv,
-    report.md and manifest.json (see the module)."""
+def how_run_line(study: StudySpec, how: str) -> str:
+    return f"{len(study.shapes)} shapes, one program each, run one after another as seed blocks, {how}."
+
+
+def write_study_files(study: StudySpec, run_dir: Path, how: str) -> StudyOutcome:
+    """Merge the finished shapes of `study` in run_dir into its metrics.csv, runs.csv, claims.csv, across.csv and
+    report.md (the same bytes each time: `coevolab report DIR` re-renders a study with it)."""
     metrics = {s.name: pd.read_csv(shape_dir(run_dir, s.name) / METRICS_FILE) for s in study.shapes}
     measures = {s.name: run_measures(metrics[s.name], s.grid.world) for s in study.shapes}
     within_files = {s.name: shape_dir(run_dir, s.name) / CLAIMS_FILE for s in study.shapes if s.grid.claims}
@@ -102,25 +106,34 @@ def merge_study(study: StudySpec, run_dir: Path, how: str, seconds: float, start
         within = within[["shape", *(column for column in within.columns if column != "shape")]]
         atomic_write_text(run_dir / CLAIMS_FILE, within.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_text(run_dir / ACROSS_FILE, across.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
-    line = f"{len(study.shapes)} shapes, one program each, run one after another as seed blocks, {how}."
-    study_report(study, per_run, within, across, run_dir, line)
+    study_report(study, per_run, within, across, run_dir, how_run_line(study, how))
+    return StudyOutcome(run_dir, merged, diverged_runs(merged), per_run, across)
+
+
+def merge_study(study: StudySpec, run_dir: Path, how: str, seconds: float, started: dt.datetime) -> StudyOutcome:
+    """`write_study_files`, then manifest.json (see the module)."""
+    outcome = write_study_files(study, run_dir, how)
     shape_manifests = {
         s.name: _read_json(shape_dir(run_dir, s.name) / MANIFEST_FILE).get("wall_seconds", {}) for s in study.shapes
     }
+    # The shapes' own phases (summed over their blocks' last attempts), whichever invocation ran them, and this one's.
+    shape_seconds = {name: sum(phases.values()) for name, phases in shape_manifests.items()}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     write_json(
         run_dir / MANIFEST_FILE,
         manifest(
             study.model_dump(mode="json"),
-            {"study": seconds},
+            {"shapes": sum(shape_seconds.values()), "invocation": seconds},
             started,
-            runs=int(sum(len(frame[["condition", "seed"]].drop_duplicates()) for frame in metrics.values())),
-            execution={"backend": how, "line": line},
+            runs=len(outcome.measures),
+            execution={"backend": how, "line": how_run_line(study, how)},
             shapes=shape_manifests,
+            shape_seconds=shape_seconds,
+            # Of this process: a study run whole holds every shape's peak; a resumed one only its own invocation's.
             peak_resident_bytes=peak,
         ),
     )
-    return StudyOutcome(run_dir, merged, diverged_runs(merged), per_run, across)
+    return outcome
 
 
 def _read_json(path: Path) -> dict:
