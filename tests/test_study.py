@@ -77,6 +77,11 @@ def test_mistakes_name_the_file_and_the_key(extra: dict, key: str | None) -> Non
         assert error.value.key == key
 
 
+def test_a_study_read_as_a_grid_says_what_it_is() -> None:
+    with pytest.raises(ConditionFileError, match="a study"):
+        grid_from_mapping(_study())
+
+
 def test_the_scale_study_file_parses_with_its_claims() -> None:
     study = load_study(Path(__file__).resolve().parents[1] / "conditions" / "scale.toml")
     sizes = {shape.name: shape.grid.world.n_outputs for shape in study.shapes}

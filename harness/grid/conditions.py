@@ -125,6 +125,10 @@ def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Con
 def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) -> GridSpec:
     """A parsed TOML document -> GridSpec."""
     valid_sections = [*_SECTIONS, *_NAMED_TABLES]
+    if "shapes" in document:  # harness.grid.study's tables
+        raise ConditionFileError(
+            file, "a study (it has [shapes]): run it with `coevolab run FILE`, or load it with harness.load_study"
+        )
     for section in document:
         if section not in valid_sections:
             raise ConditionFileError(file, _unknown_key_message(section, valid_sections), key=section)
