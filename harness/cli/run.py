@@ -257,10 +257,12 @@ def _is_study(args: argparse.Namespace) -> bool:
 
 def command_study(args: argparse.Namespace) -> int:
     """`coevolab run STUDY.toml` or `--resume DIR` of a study: one program per shape (harness.experiment.study)."""
+    import shutil
+
     from harness.experiment.blocks import block_spec
     from harness.experiment.progress import console_progress
     from harness.experiment.ray_backend import RAY, RayBackend
-    from harness.experiment.study import run_study
+    from harness.experiment.study import SHAPES_DIR, run_study
     from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
@@ -283,6 +285,8 @@ def command_study(args: argparse.Namespace) -> int:
             largest = block_spec(shape.grid, 0)
             check_fits(layout_grid(largest).shape, len(largest.run.seeds))
         run_dir = _prepare_run_dir(args, study.name)
+        if args.force:  # --force starts the study over
+            shutil.rmtree(run_dir / SHAPES_DIR, ignore_errors=True)
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = console_progress(args.quiet)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
-from harness.experiment.blocks import Backend, in_process, pending_blocks, uses_blocks
+from harness.experiment.blocks import Backend, BlockError, in_process, pending_blocks, uses_blocks
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.merge import IN_PROCESS, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
@@ -154,6 +154,7 @@ def run_study(
         backend, how: what runs each shape's seed blocks, and its name for the manifests and reports.
 
     Raises:
+        BlockError: a finished shape's directory holds another grid's run.
         KeyboardInterrupt: Ctrl-C or SIGTERM; finished shapes, blocks and checkpoints stay for a resume.
     """
     run_dir = Path(run_dir)
@@ -166,6 +167,8 @@ def run_study(
     for index, shape in enumerate(study.shapes):
         directory = shape_dir(run_dir, shape.name)
         if _shape_finished(directory):
+            if load_spec(directory) != shape.grid:
+                raise BlockError(f"shape {shape.name}: {directory} holds the run of another grid; start over (--force)")
             continue
         directory.mkdir(parents=True, exist_ok=True)
         world = shape.grid.world
