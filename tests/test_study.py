@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.engine.world import WorldConfig
+from harness.experiment.blocks import BlockError
 from harness.experiment.merge import run_in_blocks
 from harness.experiment.study import run_study
 from harness.grid.conditions import ConditionFileError, grid_from_mapping
@@ -109,6 +110,12 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
     run_study(None, tmp_path / "study")
     assert {name: (tmp_path / "study" / name).read_bytes() for name in before} == before
     assert study_block(tmp_path / "study").startswith("2 shapes × 2 conditions × 2 seeds (8 runs)")
+    # A study of other grids in that directory is refused, before anything runs or is written.
+    other = parse_study(_study(run={**TINY["run"], "steps_per_iteration": 6}), "study.toml", "study")
+    written = (tmp_path / "study" / "study.json").read_bytes()
+    with pytest.raises(BlockError, match="another grid"):
+        run_study(other, tmp_path / "study")
+    assert (tmp_path / "study" / "study.json").read_bytes() == written
 
 
 def test_run_measures_by_hand() -> None:

@@ -162,14 +162,15 @@ def run_study(
     started, entered = dt.datetime.now(dt.UTC), time.perf_counter()
     if study is None:
         study = load_study_spec(run_dir)
-    else:
-        atomic_write_text(run_dir / STUDY_FILE, study.model_dump_json(indent=2) + "\n")
+    finished = [shape for shape in study.shapes if _shape_finished(shape_dir(run_dir, shape.name))]
+    for shape in finished:  # checked before anything is written
+        if load_spec(shape_dir(run_dir, shape.name)) != shape.grid:
+            raise BlockError(f"shape {shape.name}: {run_dir} holds the run of another grid there; start over (--force)")
+    atomic_write_text(run_dir / STUDY_FILE, study.model_dump_json(indent=2) + "\n")
     for index, shape in enumerate(study.shapes):
-        directory = shape_dir(run_dir, shape.name)
-        if _shape_finished(directory):
-            if load_spec(directory) != shape.grid:
-                raise BlockError(f"shape {shape.name}: {directory} holds the run of another grid; start over (--force)")
+        if shape in finished:
             continue
+        directory = shape_dir(run_dir, shape.name)
         directory.mkdir(parents=True, exist_ok=True)
         world = shape.grid.world
         progress.phase("shape", f"{index + 1} of {len(study.shapes)}: {shape.name} ({world.n_outputs:,} outputs)")
