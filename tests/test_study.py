@@ -186,15 +186,19 @@ def test_between_shapes_a_real_difference_is_found_in_its_direction_and_never_co
 def test_an_every_shape_claim_holds_only_where_every_shape_holds() -> None:
     claim = AcrossClaim(name="e", statement="s", within="w")
 
-    def within(*verdicts: str) -> pd.DataFrame:
-        rows = [("w", "policy_quality", f"s{k}", 0.1, 0.01, verdict) for k, verdict in enumerate(verdicts)]
-        return pd.DataFrame(rows, columns=["claim", "metric", "shape", "effect", "p_adjusted", "verdict"])
+    def row(*verdicts: str, p: float = 0.001) -> pd.Series:
+        rows = [("w", "policy_quality", f"s{k}", 0.1, p, verdict) for k, verdict in enumerate(verdicts)]
+        within = pd.DataFrame(rows, columns=["claim", "metric", "shape", "effect", "p_adjusted", "verdict"])
+        return across_table([claim], pd.DataFrame(), within).iloc[0]
 
-    verdict = {
+    expected = {
         ("holds", "holds"): "holds",
         ("holds", "contradicted"): "contradicted",
         ("holds", "not supported"): "not supported",
         ("holds", "undecided"): "undecided",
     }
-    for shapes, expected in verdict.items():
-        assert across_table([claim], pd.DataFrame(), within(*shapes)).iloc[0]["verdict"] == expected
+    for shapes, verdict in expected.items():
+        assert row(*shapes)["verdict"] == verdict
+    # A contradiction in one of 8 shapes is a statement about some shape: its p is multiplied by 8.
+    assert row("contradicted", *["holds"] * 7, p=0.005)["p_value"] == pytest.approx(0.04)
+    assert row("contradicted", *["holds"] * 7, p=0.01)["verdict"] == "undecided"  # 0.08 > 0.05

@@ -296,7 +296,7 @@ def study_block(run_dir: Path, regenerate: str = "make reference-scale") -> str:
     claim_rows = [
         [
             row.statement,
-            f"{row.shape} vs {row.than_shape}" if row.kind == "between" else f"every shape ({row.shape})",
+            f"{row.shape} vs {row.than_shape}" if row.kind == "between" else f"all {len(row.shape.split(', '))} shapes",
             _interval(row.effect, row.ci_low, row.ci_high),
             f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
             f"**{row.verdict}**",

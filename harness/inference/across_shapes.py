@@ -18,17 +18,19 @@ Two kinds, written as `[across.NAME]` tables of a study file:
   Runs of two shapes are independent samples (other worlds and networks: seed s of one shape has nothing in common
   with seed s of another), so the effect is the difference of the two means, its interval scipy.stats.bootstrap's
   BCa interval resampling each shape's runs on their own, and its p-value scipy.stats.permutation_test's, with
-  runs exchanged between the shapes (one-sided, in the claimed direction; the opposite side for a contradiction).
+  runs exchanged between the shapes (two-sided).
 - **every** shape: a `[claims]` claim of the file (judged within each shape's grid, seed-paired) said to hold in
-  every shape that has it (or in the `shapes` listed): an intersection–union test, whose p-value is the largest of
-  the shapes' adjusted p-values. It holds only where every shape's verdict is "holds"; it is contradicted where
-  some shape's is "contradicted"; otherwise it is not supported, or undecided where some shape is.
+  every shape that has it (or in the `shapes` listed). It holds where every shape's verdict is "holds" (an
+  intersection–union test, whose p-value is the largest of the shapes' adjusted p-values); it is contradicted where
+  some shape's is "contradicted" (p: the smallest of those shapes' adjusted p-values times the number of shapes,
+  Bonferroni over the shapes); otherwise it is not supported, or undecided where some shape is. Either positive
+  or negative verdict also needs its p-value to pass the study's adjustment, else it is undecided.
 
 A study's across claims are one family: their p-values are adjusted together (Holm), and a between claim's interval
 is built at its adjusted level. The verdict rule for a between claim is the seed-paired rule's (`rule`), with these
 tests: with resolution r, "above" holds if p_adj ≤ α, the interval's low end > 0 and Δ ≥ r; it is contradicted if
-the opposite side's adjusted p ≤ α, the high end < 0 and Δ ≤ −r; not supported if the interval lies within ±r;
-undecided otherwise. Fewer than MIN_SEEDS runs on a side: untested.
+p_adj ≤ α, the high end < 0 and Δ ≤ −r; not supported if the interval lies within ±r; undecided otherwise. Fewer
+than MIN_SEEDS runs on a side: untested.
 """
 
 from __future__ import annotations
@@ -156,16 +158,14 @@ def independent_interval(
     return bounds
 
 
-def independent_p(
-    a: np.ndarray, b: np.ndarray, alternative: Literal["greater", "less"], resamples: int = PERMUTATIONS
-) -> float:
-    """Permutation p-value of mean(a) − mean(b) (runs exchanged between the samples), one-sided; exact where the
+def independent_p(a: np.ndarray, b: np.ndarray, resamples: int = PERMUTATIONS) -> float:
+    """Two-sided permutation p-value of mean(a) − mean(b) (runs exchanged between the samples); exact where the
     permutations are fewer than `resamples`."""
     result = scipy.stats.permutation_test(
         (a, b),
         _mean_difference,
         permutation_type="independent",
-        alternative=alternative,
+        alternative="two-sided",
         n_resamples=resamples,
         vectorized=True,
         rng=np.random.default_rng(BOOTSTRAP_SEED),
@@ -182,7 +182,6 @@ def _between_row(claim: AcrossClaim, measures: pd.DataFrame) -> dict[str, object
         return column[np.isfinite(column)]
 
     side, other = values(claim.shape), values(claim.than_shape)
-    claimed, opposite = ("greater", "less") if claim.direction == "above" else ("less", "greater")
     tested = min(len(side), len(other)) >= MIN_SEEDS
     return {
         "measure": claim.measure,
@@ -194,8 +193,7 @@ def _between_row(claim: AcrossClaim, measures: pd.DataFrame) -> dict[str, object
         "shape_mean": float(np.mean(side)) if len(side) else np.nan,
         "than_mean": float(np.mean(other)) if len(other) else np.nan,
         "effect": float(np.mean(side) - np.mean(other)) if len(side) and len(other) else np.nan,
-        "p_value": independent_p(side, other, claimed) if tested else np.nan,
-        "p_opposite": independent_p(side, other, opposite) if tested else np.nan,
+        "p_value": independent_p(side, other) if tested else np.nan,
         "samples": (side, other),
     }
 
@@ -208,34 +206,42 @@ def _between_verdict(claim: AcrossClaim, row: dict, alpha: float) -> tuple[str, 
     r = claim.resolution
     if row["p_adjusted"] <= alpha and low > 0 and effect >= r:
         return "holds", "the permutation test and the interval agree, beyond the resolution"
-    if row["p_opposite_adjusted"] <= alpha and high < 0 and effect <= -r:
-        return "contradicted", "both tests find the opposite, beyond the resolution"
+    if row["p_adjusted"] <= alpha and high < 0 and effect <= -r:
+        return "contradicted", "the permutation test and the interval agree on the opposite, beyond the resolution"
     if -r < low and high < r:
         return "not supported", "the interval lies within ± the resolution: no difference that counts"
-    return "undecided", "the interval includes 0 and reaches past the resolution, or the tests disagree"
+    if row["p_adjusted"] <= alpha:
+        return "undecided", "the tests disagree: the permutation test finds a difference, the interval includes 0"
+    return "undecided", "the interval includes 0 and reaches past the resolution: more runs needed"
 
 
 def _every_row(claim: AcrossClaim, within: pd.DataFrame) -> dict[str, object]:
-    """An every claim's per-shape verdicts (within: the shapes' claims tables with a `shape` column)."""
-    own = within[within["claim"] == claim.within]
+    """An every claim's per-shape verdicts (within: the shapes' claims tables with a `shape` column) and its p-value:
+    the largest of the shapes' adjusted p where it holds in every shape (intersection–union); where some shape
+    contradicts it, the smallest p of those shapes times the number of shapes (a statement about some shape, so
+    Bonferroni over them); otherwise the largest."""
+    own = within[within["claim"] == claim.within] if not within.empty else within
     if claim.shapes:
         own = own[own["shape"].isin(claim.shapes)]
     verdicts = dict(zip(own["shape"], own["verdict"], strict=True))
+    p = dict(zip(own["shape"], own["p_adjusted"].astype(float), strict=True))
     listed = "; ".join(f"{shape}: {verdict}" for shape, verdict in verdicts.items())
-    if all(verdict == "holds" for verdict in verdicts.values()):
-        verdict, why = "holds", f"holds in every shape ({listed})"
+    largest = max(p.values()) if p and all(np.isfinite(list(p.values()))) else np.nan
+    if verdicts and all(verdict == "holds" for verdict in verdicts.values()):
+        verdict, why, p_value = "holds", f"holds in every shape ({listed})", largest
     elif "contradicted" in verdicts.values():
+        against = [p[shape] for shape, verdict in verdicts.items() if verdict == "contradicted"]
         verdict, why = "contradicted", f"contradicted in some shape ({listed})"
-    elif "undecided" in verdicts.values() or "untested" in verdicts.values():
-        verdict, why = "undecided", f"not decided in every shape ({listed})"
+        p_value = min(1.0, len(verdicts) * min(against))
+    elif "undecided" in verdicts.values() or "untested" in verdicts.values() or not verdicts:
+        verdict, why, p_value = "undecided", f"not decided in every shape ({listed})", largest
     else:
-        verdict, why = "not supported", f"does not hold in every shape ({listed})"
-    p = own["p_adjusted"].to_numpy(np.float64)
+        verdict, why, p_value = "not supported", f"does not hold in every shape ({listed})", largest
     return {
         "measure": str(own["metric"].iloc[0]) if len(own) else "",
         "shape": ", ".join(verdicts),
         "effect": float(own["effect"].min()) if len(own) else np.nan,
-        "p_value": float(np.max(p)) if len(p) and np.all(np.isfinite(p)) else np.nan,
+        "p_value": p_value,
         "shape_verdict": verdict,
         "why": why,
     }
@@ -258,19 +264,17 @@ def across_table(
     ]
     raw = np.array([row["p_value"] for row in rows], dtype=float)
     adjusted, level = adjust(raw, "holm"), levels(raw, "holm", alpha)
-    opposite = adjust(np.array([row.get("p_opposite", np.nan) for row in rows], dtype=float), "holm")
-    for claim, row, p_adjusted, p_opposite, claim_level in zip(claims, rows, adjusted, opposite, level, strict=True):
+    for claim, row, p_adjusted, claim_level in zip(claims, rows, adjusted, level, strict=True):
         row["p_adjusted"], row["ci_level"] = p_adjusted, 1 - claim_level
         if claim.kind == "every":
             shapes_hold = row.pop("shape_verdict")
             row["verdict"] = shapes_hold
-            if shapes_hold == "holds" and not p_adjusted <= alpha:
+            if shapes_hold in ("holds", "contradicted") and not p_adjusted <= alpha:
                 row["verdict"] = "undecided"
-                row["why"] += f"; but its largest p, adjusted over the study's claims, is {p_adjusted:.3g} > {alpha:g}"
+                row["why"] += f"; but its p, adjusted over the study's claims, is {p_adjusted:.3g} > {alpha:g}"
             continue
         side, other = row.pop("samples")
         tested = np.isfinite(row["p_value"])
         row["ci_low"], row["ci_high"] = independent_interval(side, other, 1 - claim_level) if tested else (np.nan,) * 2
-        row["p_opposite_adjusted"] = p_opposite
         row["verdict"], row["why"] = _between_verdict(claim, row, alpha)
     return pd.DataFrame(rows).reindex(columns=ACROSS_COLUMNS)
