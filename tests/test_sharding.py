@@ -163,7 +163,7 @@ def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridTr
     target_shape = jax.ShapeDtypeStruct((2, 3), jnp.float32)
     pretraining = (
         pretrain_program(world, SPLIT.pretrain, 2)
-        .lower(key_shape, key_shape, target_shape, jax.ShapeDtypeStruct((), jnp.int32))
+        .lower(key_shape, key_shape, target_shape, jax.ShapeDtypeStruct((), jnp.int32), world.outputs, world.q_star)
         .compile()
         .as_text()
     )

@@ -62,10 +62,11 @@ def pretrain_program(
 ) -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
-    (init_keys, data_keys (S, P/S, 2), targets (S, P/S), max_steps (int32 scalar)) -> the final state of every
-    judge, (S, P/S, ...). Each shard loops over check periods until its own judges are done. `streams` as in the
-    module docstring. One program per world, settings other than the step cap, shard count, streams and network,
-    kept for the process: a grid's seed blocks, or a rerun with another cap, pretrain without compiling again.
+    (init_keys, data_keys (S, P/S, 2), targets (S, P/S), max_steps (int32 scalar), the world's outputs (N, L) and
+    q* (N,)) -> the final state of every judge, (S, P/S, ...). Each shard loops over check periods until its own
+    judges are done. `streams` as in the module docstring. One program per world, settings other than the step cap,
+    shard count, streams and network, kept for the process: a grid's seed blocks, or a rerun with another cap,
+    pretrain without compiling again.
     """
     uncapped = settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
     return _pretrain_program(world.config, uncapped, n_shards, streams, network)
@@ -78,28 +79,32 @@ def _pretrain_program(
     world = World(world_config)
     vocab, seq_len = world.config.vocab_size, world.config.seq_len
     optimizer = optax.adam(settings.learning_rate)
-    outputs, q_star = world.outputs, world.q_star
 
-    def loss_fn(params: Params, key: jax.Array) -> jax.Array:
+    # The world's tables enter as arguments, not constants: XLA would otherwise fold work over every output (sorting
+    # q* for the Spearman checks) into the compile, which at 262,144 outputs took over a minute.
+    def loss_fn(params: Params, key: jax.Array, world_tables: tuple[jax.Array, jax.Array]) -> jax.Array:
         k_index, k_noise = jax.random.split(key)
-        return batch_loss(params, k_index, k_noise)
+        return batch_loss(params, k_index, k_noise, world_tables)
 
-    def batch_loss(params: Params, k_index: jax.Array, k_noise: jax.Array) -> jax.Array:
+    def batch_loss(
+        params: Params, k_index: jax.Array, k_noise: jax.Array, world_tables: tuple[jax.Array, jax.Array]
+    ) -> jax.Array:
+        outputs, q_star = world_tables
         index = jax.random.randint(k_index, (settings.batch_size,), 0, world.n_outputs)
         noise = settings.label_noise * jax.random.normal(k_noise, (settings.batch_size,))
         scores = judge_scores(params, outputs[index], vocab)
         return jnp.mean(optax.squared_error(scores, q_star[index] + noise))
 
-    def train_step(state: tuple[Params, optax.OptState], step_key: jax.Array) -> tuple:
+    def train_step(state: tuple[Params, optax.OptState], step_key: jax.Array, world_tables: tuple) -> tuple:
         params, opt_state = state
-        grads = jax.grad(loss_fn)(params, step_key)
+        grads = jax.grad(loss_fn)(params, step_key, world_tables)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
-    def original_step(state: tuple[Params, optax.OptState, jax.Array], _: None) -> tuple:
+    def original_step(state: tuple[Params, optax.OptState, jax.Array], _: None, world_tables: tuple) -> tuple:
         params, opt_state, chain = state
         chain, k_index, k_noise = pretrain_step_keys(chain)
-        grads = jax.grad(batch_loss)(params, k_index, k_noise)
+        grads = jax.grad(batch_loss)(params, k_index, k_noise, world_tables)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state, chain), None
 
@@ -119,18 +124,20 @@ def _pretrain_program(
             data_keys,
         )
 
-    def chunk(state: _PretrainState, data_key: jax.Array, max_steps: jax.Array) -> _PretrainState:
+    def chunk(state: _PretrainState, data_key: jax.Array, max_steps: jax.Array, world_tables: tuple) -> _PretrainState:
         """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
         if streams == "original":
             carry = (state.params, state.opt_state, state.chain)
-            (params, opt_state, chain), _ = jax.lax.scan(original_step, carry, None, length=settings.check_every)
+            step = functools.partial(original_step, world_tables=world_tables)
+            (params, opt_state, chain), _ = jax.lax.scan(step, carry, None, length=settings.check_every)
         else:
             step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(
                 state.steps + jnp.arange(settings.check_every)
             )
-            (params, opt_state), _ = jax.lax.scan(train_step, (state.params, state.opt_state), step_keys)
+            step = functools.partial(train_step, world_tables=world_tables)
+            (params, opt_state), _ = jax.lax.scan(step, (state.params, state.opt_state), step_keys)
             chain = state.chain
-        rho = spearman(judge_score_table(params, vocab, seq_len), q_star)
+        rho = spearman(judge_score_table(params, vocab, seq_len), world_tables[1])
         trained = _PretrainState(
             state.target, params, opt_state, state.steps + settings.check_every, rho, rho >= state.target, chain
         )
@@ -138,7 +145,12 @@ def _pretrain_program(
         return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
 
     def pretrain_shard(
-        init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array, max_steps: jax.Array
+        init_keys: jax.Array,
+        data_keys: jax.Array,
+        targets: jax.Array,
+        max_steps: jax.Array,
+        outputs: jax.Array,
+        q_star: jax.Array,
     ) -> _PretrainState:
         # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
         init_keys, data_keys, targets = init_keys[0], data_keys[0], targets[0]
@@ -147,7 +159,7 @@ def _pretrain_program(
             return jnp.any(~state.done & (state.steps < max_steps))
 
         def period(state: _PretrainState) -> _PretrainState:
-            return jax.vmap(lambda judge, key: chunk(judge, key, max_steps))(state, data_keys)
+            return jax.vmap(lambda judge, key: chunk(judge, key, max_steps, (outputs, q_star)))(state, data_keys)
 
         state = jax.lax.while_loop(unfinished, period, start(init_keys, data_keys, targets))
         return jax.tree.map(lambda leaf: leaf[None], state)
@@ -159,7 +171,7 @@ def _pretrain_program(
         jax.shard_map(
             pretrain_shard,
             mesh=shard_mesh(n_shards),
-            in_specs=(sharded, sharded, sharded, P()),
+            in_specs=(sharded, sharded, sharded, P(), P(), P()),
             out_specs=sharded,
             check_vma=False,
         )
@@ -198,7 +210,8 @@ def pretrain_judges(
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
     program = pretrain_program(world, settings, n_shards, streams, network)
-    state = program(*to_shards((init_keys, data_keys, targets), index), jnp.int32(settings.max_steps))
+    shards = to_shards((init_keys, data_keys, targets), index)
+    state = program(*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star)
     state = from_shards(state, np.arange(count))
     result = PretrainResult(state.params, state.steps, state.spearman, state.done)
     chex.assert_tree_all_finite(result.params)
