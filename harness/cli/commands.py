@@ -42,7 +42,7 @@ def command_report(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from harness.common.run_files import METRICS_FILE
+    from harness.common.run_files import MANIFEST_FILE, METRICS_FILE
     from harness.experiment.merge import how_run_line_of
     from harness.experiment.study import is_study, load_study_spec, write_study_files
     from harness.report import read_run_grid, write_run_report
@@ -50,7 +50,8 @@ def command_report(args: argparse.Namespace) -> int:
     run_dir = existing_directory(Path(args.run_dir), "report")
     if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
         study = load_study_spec(run_dir)
-        write_study_files(study, run_dir, json.loads((run_dir / "manifest.json").read_text())["execution"]["backend"])
+        how = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))["execution"]["backend"]
+        write_study_files(study, run_dir, how)
         print(run_dir / "report.md")
         return EXIT_OK
     metrics_path = run_dir / METRICS_FILE

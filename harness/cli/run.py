@@ -20,18 +20,24 @@ from harness.cli.arguments import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pandas as pd
+
+    from harness.experiment.ray_backend import RayBackend
+    from harness.experiment.runner import Progress
     from harness.grid.layout import GridSpec
 
 
 def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
-    from harness.common.run_files import METRICS_FILE, fresh_run_dir
-    from harness.experiment.checkpoint import has_checkpoint
+    from harness.common.run_files import fresh_run_dir
+    from harness.experiment.merge import run_finished
 
     if args.resume:
         run_dir = existing_directory(Path(args.resume), "--resume")
         if not (run_dir / "grid.json").is_file():
             raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
-        if (run_dir / METRICS_FILE).is_file() and not has_checkpoint(run_dir) and not _blocks_pending(run_dir):
+        if run_finished(run_dir):
             raise UsageError(f"--resume {run_dir}: run already finished (grow it with --resume {run_dir} --seeds N)")
         return run_dir
     try:
@@ -49,14 +55,6 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
         where = args.out if args.out is not None else DEFAULT_RUNS_ROOT
         raise UsageError(f"output directory {where}: cannot create or read it: {error.strerror or error}") from None
     return run_dir
-
-
-def _blocks_pending(run_dir: Path) -> bool:
-    """Whether a run directory in seed blocks has blocks left to run (a grown or interrupted run)."""
-    from harness.experiment.blocks import pending_blocks, uses_blocks
-    from harness.experiment.runner import load_spec
-
-    return uses_blocks(run_dir) and bool(pending_blocks(load_spec(run_dir), run_dir))
 
 
 def _block_run_dir(args: argparse.Namespace, spec: GridSpec) -> Path:
@@ -131,10 +129,8 @@ def command_run(args: argparse.Namespace) -> int:
         uses_blocks,
     )
     from harness.experiment.merge import IN_PROCESS, run_in_blocks
-    from harness.experiment.progress import console_progress
     from harness.experiment.ray_backend import RAY, RayBackend
     from harness.experiment.runner import diverged_runs, execute
-    from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
@@ -161,35 +157,21 @@ def command_run(args: argparse.Namespace) -> int:
                 shutil.rmtree(run_dir / BLOCKS_DIR, ignore_errors=True)  # --force starts the grid over
         # A one-block grid keeps the flat layout of a run before blocks (its files at the top of run_dir).
         in_blocks = args.block is not None or ray is not None or block_count(spec) > 1
-    if not args.no_compile_cache:
-        enable_compilation_cache()
-    progress = console_progress(args.quiet)
-    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
+
+    def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
         if args.block is not None:
             run_block(spec, args.block, run_dir, progress)
             progress.close()
             done = block_dir(run_dir, args.block)
-            diverged = diverged_runs(pd.read_csv(done / METRICS_FILE))
-        elif in_blocks:
+            return done, diverged_runs(pd.read_csv(done / METRICS_FILE))
+        if in_blocks:
             backend = (ray, RAY) if ray else ()
-            diverged, done = run_in_blocks(spec, run_dir, progress, *backend).diverged, run_dir
-        else:
-            whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
-            outcome = execute(
-                spec, run_dir, progress, resume=bool(args.resume), started=args.started, manifest_extra=whole
-            )
-            diverged, done = outcome.diverged, run_dir
-    except KeyboardInterrupt as stop:
-        progress.close()
-        terminated = isinstance(stop, Terminated)
-        print(_interrupted_message(run_dir, "terminated (SIGTERM)" if terminated else "interrupted", args.block))
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
-        if ray:
-            ray.close()
-    return finished(done, diverged)
+            return run_dir, run_in_blocks(spec, run_dir, progress, *backend).diverged
+        whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
+        outcome = execute(spec, run_dir, progress, resume=bool(args.resume), started=args.started, manifest_extra=whole)
+        return run_dir, outcome.diverged
+
+    return _run_until_stopped(args, ray, work, lambda how: _interrupted_message(run_dir, how, args.block))
 
 
 def command_until_decided(args: argparse.Namespace) -> int:
@@ -198,10 +180,8 @@ def command_until_decided(args: argparse.Namespace) -> int:
     import shutil
 
     from harness.experiment.blocks import block_spec
-    from harness.experiment.progress import console_progress
     from harness.experiment.ray_backend import RAY, RayBackend
     from harness.experiment.until_decided import PLAN_FILE, STAGES_DIR, run_until_decided
-    from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
@@ -224,24 +204,13 @@ def command_until_decided(args: argparse.Namespace) -> int:
         if args.force:  # --force starts the grid over, not from an earlier plan's stages
             (run_dir / PLAN_FILE).unlink(missing_ok=True)
             shutil.rmtree(run_dir / STAGES_DIR, ignore_errors=True)
-    if not args.no_compile_cache:
-        enable_compilation_cache()
-    progress = console_progress(args.quiet)
-    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
+
+    def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
         backend = {"backend": ray, "how": RAY} if ray else {}
-        outcome = run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress, **backend)
-    except KeyboardInterrupt as stop:
-        progress.close()
-        terminated = isinstance(stop, Terminated)
-        how = "terminated (SIGTERM)" if terminated else "interrupted"
-        print(f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided")
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
-        if ray:
-            ray.close()
-    return finished(run_dir, outcome.diverged)
+        return run_dir, run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress, **backend).diverged
+
+    kept = f"finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided"
+    return _run_until_stopped(args, ray, work, lambda how: f"\n{how}; {kept}")
 
 
 def _is_study(args: argparse.Namespace) -> bool:
@@ -260,10 +229,8 @@ def command_study(args: argparse.Namespace) -> int:
     import shutil
 
     from harness.experiment.blocks import block_spec
-    from harness.experiment.progress import console_progress
     from harness.experiment.ray_backend import RAY, RayBackend
     from harness.experiment.study import SHAPES_DIR, run_study
-    from harness.grid.compile_cache import enable_compilation_cache
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
     from harness.grid.study import load_study
@@ -277,31 +244,47 @@ def command_study(args: argparse.Namespace) -> int:
         study, run_dir = None, existing_directory(Path(args.resume), "--resume")
     else:
         seeds = args.seeds if args.seeds is not None else args.seed_list
-        try:
-            study = load_study(conditions_path(args.conditions), seeds)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        study = load_study(conditions_path(args.conditions), seeds)
         for shape in study.shapes:  # refuse before writing anything
             largest = block_spec(shape.grid, 0)
             check_fits(layout_grid(largest).shape, len(largest.run.seeds))
         run_dir = _prepare_run_dir(args, study.name)
         if args.force:  # --force starts the study over
             shutil.rmtree(run_dir / SHAPES_DIR, ignore_errors=True)
+
+    def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
+        backend = {"backend": ray, "how": RAY} if ray else {}
+        return run_dir, run_study(study, run_dir, progress, **backend).diverged
+
+    kept = f"finished shapes and blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
+    return _run_until_stopped(args, ray, work, lambda how: f"\n{how}; {kept}")
+
+
+def _run_until_stopped(
+    args: argparse.Namespace,
+    ray: RayBackend | None,
+    work: Callable[[Progress], tuple[Path, pd.DataFrame]],
+    interrupted: Callable[[str], str],
+) -> int:
+    """Run `work` (given the console's progress; returns where its results are and its diverged runs) with the
+    compile cache on unless --no-compile-cache, and SIGTERM raised where Ctrl-C is: either stops it at a clean
+    point, prints `interrupted(how)` and exits 143 or 130. The Ray connection is closed however it ends."""
+    from harness.experiment.progress import console_progress
+    from harness.grid.compile_cache import enable_compilation_cache
+
     if not args.no_compile_cache:
         enable_compilation_cache()
     progress = console_progress(args.quiet)
     previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        backend = {"backend": ray, "how": RAY} if ray else {}
-        outcome = run_study(study, run_dir, progress, **backend)
+        done, diverged = work(progress)
     except KeyboardInterrupt as stop:
         progress.close()
         terminated = isinstance(stop, Terminated)
-        how = "terminated (SIGTERM)" if terminated else "interrupted"
-        print(f"\n{how}; finished shapes and blocks are kept. Resume with:\n  coevolab run --resume {run_dir}")
+        print(interrupted("terminated (SIGTERM)" if terminated else "interrupted"))
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         if ray:
             ray.close()
-    return finished(run_dir, outcome.diverged)
+    return finished(done, diverged)

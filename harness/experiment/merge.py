@@ -34,8 +34,10 @@ from harness.experiment.blocks import (
     read_record,
     run_block,
     seeds_per_block,
+    uses_blocks,
 )
-from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs
+from harness.experiment.checkpoint import has_checkpoint
+from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
 from harness.grid.layout import GridSpec
 
 # How the blocks of a run were run, as the manifest and the report name it.
@@ -175,6 +177,14 @@ def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | N
     )
     progress.close()
     return ExperimentOutcome(run_dir, metrics, diverged_runs(metrics))
+
+
+def run_finished(directory: Path) -> bool:
+    """Whether a run directory holds a finished run: merged metrics, no checkpoint, and (in seed blocks) no block
+    left to run."""
+    if not (directory / METRICS_FILE).is_file() or has_checkpoint(directory):
+        return False
+    return not uses_blocks(directory) or not pending_blocks(load_spec(directory), directory)
 
 
 def run_in_blocks(

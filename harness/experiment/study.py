@@ -26,9 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
-from harness.experiment.blocks import Backend, BlockError, in_process, pending_blocks, uses_blocks
-from harness.experiment.checkpoint import has_checkpoint
-from harness.experiment.merge import IN_PROCESS, run_in_blocks
+from harness.experiment.blocks import Backend, BlockError, in_process
+from harness.experiment.merge import IN_PROCESS, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
 from harness.grid.study import StudySpec
 from harness.inference.across_shapes import across_table
@@ -64,12 +63,6 @@ def is_study(run_dir: Path) -> bool:
 
 def load_study_spec(run_dir: Path) -> StudySpec:
     return StudySpec.model_validate_json((Path(run_dir) / STUDY_FILE).read_text(encoding="utf-8"))
-
-
-def _shape_finished(directory: Path) -> bool:
-    if not (directory / METRICS_FILE).is_file() or has_checkpoint(directory):
-        return False
-    return not uses_blocks(directory) or not pending_blocks(load_spec(directory), directory)
 
 
 def _labelled(study: StudySpec, frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -162,7 +155,7 @@ def run_study(
     started, entered = dt.datetime.now(dt.UTC), time.perf_counter()
     if study is None:
         study = load_study_spec(run_dir)
-    finished = [shape for shape in study.shapes if _shape_finished(shape_dir(run_dir, shape.name))]
+    finished = [shape for shape in study.shapes if run_finished(shape_dir(run_dir, shape.name))]
     for shape in finished:  # checked before anything is written
         if load_spec(shape_dir(run_dir, shape.name)) != shape.grid:
             raise BlockError(f"shape {shape.name}: {run_dir} holds the run of another grid there; start over (--force)")

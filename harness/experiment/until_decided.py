@@ -46,9 +46,8 @@ from harness.common.run_files import (
     manifest,
     write_json,
 )
-from harness.experiment.blocks import Backend, BlockError, in_process, pending_blocks, uses_blocks
-from harness.experiment.checkpoint import has_checkpoint
-from harness.experiment.merge import IN_PROCESS, ordered_metrics_text, run_in_blocks
+from harness.experiment.blocks import Backend, BlockError, in_process
+from harness.experiment.merge import IN_PROCESS, ordered_metrics_text, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
 from harness.grid.layout import GridSpec
 from harness.inference.claims import Claim
@@ -114,12 +113,6 @@ def stage_spec(spec: GridSpec, plan: SequentialPlan, stage: int, names: Sequence
     return spec.only(names).model_copy(update={"run": run, "claims": ()})
 
 
-def _stage_finished(directory: Path) -> bool:
-    if not (directory / METRICS_FILE).is_file() or has_checkpoint(directory):
-        return False
-    return not uses_blocks(directory) or not pending_blocks(load_spec(directory), directory)
-
-
 def adopt_finished_run(run_dir: Path) -> GridSpec:
     """Make a finished run directory (not yet sequential) the first stage of a sequential one: its files move into
     stages/0/. Returns its grid.
@@ -138,7 +131,7 @@ def adopt_finished_run(run_dir: Path) -> GridSpec:
             f"{run_dir} has {len(spec.run.seeds)} seeds, fewer than a verdict needs ({MIN_SEEDS}); grow it first "
             f"(coevolab run --resume {run_dir} --seeds {MIN_SEEDS})"
         )
-    if not _stage_finished(run_dir):
+    if not run_finished(run_dir):
         raise BlockError(f"{run_dir} has not finished; finish it first (coevolab run --resume {run_dir})")
     first = stage_dir(run_dir, 0)
     first.mkdir(parents=True)
@@ -249,7 +242,7 @@ def run_until_decided(
             names = claim_conditions([c for c, open_ in zip(spec.claims, still_open, strict=True) if open_], spec)
         directory = stage_dir(run_dir, stage)
         own = stage_spec(spec, plan, stage, names)
-        if not _stage_finished(directory):
+        if not run_finished(directory):
             directory.mkdir(parents=True, exist_ok=True)
             progress.phase("look", f"{stage + 1} of {len(plan.looks)}: {len(names)} conditions to {seeds} seeds")
             run_in_blocks(own, directory, progress, backend, how)
