@@ -49,8 +49,7 @@ def _fake_pretrained(max_members: int) -> PretrainResult:
 
 def _started(knobs: Knobs) -> tuple[GridTrainer, CoevolutionState]:
     program = GridTrainer(GridSpec(run=RUN, conditions=(Condition(name="c", knobs=knobs),)))
-    state, _ = program.start(pretrained=_fake_pretrained(knobs.n_judges))
-    return program, state
+    return program, program.initial_state(pretrained=_fake_pretrained(knobs.n_judges))
 
 
 def _with_policies(state: CoevolutionState) -> CoevolutionState:

@@ -22,7 +22,8 @@ import pandas as pd
 from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
 from harness.engine.knobs import RunKnobs
 from harness.engine.models import Params, policy_log_prob_tables
-from harness.engine.state import CoevolutionState, initial_state
+from harness.engine.state import CoevolutionState
+from harness.engine.state import initial_state as initial_run_states
 from harness.engine.world import World
 from harness.grid.diagnostics import METRIC_NAMES, Diagnostics
 from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
@@ -68,7 +69,8 @@ def grid_constants(
 
 @dataclass
 class GridTrainer:
-    """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`).
+    """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`); to measure
+    states without training them, `initial_state()` and `diagnose()`.
 
     The state passed in and out is the whole grid's (runs and slots in layout order);
     inside `step()` the runs are split into `plan.n_shards` shards (see `harness.grid.sharding`),
@@ -197,9 +199,10 @@ class GridTrainer:
         ]
         return pd.DataFrame(rows)
 
-    def start(self, pretrained: PretrainResult | None = None) -> tuple[CoevolutionState, Diagnostics]:
-        """Initial state of every run and its iteration-0 diagnostics; compiles the iteration program.
+    def initial_state(self, pretrained: PretrainResult | None = None) -> CoevolutionState:
+        """Initial state of every run, with the grid's constants laid out for its shards; compiles no training.
 
+        What `diagnose()` needs, for measuring states without training them; `start()` adds the iteration program.
         pretrained: judges from an earlier `pretrain()` (e.g. a checkpoint); pretrains if absent.
         """
         if pretrained is not None:
@@ -222,7 +225,7 @@ class GridTrainer:
         )
         self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
         run_policy = origins.run_policy(layout)
-        state = initial_state(
+        state = initial_run_states(
             self.consts.initial_policies,
             self.consts.pretrained_judges,
             origins.stream_keys[run_policy],
@@ -230,6 +233,14 @@ class GridTrainer:
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
+        return state
+
+    def start(self, pretrained: PretrainResult | None = None) -> tuple[CoevolutionState, Diagnostics]:
+        """Initial state of every run and its iteration-0 diagnostics; compiles the iteration program.
+
+        pretrained: judges from an earlier `pretrain()` (e.g. a checkpoint); pretrains if absent.
+        """
+        state = self.initial_state(pretrained)
         # The diagnostics are a program of their own, over the same shards as the iteration program's (so memory
         # follows a shard, not the grid): compiled, and run on the initial state, on a second thread while this one
         # compiles the iteration program, so a cold start does not wait for the two compiles in turn.
