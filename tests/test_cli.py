@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +20,6 @@ import pytest
 from harness.common.run_files import CHECKPOINT_FILE, stale_temporaries
 from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
-from harness.grid.conditions import load_grid
-from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """
@@ -46,6 +46,31 @@ def private_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     directory = tmp_path / "compile-cache"
     monkeypatch.setenv(CACHE_DIR_ENV, str(directory))
     return directory
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    """The tiny grid's first run, cold: its run directory, and the compile cache it filled (and what was in it)."""
+
+    grid: Path
+    out: Path
+    cache: Path
+    cache_files: frozenset[Path]
+
+    def env(self) -> dict[str, str]:
+        """The environment of a command that uses this run's compile cache."""
+        return {**os.environ, CACHE_DIR_ENV: str(self.cache)}
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+    """One cold run of the tiny grid into a compile cache of its own, shared by the tests that read what a run writes
+    (it is not to be changed by them: copy it first) and the test that runs it again from that cache."""
+    root = tmp_path_factory.mktemp("first-run")
+    grid, out, cache = tiny_grid(root), root / "run", root / "compile-cache"
+    result = coevolab("run", str(grid), "--out", str(out), "--quiet", env={**os.environ, CACHE_DIR_ENV: str(cache)})
+    assert result.returncode == 0, result.stderr
+    return FirstRun(grid, out, cache, frozenset(path for path in cache.rglob("*") if path.is_file()))
 
 
 def coevolab(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -99,21 +124,19 @@ def test_list_shows_changed_knobs_in_100_columns_from_anywhere(tmp_path: Path) -
     assert elsewhere.stderr.count("warning:") == 1 and "same knobs as 'meta[meta_update_every=1]'" in elsewhere.stderr
 
 
-def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
-    grid = tiny_grid(tmp_path)
-    out = tmp_path / "run"
-    first = coevolab("run", str(grid), "--out", str(out), "--quiet")
-    assert first.returncode == 0, first.stderr
+def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp_path: Path) -> None:
     written = ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]
     for name in [*written, "attractors.csv", "frontier.csv"]:
-        assert (out / name).is_file(), name
+        assert (first_run.out / name).is_file(), name
     # 5 of the run's course, attractors, 2 frontier, the judge's training pairs
-    assert len(list((out / "figures").glob("*.png"))) == 9
-    assert not (out / CHECKPOINT_FILE).exists()
+    assert len(list((first_run.out / "figures").glob("*.png"))) == 9
+    assert not (first_run.out / CHECKPOINT_FILE).exists()
 
+    out = tmp_path / "run"
+    shutil.copytree(first_run.out, out)
     metrics = out / "metrics.csv"
     digest = hashlib.sha256(metrics.read_bytes()).hexdigest()
-    again = coevolab("run", str(grid), "--out", str(out), "--quiet")
+    again = coevolab("run", str(first_run.grid), "--out", str(out), "--quiet")
     assert again.returncode == 2 and "--force" in again.stderr
 
     # `coevolab report` re-renders the run's own report byte for byte: every file, figures included.
@@ -134,11 +157,10 @@ def test_run_writes_every_artifact_and_never_overwrites(tmp_path: Path) -> None:
     assert oct((out / "metrics.csv").stat().st_mode & 0o777) == oct((out / "report.md").stat().st_mode & 0o777)
 
 
-def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
-    # The shape of test_run_writes_every_artifact_and_never_overwrites's grid (its compiled programs come from the
-    # shared cache) with far more iterations than the run reaches: the interrupt lands after the first checkpoint,
-    # long before the end, and the iterations it never runs cost nothing. Resuming a checkpoint to the metrics of
-    # an uninterrupted run is test_checkpoint's.
+def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(first_run: FirstRun, tmp_path: Path) -> None:
+    # The shape of the first run's grid (its compiled programs come from that run's cache) with far more iterations
+    # than the run reaches: the interrupt lands after the first checkpoint, long before the end, and the iterations
+    # it never runs cost nothing. Resuming a checkpoint to the metrics of an uninterrupted run is test_checkpoint's.
     iterations = 1000
     grid = tiny_grid(tmp_path, iterations=iterations)
     out = tmp_path / "run"
@@ -153,6 +175,7 @@ def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(tmp_path: Path)
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=first_run.env(),
         )
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -171,12 +194,12 @@ def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(tmp_path: Path)
     assert stale_temporaries(out) == []
 
 
-def test_divergent_runs_are_flagged_and_the_rest_unaffected(tmp_path: Path, private_compile_cache: Path) -> None:
+def test_divergent_runs_are_flagged_and_the_rest_unaffected(
+    first_run: FirstRun, tmp_path: Path, private_compile_cache: Path
+) -> None:
+    # The first run's grid (its baseline alone) with a second condition whose judge diverges.
     path = tmp_path / "diverge.toml"
-    path.write_text(
-        "[run]\nseeds = 1\niterations = 2\nsteps_per_iteration = 20\nbatch_size = 16\n"
-        "[conditions.baseline]\n[conditions.exploding-judge]\nlr_judge = 1e30\n"
-    )
+    path.write_text(first_run.grid.read_text() + "[conditions.exploding-judge]\nlr_judge = 1e30\n")
     out = tmp_path / "run"
     # No other test runs this grid's shape, so it compiles cold either way: the run also shows that
     # --no-compile-cache writes nothing to the cache and says so in the manifest.
@@ -188,7 +211,7 @@ def test_divergent_runs_are_flagged_and_the_rest_unaffected(tmp_path: Path, priv
     metrics = pd.read_csv(out / "metrics.csv")
     bad = metrics[metrics["condition"] == "exploding-judge"]
     assert bad["diverged"].iloc[-1] and not bad["diverged"].iloc[0]
-    alone = GridTrainer(load_grid(path).only(["baseline"])).run()
+    alone = pd.read_csv(first_run.out / "metrics.csv")
     good = metrics[metrics["condition"] == "baseline"].reset_index(drop=True)
     assert not good["diverged"].any()
     np.testing.assert_allclose(good["policy_quality"], alone["policy_quality"], atol=1e-5)
@@ -205,27 +228,19 @@ def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path) -> None:
     assert "GiB" in result.stderr and "fewer seeds" in result.stderr
 
 
-def test_compiled_programs_are_cached_on_disk(tmp_path: Path, private_compile_cache: Path) -> None:
+def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Path) -> None:
     # (--no-compile-cache is test_divergent_runs_are_flagged_and_the_rest_unaffected's.)
-    grid = tiny_grid(tmp_path, iterations=1, steps=5)
-
-    def cache_files() -> set[Path]:
-        return {path for path in private_compile_cache.rglob("*") if path.is_file()}
-
-    first = coevolab("run", str(grid), "--out", str(tmp_path / "first"), "--quiet")
-    assert first.returncode == 0, first.stderr
-    filled = cache_files()
-    assert filled
-    manifest = json.loads((tmp_path / "first" / "manifest.json").read_text())
-    assert Path(manifest["compile_cache"]) == private_compile_cache.resolve()
+    assert first_run.cache_files
+    manifest = json.loads((first_run.out / "manifest.json").read_text())
+    assert Path(manifest["compile_cache"]) == first_run.cache.resolve()
 
     # The traced iteration program is kept beside the executables.
-    assert len(list((private_compile_cache / "exported").glob("iteration-*.jaxexport"))) == 1
+    assert len(list((first_run.cache / "exported").glob("iteration-*.jaxexport"))) == 1
 
     # The same grid again compiles nothing new: every program comes from the cache, and
     # the reloaded program computes what the freshly traced one did.
-    again = coevolab("run", str(grid), "--out", str(tmp_path / "again"), "--quiet")
+    again = coevolab("run", str(first_run.grid), "--out", str(tmp_path / "again"), "--quiet", env=first_run.env())
     assert again.returncode == 0, again.stderr
-    assert cache_files() == filled
-    metrics = {run: pd.read_csv(tmp_path / run / "metrics.csv") for run in ("first", "again")}
-    pd.testing.assert_frame_equal(metrics["first"], metrics["again"])
+    assert {path for path in first_run.cache.rglob("*") if path.is_file()} == first_run.cache_files
+    metrics = {run: pd.read_csv(run / "metrics.csv") for run in (first_run.out, tmp_path / "again")}
+    pd.testing.assert_frame_equal(*metrics.values())
