@@ -182,11 +182,19 @@ class OriginalLoop:
             "judge_perceived_quality": float(jnp.sum(probs * scores)),
         }
 
-    def run(self, script: original_streams.Script, seed: int) -> list[dict[str, float]]:
-        """One record per outer iteration, as the original writes them (its `iteration` t is after t + 1 iterations)."""
+    def run(
+        self, script: original_streams.Script, seed: int, pretrained: tuple[Params, ...] | None = None
+    ) -> list[dict[str, float]]:
+        """One record per outer iteration, as the original writes them (its `iteration` t is after t + 1 iterations).
+
+        pretrained: the run's judges, one per member, where they are at hand (a grid's, from the same keys and the
+        same `pretrain_judges`); pretrained here if absent.
+        """
         knobs = self.knobs
         keys = original_streams.seed_keys(script, seed, knobs.n_judges)
-        pretrained = tuple(self.pretrained_judges(script, seed))
+        if pretrained is None:
+            pretrained = tuple(self.pretrained_judges(script, seed))
+        assert len(pretrained) == knobs.n_judges
         policy = original_streams.init_original_policy(keys.policy_init, self.vocab, self.seq_len)
         nets = _Networks(
             policy, self.policy_adam.init(policy), pretrained, tuple(self.judge_adam.init(j) for j in pretrained)

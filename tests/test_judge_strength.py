@@ -16,7 +16,7 @@ import scipy.stats
 
 from harness.engine import keys
 from harness.engine.knobs import Knobs, RunKnobs
-from harness.engine.models import init_judges, judge_score_table, policy_log_prob_table
+from harness.engine.models import init_judges, judge_score_table, policy_log_prob_tables
 from harness.engine.world import World, WorldConfig
 from harness.grid import trainer as program_module
 from harness.grid.conditions import duplicate_conditions, parse_grid
@@ -100,7 +100,7 @@ def test_slots_get_the_judges_of_their_conditions_target(streams: str) -> None:
     assert table["target"].tolist() == targets
     assert np.all(table["spearman"] >= table["target"])
 
-    log_pi = jax.vmap(lambda p: policy_log_prob_table(p, VOCAB, SEQ_LEN))(origins.policy_params)
+    log_pi = policy_log_prob_tables(origins.policy_params, VOCAB, SEQ_LEN)
     consts = grid_constants(layout, program.world, origins, result.params, log_pi)
     rows = np.asarray(consts.pretrained_judges)
     rho = _scipy_spearman(program.judge_params(consts.pretrained_judges), program.world)

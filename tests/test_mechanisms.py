@@ -56,8 +56,13 @@ def _row(tree: chex.ArrayTree) -> jax.Array:
 def _adam_reference(tree: chex.ArrayTree, loss: object, lr: float = LR) -> chex.ArrayTree:
     """One tree-shaped optax Adam step from a fresh state on `loss(tree)`."""
     optimizer = optax.adam(lr)
-    updates, _ = optimizer.update(jax.grad(loss)(tree), optimizer.init(tree), tree)
-    return optax.apply_updates(tree, updates)
+
+    def step(tree: chex.ArrayTree) -> chex.ArrayTree:
+        updates, _ = optimizer.update(jax.grad(loss)(tree), optimizer.init(tree), tree)
+        return optax.apply_updates(tree, updates)
+
+    # Compiled as one program: op by op, every primitive of the gradient would compile on its own.
+    return jax.jit(step)(tree)
 
 
 def _unbiased_scores(tree: chex.ArrayTree, tokens: jax.Array) -> jax.Array:

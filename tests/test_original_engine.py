@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 
 from harness.engine import keys
 from harness.engine.knobs import Knobs
-from harness.engine.models import init_judges, judge_score_table, policy_log_prob_table
+from harness.engine.models import init_judges, judge_score_table, policy_log_prob_tables
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer, grid_constants
@@ -43,9 +44,20 @@ SPEC = GridSpec(
 )
 
 
+class TrainedGrid(NamedTuple):
+    trainer: GridTrainer
+    metrics: pd.DataFrame
+
+
 @pytest.fixture(scope="module")
-def grid_metrics() -> pd.DataFrame:
-    return GridTrainer(SPEC).run()
+def trained_grid() -> TrainedGrid:
+    trainer = GridTrainer(SPEC)
+    return TrainedGrid(trainer, trainer.run())
+
+
+@pytest.fixture(scope="module")
+def grid_metrics(trained_grid: TrainedGrid) -> pd.DataFrame:
+    return trained_grid.metrics
 
 
 def _ours(table: pd.DataFrame, condition: str, seed: int) -> pd.DataFrame:
@@ -63,12 +75,25 @@ def test_baseline_runs_are_the_originals(grid_metrics: pd.DataFrame, seed: int) 
         np.testing.assert_allclose(ours[metric], theirs[metric], rtol=0, atol=ATOL, err_msg=metric)
 
 
+def _pretrained_judges(grid: GridTrainer, condition: str, seed: int) -> tuple:
+    """The judges the grid pretrained for a run, one parameter pytree per member."""
+    run = grid.layout.run_labels().index((condition, seed))
+    judges = grid.judge_params(grid.consts.pretrained_judges)
+    return tuple(
+        jax.tree.map(lambda leaf, s=slot: leaf[s], judges) for slot in np.flatnonzero(grid.layout.slot_run == run)
+    )
+
+
 @pytest.mark.parametrize("condition", VARIANTS, ids=lambda c: c.name)
-def test_variant_runs_follow_the_restated_loop(grid_metrics: pd.DataFrame, condition: Condition) -> None:
-    """Seed 0, first three iterations (long enough for a reset, and for meta-correction to fire and stop)."""
+def test_variant_runs_follow_the_restated_loop(trained_grid: TrainedGrid, condition: Condition) -> None:
+    """Seed 0, first three iterations (long enough for a reset, and for meta-correction to fire and stop). The loop
+    starts from the grid's pretrained judges (the pretraining is the same function of the same keys: its steps and
+    networks are held to the original's by the tests below), so what is compared is the co-evolution itself."""
     settings = OriginalRunSettings(iterations=3)
-    theirs = pd.DataFrame(OriginalLoop(condition.knobs, settings=settings).run(condition.original_script, 0))
-    ours = _ours(grid_metrics, condition.name, 0).iloc[: settings.iterations]
+    pretrained = _pretrained_judges(trained_grid.trainer, condition.name, 0)
+    loop = OriginalLoop(condition.knobs, settings=settings)
+    theirs = pd.DataFrame(loop.run(condition.original_script, 0, pretrained=pretrained))
+    ours = _ours(trained_grid.metrics, condition.name, 0).iloc[: settings.iterations]
     for metric in METRICS:
         np.testing.assert_allclose(ours[metric], theirs[metric], rtol=0, atol=ATOL, err_msg=metric)
 
@@ -105,10 +130,10 @@ def test_pretraining_stops_where_the_originals_did(program: GridTrainer) -> None
 def test_runs_start_from_the_originals_networks(program: GridTrainer) -> None:
     with np.load(DATA / "original_lab_tables.npz") as data:
         tables = {name: data[name] for name in data.files}
-    log_pi = jax.vmap(lambda p: policy_log_prob_table(p, VOCAB, SEQ_LEN))(program.origins.policy_params)
+    log_pi = policy_log_prob_tables(program.origins.policy_params, VOCAB, SEQ_LEN)
     consts = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
     judges = program.judge_params(consts.pretrained_judges)
-    scores = np.asarray(jax.vmap(lambda p: judge_score_table(p, VOCAB, SEQ_LEN))(judges))
+    scores = np.asarray(jax.jit(jax.vmap(lambda p: judge_score_table(p, VOCAB, SEQ_LEN)))(judges))
     for run, (condition, seed) in enumerate(program.layout.run_labels()):
         n_judges = program.spec.condition(condition).knobs.n_judges
         if condition == "baseline":
@@ -134,7 +159,7 @@ def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
     )
     program = GridTrainer(spec)
     program.pretrained = _untrained_judges(program)
-    log_pi = jax.vmap(lambda p: policy_log_prob_table(p, VOCAB, SEQ_LEN))(program.origins.policy_params)
+    log_pi = policy_log_prob_tables(program.origins.policy_params, VOCAB, SEQ_LEN)
     consts = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
     runs = {label: run for run, label in enumerate(program.layout.run_labels())}
     pairs = np.asarray(consts.holdout_pairs)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.engine.pair_audits import audit_pairs
+from harness.engine import pair_audits
+
+# Compiled once per size: op by op, each of the audit's sorts and sums would compile on its own.
+audit_pairs = jax.jit(pair_audits.audit_pairs, static_argnames="with_referee")
 
 
 def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> dict[str, float]:
