@@ -192,6 +192,8 @@ def holdout_tables(layout: GridLayout, world: World) -> tuple[jax.Array, jax.Arr
             draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), count, n_outputs)
         else:
             draws[seed] = original_streams.holdout_pairs(count, n_outputs, seed)
-    pairs = jnp.stack([draws[int(s)] for s in np.asarray(layout.knobs.meta_holdout_seed)])
-    labels = (world.q_star[pairs[..., 0]] > world.q_star[pairs[..., 1]]).astype(jnp.float32)
-    return pairs, labels
+    # On the host: device gathers would compile for every grid's run count.
+    pairs = np.stack([np.asarray(draws[int(s)]) for s in np.asarray(layout.knobs.meta_holdout_seed)])
+    q_star = np.asarray(world.q_star)
+    labels = (q_star[pairs[..., 0]] > q_star[pairs[..., 1]]).astype(np.float32)
+    return jnp.asarray(pairs), jnp.asarray(labels)

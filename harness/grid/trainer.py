@@ -46,6 +46,12 @@ class PhaseTimes:
     train: float = 0.0
 
 
+def rows_at(table: jax.Array, index: np.ndarray) -> jax.Array:
+    """table[index] along the leading axis, picked on the host: a gather on the device would compile afresh for
+    every grid's index shape (a few dozen small programs a grid), for no gain at these sizes."""
+    return jnp.asarray(np.asarray(table)[index])
+
+
 def grid_constants(
     layout: GridLayout, world: World, origins: GridOrigins, judges: Params, log_pi: jax.Array
 ) -> GridConstants:
@@ -61,9 +67,9 @@ def grid_constants(
         groups=tuple(jax.tree.map(lambda ids: jnp.asarray(ids, jnp.int32), group) for group in layout.groups),
         holdout_pairs=holdout_pairs,
         holdout_labels=holdout_labels,
-        pretrained_judges=ravel_rows(judges)[origins.slot_judge(layout)],
-        initial_policies=ravel_rows(origins.policy_params)[origins.run_policy(layout)],
-        initial_log_pi=log_pi[origins.run_policy(layout)],
+        pretrained_judges=rows_at(ravel_rows(judges), origins.slot_judge(layout)),
+        initial_policies=rows_at(ravel_rows(origins.policy_params), origins.run_policy(layout)),
+        initial_log_pi=rows_at(log_pi, origins.run_policy(layout)),
     )
 
 
@@ -228,7 +234,7 @@ class GridTrainer:
         state = initial_run_states(
             self.consts.initial_policies,
             self.consts.pretrained_judges,
-            origins.stream_keys[run_policy],
+            rows_at(origins.stream_keys, run_policy),
             self.shard_shape.history_depth,
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
