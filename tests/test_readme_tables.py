@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
 from harness.engine.knobs import Knobs
+from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import Condition, GridSpec
 from harness.inference.claims import Claim
 from harness.inference.verdicts import verdict_table
@@ -25,9 +26,12 @@ from tools.readme_tables import (
     START,
     TEMPORAL_END,
     TEMPORAL_START,
+    UNTIL_DECIDED_END,
+    UNTIL_DECIDED_START,
     rewrite_claims,
     rewrite_readme,
     rewrite_temporal,
+    rewrite_until_decided,
     wall_time_line,
 )
 
@@ -156,6 +160,56 @@ def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:
     assert "stale" not in block
     assert block.lstrip().startswith("1 claim over 30 seeds per condition: 1 holds, 0 not supported, 0 contradicted.")
     assert "| a beats b | b @ 1 | +0.300 [" in block.replace("  ", "").replace("| ", "| ").replace(" |", " |")
+
+
+def test_until_decided_block_says_what_each_look_decided_and_what_is_open(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    base = rng.normal(1.7, 0.2, size=40)
+    metrics = pd.concat(
+        [
+            pd.DataFrame({"condition": name, "seed": range(40), "iteration": 1, "policy_quality": values})
+            for name, values in (("a", base + 0.3), ("b", base), ("c", base + rng.normal(0, 0.05, size=40)))
+        ]
+    )
+    clear = Claim(
+        name="clear",
+        statement="a beats b",
+        metric="policy_quality",
+        condition="a",
+        direction="above",
+        than_condition="b",
+    )
+    unclear = Claim(
+        name="unclear",
+        statement="c beats b",
+        metric="policy_quality",
+        condition="c",
+        direction="above",
+        than_condition="b",
+    )
+    # As the loop writes them: the clear claim's row from look 1, the open one's from look 2 (the last).
+    first, second = verdict_table(metrics[metrics["seed"] < 20], [clear]), verdict_table(metrics, [unclear])
+    claims = pd.concat([first.assign(decided_at_look=1.0, look_level=0.03), second.assign(look_level=0.02)])
+    assert claims["verdict"].tolist() == ["holds", "undecided"]
+    claims.to_csv(tmp_path / CLAIMS_FILE, index=False)
+    pd.DataFrame({"look": [1, 2], "seeds": [20, 40], "runs": [60, 40]}).to_csv(tmp_path / LOOKS_FILE, index=False)
+    sequential = {"spending": "pocock", "alpha": 0.05, "looks": [20, 40], "levels": [0.03, 0.02]}
+    (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "sequential": sequential}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{UNTIL_DECIDED_START}\nstale\n{UNTIL_DECIDED_END}\nrest\n", encoding="utf-8")
+
+    rewrite_until_decided(tmp_path, readme)
+
+    text = readme.read_text(encoding="utf-8")
+    block = text.split(UNTIL_DECIDED_START)[1].split(UNTIL_DECIDED_END)[0]
+    assert text.startswith("intro\n") and text.endswith("\nrest\n") and "stale" not in block
+    assert block.lstrip().startswith(
+        "Looks planned at 20 seeds (α 0.0300), 40 seeds (α 0.0200): Pocock-type spending of α = 0.05. 2 looks taken: "
+        "look 1 (20 seeds) decided clear (holds); look 2 (40 seeds) decided none. "
+        "1 claim still open after the last look: unclear."
+    )
+    assert "2 claims over 40 seeds per condition: 1 holds" in block
+    assert "(regenerate: `make reference-until-decided`)" in block
 
 
 def test_temporal_block_comes_from_the_runs_metrics_grid_and_verdicts(tmp_path: Path) -> None:

@@ -22,7 +22,9 @@ import pandas as pd
 from harness import report
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text
 from harness.common.wording import plural
+from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
+from harness.inference.sequential import SPENDING_NAMES
 from harness.inference.verdicts import VERDICTS
 from harness.report.findings import p_text, seeds_needed_text
 from harness.report.markdown import markdown_table
@@ -31,6 +33,7 @@ from harness.report.pairs import pair_source
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
 TEMPORAL_START, TEMPORAL_END = "<!-- temporal:start -->", "<!-- temporal:end -->"
+UNTIL_DECIDED_START, UNTIL_DECIDED_END = "<!-- until-decided:start -->", "<!-- until-decided:end -->"
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 # The original lab's own per-iteration records of its published baseline (see its README there).
 ORIGINAL_BASELINE = Path(__file__).resolve().parents[1] / "tests" / "data" / "original_lab" / "baseline"
@@ -121,17 +124,19 @@ def wall_time_line(manifest: dict) -> str:
     """How long the run took and where, from its manifest."""
     seconds, machine = manifest["wall_seconds"], manifest["machine"]
     phases = ", ".join(f"{phase} {value:.1f} s" for phase, value in seconds.items())
-    shards, devices = manifest.get("shards", 1), manifest.get("devices", manifest.get("shards", 1))
-    if shards == 1:
-        split = "one shard"
+    shards, devices = manifest.get("shards"), manifest.get("devices", manifest.get("shards"))
+    if shards is None:  # a run of several programs (an until-decided run's stages): each block says its own split
+        split = ""
+    elif shards == 1:
+        split = ", as one shard"
     elif shards == devices:
-        split = f"{shards} shards side by side"
+        split = f", as {shards} shards side by side"
     else:
-        split = f"{shards} shards, {shards // devices} after one another on each of {devices} devices"
+        split = f", as {shards} shards, {shards // devices} after one another on each of {devices} devices"
     compiled = "" if manifest.get("compile_cache") is None else " (compile cache on)"
     return (
         f"That run took {sum(seconds.values()):.0f} s ({phases}){compiled} on {machine['cores']} cores of an "
-        f"{machine['cpu']}, as {split}."
+        f"{machine['cpu']}{split}."
     )
 
 
@@ -217,6 +222,35 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
 
 def rewrite_claims(run_dir: Path, readme: Path) -> None:
     replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
+
+
+def until_decided_block(run_dir: Path) -> str:
+    """A run grown until its claims were decided: its looks and their levels, what each look decided, what is still
+    open, then its claims table (each claim's row from the look that decided it, else from the last look)."""
+    verdicts, looks = pd.read_csv(run_dir / CLAIMS_FILE), pd.read_csv(run_dir / LOOKS_FILE)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    plan = manifest["sequential"]
+    planned = ", ".join(
+        f"{seeds} seeds (α {level:.4f})" for seeds, level in zip(plan["looks"], plan["levels"], strict=True)
+    )
+    decided = [
+        f"look {look} ({int(looks['seeds'].iloc[look - 1])} seeds) decided "
+        + (", ".join(f"{row.claim} ({row.verdict})" for row in rows.itertuples()) if len(rows) else "none")
+        for look in range(1, len(looks) + 1)
+        for rows in [verdicts[verdicts["decided_at_look"] == look]]
+    ]
+    still_open = verdicts[verdicts["decided_at_look"].isna()]
+    lead = (
+        f"Looks planned at {planned}: {SPENDING_NAMES[plan['spending']]} spending of α = {plan['alpha']:g}. "
+        f"{plural(len(looks), 'look')} taken: "
+        f"{'; '.join(decided)}. {plural(len(still_open), 'claim')} still open after the last look"
+        + (f": {', '.join(still_open['claim'])}." if len(still_open) else ".")
+    )
+    return lead + "\n\n" + claims_block(run_dir, regenerate="make reference-until-decided")
+
+
+def rewrite_until_decided(run_dir: Path, readme: Path) -> None:
+    replace_block(readme, UNTIL_DECIDED_START, UNTIL_DECIDED_END, until_decided_block(run_dir))
 
 
 def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
@@ -337,10 +371,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
     parser.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
     parser.add_argument("--study", action="store_true", help="rewrite the scale study's block instead")
+    parser.add_argument(
+        "--until-decided", action="store_true", help="rewrite the block of a run grown until its claims were decided"
+    )
     parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
     args = parser.parse_args(argv)
     if args.study:
         rewrite_study(args.run_dir, args.readme)
+    elif args.until_decided:
+        rewrite_until_decided(args.run_dir, args.readme)
     elif args.claims:
         rewrite_claims(args.run_dir, args.readme)
     elif args.temporal:
