@@ -49,13 +49,15 @@ reference-100: $(STAMP)
 	$(BIN)/python -m tools.readme_tables --claims artifacts/reference/paper-100 README.md
 
 # The published grid's claims left open at 100 seeds, decided by adding seeds: the committed 100-seed run is the
-# first look, and the conditions of open claims grow to 200, then 400 seeds (α spent over the three looks; see
-# harness/inference/sequential.py). About 1.5 hours on two cores if every open claim stays open to the end (the six
-# conditions of the open claims cost 18 of the grid's 42 networks per seed: ~16 s a seed by paper-100's manifest).
+# first look, and the conditions of open claims grow to 200 seeds (α spent over the two looks; see
+# harness/inference/sequential.py). About 30 minutes on two cores: the six conditions of the open claims cost 18 of
+# the grid's 42 networks per seed (~16 s a seed by paper-100's manifest). With --max-seeds 400 the looks would be
+# at 100, 200 and 400 seeds, α spread over three (about 1.5 hours).
 reference-until-decided: $(STAMP)
 	rm -rf artifacts/reference/paper-until-decided
 	cp -r artifacts/reference/paper-100 artifacts/reference/paper-until-decided
-	$(BIN)/coevolab run --resume artifacts/reference/paper-until-decided --until-decided --max-seeds 400 --no-compile-cache
+	$(BIN)/coevolab run --resume artifacts/reference/paper-until-decided --until-decided --max-seeds 200 --no-compile-cache
+	$(BIN)/python -m tools.readme_tables --until-decided artifacts/reference/paper-until-decided README.md
 
 # The follow-up work's mechanisms (temporal contrast, anchored rejection, look-ahead, meta-judging, judge strength)
 # at 20 seeds, with exact audits of their training pairs (about 10 minutes on two cores).
