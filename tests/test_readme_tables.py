@@ -171,21 +171,16 @@ def test_until_decided_block_says_what_each_look_decided_and_what_is_open(tmp_pa
             for name, values in (("a", base + 0.3), ("b", base), ("c", base + rng.normal(0, 0.05, size=40)))
         ]
     )
-    clear = Claim(
-        name="clear",
-        statement="a beats b",
-        metric="policy_quality",
-        condition="a",
-        direction="above",
-        than_condition="b",
-    )
-    unclear = Claim(
-        name="unclear",
-        statement="c beats b",
-        metric="policy_quality",
-        condition="c",
-        direction="above",
-        than_condition="b",
+    clear, unclear = (
+        Claim(
+            name=name,
+            statement=f"{side} beats b",
+            metric="policy_quality",
+            condition=side,
+            direction="above",
+            than_condition="b",
+        )
+        for name, side in (("clear", "a"), ("unclear", "c"))
     )
     # As the loop writes them: the clear claim's row from look 1, the open one's from look 2 (the last).
     first, second = verdict_table(metrics[metrics["seed"] < 20], [clear]), verdict_table(metrics, [unclear])
