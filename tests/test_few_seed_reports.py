@@ -19,7 +19,8 @@ from harness.report import read_run_grid, write_run_report
 REFERENCE = Path(__file__).resolve().parent.parent / "artifacts" / "reference"
 
 
-@pytest.mark.parametrize(("reference", "seeds"), [("paper", 1), ("temporal", 2)])
+# The condition files with claims (paper-100's and paper-original's are paper's), at one and at two seeds.
+@pytest.mark.parametrize(("reference", "seeds"), [("paper", 1), ("paper", 2), ("temporal", 1), ("temporal", 2)])
 def test_a_run_of_few_seeds_reports_every_claim_untested(tmp_path: Path, reference: str, seeds: int) -> None:
     source = REFERENCE / reference
     grid = json.loads((source / GRID_FILE).read_text())
