@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -10,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +48,10 @@ def private_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     return directory
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class FirstRun:
-    """The tiny grid's first run, cold: its run directory, and the compile cache it filled (and what was in it)."""
+    """The tiny grid's first run, cold: its run directory, and the compile cache it filled (cache_files: what was in
+    it right after the run)."""
 
     grid: Path
     out: Path
@@ -61,16 +62,19 @@ class FirstRun:
         """The environment of a command that uses this run's compile cache."""
         return {**os.environ, CACHE_DIR_ENV: str(self.cache)}
 
+    def files_in_cache(self) -> frozenset[Path]:
+        return frozenset(path for path in self.cache.rglob("*") if path.is_file())
+
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
     """One cold run of the tiny grid into a compile cache of its own, shared by the tests that read what a run writes
     (it is not to be changed by them: copy it first) and the test that runs it again from that cache."""
     root = tmp_path_factory.mktemp("first-run")
-    grid, out, cache = tiny_grid(root), root / "run", root / "compile-cache"
-    result = coevolab("run", str(grid), "--out", str(out), "--quiet", env={**os.environ, CACHE_DIR_ENV: str(cache)})
+    run = FirstRun(tiny_grid(root), root / "run", root / "compile-cache", frozenset())
+    result = coevolab("run", str(run.grid), "--out", str(run.out), "--quiet", env=run.env())
     assert result.returncode == 0, result.stderr
-    return FirstRun(grid, out, cache, frozenset(path for path in cache.rglob("*") if path.is_file()))
+    return dataclasses.replace(run, cache_files=run.files_in_cache())
 
 
 def coevolab(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -241,6 +245,6 @@ def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Pat
     # the reloaded program computes what the freshly traced one did.
     again = coevolab("run", str(first_run.grid), "--out", str(tmp_path / "again"), "--quiet", env=first_run.env())
     assert again.returncode == 0, again.stderr
-    assert {path for path in first_run.cache.rglob("*") if path.is_file()} == first_run.cache_files
+    assert first_run.files_in_cache() == first_run.cache_files
     metrics = {run: pd.read_csv(run / "metrics.csv") for run in (first_run.out, tmp_path / "again")}
     pd.testing.assert_frame_equal(*metrics.values())

@@ -233,12 +233,11 @@ def until_decided_block(run_dir: Path) -> str:
     planned = ", ".join(
         f"{seeds} seeds (α {level:.4f})" for seeds, level in zip(plan["looks"], plan["levels"], strict=True)
     )
-    decided = [
-        f"look {look} ({int(looks['seeds'].iloc[look - 1])} seeds) decided "
-        + (", ".join(f"{row.claim} ({row.verdict})" for row in rows.itertuples()) if len(rows) else "none")
-        for look in range(1, len(looks) + 1)
-        for rows in [verdicts[verdicts["decided_at_look"] == look]]
-    ]
+    decided = []
+    for look, seeds in enumerate(looks["seeds"], start=1):
+        rows = verdicts[verdicts["decided_at_look"] == look]
+        claims = ", ".join(f"{row.claim} ({row.verdict})" for row in rows.itertuples()) or "none"
+        decided.append(f"look {look} ({seeds} seeds) decided {claims}")
     still_open = verdicts[verdicts["decided_at_look"].isna()]
     lead = (
         f"Looks planned at {planned}: {SPENDING_NAMES[plan['spending']]} spending of α = {plan['alpha']:g}. "
