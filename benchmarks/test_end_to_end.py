@@ -80,3 +80,20 @@ def test_hundred_seeds_end_to_end(benchmark, sizes, figures, tmp_path, tmp_path_
     note = f"`coevolab run {what}` in a fresh process, cold compile cache"
     figures.add(benchmark, "end to end: 100 seeds", seconds, "s", note)
     figures.add(benchmark, "end to end: 100 seeds, peak memory", memory, "GiB", note)
+
+
+def test_large_world_end_to_end(benchmark, sizes, figures, tmp_path):
+    """The tiny smoke grid (3 conditions × 2 seeds, 2 iterations × 20 steps) in a world of 8^6 = 262,144 outputs, cold
+    caches: the peak memory of a large world, whose exact diagnostics dominate (target: under 2 GiB)."""
+    vocab_size, seq_len = (2, 2) if sizes.mode == "untimed" else (8, 6)
+    grid = tmp_path / "large-world.toml"
+    grid.write_text(
+        f'extends = "{support.ROOT / "conditions" / "smoke.toml"}"\n\n'
+        f"[world]\nvocab_size = {vocab_size}\nseq_len = {seq_len}\n"
+    )
+    args = [str(grid), "--quiet", "--force", "--out", str(tmp_path / "run")]
+    env = _environment(tmp_path / "cache")
+    seconds, memory = support.measure(benchmark, lambda: run_command(args, env), sizes, rounds=1, warmup=0)[0]
+    note = f"`coevolab run` of smoke.toml at {vocab_size}^{seq_len} outputs in a fresh process, cold compile cache"
+    figures.add(benchmark, "end to end: tiny grid in a large world", seconds, "s", note)
+    figures.add(benchmark, "end to end: tiny grid in a large world, peak memory", memory, "GiB", note)

@@ -105,6 +105,21 @@ def _lapack_batch_dims(lowered_text: str) -> list[int]:
     return [int(re.search(r'num_batch_dims = "(\d+)"', line).group(1)) for line in calls]
 
 
+def test_large_world_score_table_runs_in_chunks_of_leading_tokens() -> None:
+    # The published world and 16^4 in one pass; beyond 2^16 outputs, chunks of the outputs under j leading tokens.
+    worlds = ((8, 4), (16, 4), (8, 6), (2, 17), (4, 9))
+    assert [models.score_table_chunks(*world) for world in worlds] == [1, 1, 8, 2, 4]
+
+
+@pytest.mark.parametrize(("vocab", "length"), [(2, 17), (4, 9)])
+def test_large_world_score_table_in_chunks_matches_flax_module(vocab: int, length: int) -> None:
+    key = jax.random.PRNGKey(7)
+    params = _perturb(init_judge(key, vocab, length), jax.random.fold_in(key, 99))
+    outputs = enumerate_outputs(vocab, length)
+    reference = np.asarray(jax.jit(Judge(vocab).apply)(params, outputs), np.float64)
+    np.testing.assert_allclose(np.asarray(judge_score_table(params, vocab, length)), reference, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("initialise", [models.init_policies, models.init_judges])
 def test_batched_initialisation_equals_one_at_a_time_without_batched_lapack(initialise) -> None:
     """Batched LAPACK deadlocks jaxlib 0.10.2's CPU pool (see harness.engine.models), so the

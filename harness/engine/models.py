@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from harness.engine import attention
 from harness.engine.architecture import DEFAULT_NETWORK, EMBED_DIM, HIDDEN_DIM, NetworkConfig
+from harness.engine.world import LARGE_WORLD_OUTPUTS
 
 __all__ = ["EMBED_DIM", "HIDDEN_DIM"]  # today's sizes, re-exported for the original lab's restated networks
 
@@ -343,7 +344,35 @@ def judge_score_table(params: Params, vocab_size: int, seq_len: int) -> jax.Arra
     """
     if attention.is_attention(params):
         return attention.judge_score_table(params, vocab_size, seq_len)
-    return _head(params, _judge_prefix_hidden(_gru_tables(params), vocab_size, seq_len))[:, 0]
+    tables = _gru_tables(params)
+    prefix_hidden = _judge_prefix_hidden(tables, vocab_size, seq_len - 1)  # (K**(L-1), H); None when L = 1
+
+    def last_level(prefixes: jax.Array | None) -> jax.Array:
+        """Scores of every output under the given (L-1)-token prefixes, lexicographic."""
+        n_prefixes = 1 if prefixes is None else prefixes.shape[0]
+        hidden = None if prefixes is None else jnp.repeat(prefixes, vocab_size, axis=0)
+        tokens = jnp.tile(jnp.arange(vocab_size, dtype=jnp.int32), n_prefixes)
+        return _head(params, _gru_step(tables, hidden, tokens))[:, 0]
+
+    chunks = score_table_chunks(vocab_size, seq_len)
+    if chunks == 1:
+        return last_level(prefix_hidden)
+    assert prefix_hidden is not None
+    by_chunk = prefix_hidden.reshape(chunks, -1, prefix_hidden.shape[-1])  # chunk c: the prefixes c·P/C ... in order
+    return jax.lax.map(last_level, by_chunk).reshape(-1)
+
+
+def score_table_chunks(vocab_size: int, seq_len: int) -> int:
+    """How many chunks a GRU score table's last level runs in: K**j for the least j that brings a chunk's outputs
+    (K**(L-j)) within LARGE_WORLD_OUTPUTS, so that a chunk is the outputs under j leading tokens.
+
+    The last level of the prefix tree is where a score table's memory goes: (N, 3H) gates for N outputs, once more
+    per judge under vmap (0.6 GB for six judges at 8^6); in chunks, one after another, it is a K**j-th of that.
+    """
+    chunks = 1
+    while vocab_size**seq_len // chunks > LARGE_WORLD_OUTPUTS and chunks < vocab_size ** (seq_len - 1):
+        chunks *= vocab_size
+    return chunks
 
 
 def judge_scores_of_outputs(

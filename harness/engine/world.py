@@ -21,6 +21,11 @@ TOKEN_GLYPHS = ("↑", "↗", "→", "↘", "↓", "↙", "←", "↖")
 # run keeps exact per-output diagnostics (policy and judge tables, float32).
 MAX_OUTPUTS = 2**20
 
+# Worlds of more outputs than this are "large": working memory, not compute, sets their cost, so their score tables
+# are computed in chunks and their programs compiled one at a time. Worlds up to it (the published 4,096 and 16^4)
+# run exactly as they always have.
+LARGE_WORLD_OUTPUTS = 2**16
+
 
 class WorldConfig(BaseModel):
     """Size of the world and the recipe for its ground truth."""
