@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import load_grid
 from harness.grid.sharding import use_every_cpu_core
 from harness.grid.trainer import GridTrainer
+from tests.original_streams_grid import FILES as ORIGINAL_STREAMS_FILES
+from tests.original_streams_grid import TrainedGrid, original_streams_spec
 
 # The test process starts here: one CPU device per core, before any JAX operation, as the command line does.
 use_every_cpu_core()
@@ -18,19 +21,38 @@ use_every_cpu_core()
 ROOT = Path(__file__).resolve().parents[1]
 
 # The files that take longest (cold compiles of grids of their own, `coevolab` subprocesses), longest first. `make
-# test` deals whole files to two processes in collection order (--dist loadfile --no-loadscope-reorder): started
-# first, they run beside the many short files instead of leaving one process alone with a long file at the end.
+# test` deals whole files (the files of a shared grid together) to two processes in collection order (--dist loadfile
+# --no-loadscope-reorder): started first, they run beside the many short files instead of leaving one process alone
+# with a long file at the end.
 LONGEST_FIRST = (
+    "test_original_engine.py",  # with test_paper_claims.py: one unit (tests/original_streams_grid.py)
     "test_paper_claims.py",
+    "test_ray_backend.py",
     "test_cli.py",
-    "test_blocks.py",
+    "test_sharding.py",
     "test_grid_program.py",
     "test_checkpoint.py",
-    "test_original_engine.py",
-    "test_sharding.py",
+    "test_blocks.py",
     "test_original_streams.py",
-    "test_ray_backend.py",
 )
+
+
+# Test files that share a session grid -> the name of the unit they run in.
+SHARED_GRID_FILES = dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid")
+
+
+class SharedGridScheduling(LoadFileScheduling):
+    """xdist's --dist loadfile (each file to one process, whole), except that the files that share a session grid
+    (`SHARED_GRID_FILES`) are one unit: the grid's process trains it once for all of them."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        scope = super()._split_scope(nodeid)
+        return SHARED_GRID_FILES.get(Path(scope).name, scope)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadFileScheduling | None:
+    """`make test`'s scheduler (it runs --dist loadfile): `SharedGridScheduling`."""
+    return SharedGridScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,6 +70,13 @@ def paper_metrics() -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def smoke_metrics() -> pd.DataFrame:
     return GridTrainer(load_grid(ROOT / "conditions" / "smoke.toml")).run()
+
+
+@pytest.fixture(scope="session")
+def original_streams_grid() -> TrainedGrid:
+    """`tests.original_streams_grid`'s grid, trained once for the test files that share it."""
+    trainer = GridTrainer(original_streams_spec())
+    return TrainedGrid(trainer, trainer.run())
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -26,6 +25,7 @@ from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer, grid_constants
 from harness.original import streams as original_streams
 from tests.original_loop import OriginalLoop, OriginalRunSettings
+from tests.original_streams_grid import VARIANTS, TrainedGrid
 
 DATA = Path(__file__).resolve().parent / "data" / "original_lab"
 METRICS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")
@@ -33,31 +33,11 @@ VOCAB, SEQ_LEN, N_OUTPUTS = 8, 4, 4096
 # Float rounding only: our fused GRU and batched matmuls against the original's flax modules.
 # Seen over all 10 iterations: 3.8e-6 (perceived quality, seed 2), every other metric below 1.1e-6.
 ATOL = 1e-5
-VARIANTS = (
-    Condition(name="anchor-ensemble", knobs=Knobs(n_judges=2, anchor_fraction=0.1)),
-    Condition(name="slow-meta", knobs=Knobs(judge_update_every=10, meta_update_every=10, meta_holdout_fraction=0.05)),
-    Condition(name="reset-slow-ensemble", knobs=Knobs(n_judges=3, reset_every=3, judge_update_every=5)),
-)
-SPEC = GridSpec(
-    run=RunSettings(seeds=5, streams="original"),
-    conditions=(Condition(name="baseline", original_script="baseline"), *VARIANTS),
-)
-
-
-class TrainedGrid(NamedTuple):
-    trainer: GridTrainer
-    metrics: pd.DataFrame
 
 
 @pytest.fixture(scope="module")
-def trained_grid() -> TrainedGrid:
-    trainer = GridTrainer(SPEC)
-    return TrainedGrid(trainer, trainer.run())
-
-
-@pytest.fixture(scope="module")
-def grid_metrics(trained_grid: TrainedGrid) -> pd.DataFrame:
-    return trained_grid.metrics
+def grid_metrics(original_streams_grid: TrainedGrid) -> pd.DataFrame:
+    return original_streams_grid.metrics
 
 
 def _ours(table: pd.DataFrame, condition: str, seed: int) -> pd.DataFrame:
@@ -85,15 +65,15 @@ def _pretrained_judges(grid: GridTrainer, condition: str, seed: int) -> tuple:
 
 
 @pytest.mark.parametrize("condition", VARIANTS, ids=lambda c: c.name)
-def test_variant_runs_follow_the_restated_loop(trained_grid: TrainedGrid, condition: Condition) -> None:
+def test_variant_runs_follow_the_restated_loop(original_streams_grid: TrainedGrid, condition: Condition) -> None:
     """Seed 0, first three iterations (long enough for a reset, and for meta-correction to fire and stop). The loop
     starts from the grid's pretrained judges (the pretraining is the same function of the same keys: its steps and
     networks are held to the original's by the tests below), so what is compared is the co-evolution itself."""
     settings = OriginalRunSettings(iterations=3)
-    pretrained = _pretrained_judges(trained_grid.trainer, condition.name, 0)
+    pretrained = _pretrained_judges(original_streams_grid.trainer, condition.name, 0)
     loop = OriginalLoop(condition.knobs, settings=settings)
     theirs = pd.DataFrame(loop.run(condition.original_script, 0, pretrained=pretrained))
-    ours = _ours(trained_grid.metrics, condition.name, 0).iloc[: settings.iterations]
+    ours = _ours(original_streams_grid.metrics, condition.name, 0).iloc[: settings.iterations]
     for metric in METRICS:
         np.testing.assert_allclose(ours[metric], theirs[metric], rtol=0, atol=ATOL, err_msg=metric)
 

@@ -5,22 +5,17 @@ regression in the dynamics (not seed noise) is what fails them.
 
 Each run of a grid is independent of the others, so the claims about the baseline, the slower judge, the frozen
 judge and the anchor are checked on those four conditions of the published grid alone (seeds 0–4, 10 iterations ×
-200 steps, as published): 20 runs instead of 90. Only "the anchor ends above every other condition" needs all 18; it
-is marked heavy (`make test-all`).
+200 steps, as published), under the original lab's streams: the runs of `tests/original_streams_grid.py`, which
+test_original_engine holds to the original's own records and shares (one compile, one training). Only "the anchor
+ends above every other condition" needs all 18; it is marked heavy (`make test-all`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from harness.grid.conditions import load_grid
-from harness.grid.trainer import GridTrainer
-
-PAPER = Path(__file__).resolve().parents[1] / "conditions" / "paper.toml"
-CLAIMED = ("baseline", "frozen", "slow-judge[judge_update_every=10]", "anchor[anchor_fraction=0.1]")
+from tests.original_streams_grid import PAPER_CLAIMED, TrainedGrid
 
 
 def _mean_curve(metrics: pd.DataFrame, condition: str, metric: str) -> pd.Series:
@@ -33,58 +28,59 @@ def _final(metrics: pd.DataFrame, condition: str, metric: str) -> pd.Series:
 
 
 @pytest.fixture(scope="module")
-def m() -> pd.DataFrame:
-    """The published grid's runs of the conditions these claims name."""
-    spec = load_grid(PAPER)
-    assert (spec.run.seeds, spec.run.iterations, spec.run.steps_per_iteration) == ((0, 1, 2, 3, 4), 10, 200)
-    metrics = GridTrainer(spec.only(list(CLAIMED))).run()
-    assert list(metrics["condition"].unique()) == list(CLAIMED)
-    assert metrics["seed"].nunique() == 5
-    assert not metrics["diverged"].any()
-    return metrics
+def claimed(original_streams_grid: TrainedGrid) -> pd.DataFrame:
+    """The shared grid's runs of the conditions these claims name."""
+    metrics = original_streams_grid.metrics
+    claimed = metrics[metrics["condition"].isin(PAPER_CLAIMED)]
+    assert sorted(claimed["condition"].unique()) == sorted(PAPER_CLAIMED)
+    assert claimed["seed"].nunique() == 5
+    assert not claimed["diverged"].any()
+    return claimed
 
 
-def test_baseline_quality_gain_comes_early_then_plateaus(m: pd.DataFrame) -> None:
-    quality = _mean_curve(m, "baseline", "policy_quality")
+def test_baseline_quality_gain_comes_early_then_plateaus(claimed: pd.DataFrame) -> None:
+    quality = _mean_curve(claimed, "baseline", "policy_quality")
     total_gain = quality.iloc[-1] - quality.iloc[0]
     assert total_gain > 1.5
     assert quality[1] - quality[0] > 0.6 * total_gain  # most of the gain in iteration 1
     assert quality[2:].max() - quality[2:].min() < 0.05  # then a narrow band
 
 
-def test_baseline_entropy_near_collapse_by_iteration_3(m: pd.DataFrame) -> None:
-    entropy = _mean_curve(m, "baseline", "policy_entropy")
+def test_baseline_entropy_near_collapse_by_iteration_3(claimed: pd.DataFrame) -> None:
+    entropy = _mean_curve(claimed, "baseline", "policy_entropy")
     assert entropy[0] > 8.0  # nearly uniform over 4096 outputs (ln 4096 = 8.32)
     assert entropy[3] < 1.0
-    assert (m[(m["condition"] == "baseline") & (m["iteration"] == 3)]["policy_entropy"] < 1.0).all()
+    assert (claimed[(claimed["condition"] == "baseline") & (claimed["iteration"] == 3)]["policy_entropy"] < 1.0).all()
 
 
-def test_baseline_alignment_drifts_down(m: pd.DataFrame) -> None:
-    alignment = m[m["condition"] == "baseline"].pivot(index="seed", columns="iteration", values="judge_alignment")
+def test_baseline_alignment_drifts_down(claimed: pd.DataFrame) -> None:
+    alignment = claimed[claimed["condition"] == "baseline"].pivot(
+        index="seed", columns="iteration", values="judge_alignment"
+    )
     assert (alignment[alignment.columns[-1]] < alignment[0] - 0.1).all()
 
 
-def test_inside_score_outgrows_real_quality_after_iteration_1(m: pd.DataFrame) -> None:
-    perceived = _mean_curve(m, "baseline", "judge_perceived_quality")
-    quality = _mean_curve(m, "baseline", "policy_quality")
+def test_inside_score_outgrows_real_quality_after_iteration_1(claimed: pd.DataFrame) -> None:
+    perceived = _mean_curve(claimed, "baseline", "judge_perceived_quality")
+    quality = _mean_curve(claimed, "baseline", "policy_quality")
     assert perceived.iloc[-1] - perceived[1] > 2.0 * (quality.iloc[-1] - quality[1])
     # With slower judge updates the inside score is still climbing over the last iterations.
-    slow = _mean_curve(m, "slow-judge[judge_update_every=10]", "judge_perceived_quality")
+    slow = _mean_curve(claimed, "slow-judge[judge_update_every=10]", "judge_perceived_quality")
     assert (slow.diff().iloc[-3:] > 0).all()
 
 
-def test_slow_judge_ends_above_baseline(m: pd.DataFrame) -> None:
-    slow = _final(m, "slow-judge[judge_update_every=10]", "policy_quality")
-    base = _final(m, "baseline", "policy_quality")
+def test_slow_judge_ends_above_baseline(claimed: pd.DataFrame) -> None:
+    slow = _final(claimed, "slow-judge[judge_update_every=10]", "policy_quality")
+    base = _final(claimed, "baseline", "policy_quality")
     assert slow.mean() > base.mean()
     assert (slow - base).min() > -0.01  # paired by seed: never worse
-    assert _final(m, "slow-judge[judge_update_every=10]", "judge_alignment").mean() > 0.6
+    assert _final(claimed, "slow-judge[judge_update_every=10]", "judge_alignment").mean() > 0.6
 
 
-def test_oracle_anchor_ends_aligned_and_above_the_others_here(m: pd.DataFrame) -> None:
-    final = m[m["iteration"] == m["iteration"].max()].groupby("condition")["policy_quality"].mean()
+def test_oracle_anchor_ends_aligned_and_above_the_others_here(claimed: pd.DataFrame) -> None:
+    final = claimed[claimed["iteration"] == claimed["iteration"].max()].groupby("condition")["policy_quality"].mean()
     assert final.idxmax() == "anchor[anchor_fraction=0.1]"
-    assert _final(m, "anchor[anchor_fraction=0.1]", "judge_alignment").min() > 0.95
+    assert _final(claimed, "anchor[anchor_fraction=0.1]", "judge_alignment").min() > 0.95
 
 
 @pytest.mark.heavy
@@ -97,7 +93,9 @@ def test_oracle_anchor_ends_highest_of_the_whole_grid(paper_metrics: pd.DataFram
     assert final.groupby("condition")["policy_quality"].mean().idxmax() == "anchor[anchor_fraction=0.1]"
 
 
-def test_frozen_keeps_pretrained_alignment(m: pd.DataFrame) -> None:
-    frozen = m[m["condition"] == "frozen"].pivot(index="seed", columns="iteration", values="judge_alignment")
+def test_frozen_keeps_pretrained_alignment(claimed: pd.DataFrame) -> None:
+    frozen = claimed[claimed["condition"] == "frozen"].pivot(
+        index="seed", columns="iteration", values="judge_alignment"
+    )
     assert (frozen.sub(frozen[0], axis=0).abs() < 1e-6).all().all()
     assert (frozen[0] >= 0.70).all()
