@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness import cli
 from harness.common.run_files import CHECKPOINT_FILE, stale_temporaries
 from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
@@ -89,10 +90,11 @@ def tiny_grid(tmp_path: Path, iterations: int = 2, steps: int = 40, extra: str =
     return path
 
 
-def test_help_on_every_command() -> None:
+def test_help_on_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ([], ["run"], ["report"], ["list"]):
-        result = coevolab(*command, "--help")
-        assert result.returncode == 0 and "usage: coevolab" in result.stdout
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*command, "--help"])
+        assert exited.value.code == 0 and "usage: coevolab" in capsys.readouterr().out
 
 
 def test_bad_condition_file_exits_2_and_writes_nothing(tmp_path: Path) -> None:
@@ -107,25 +109,23 @@ def test_bad_condition_file_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_list_shows_changed_knobs_in_100_columns_from_anywhere(tmp_path: Path) -> None:
-    result = coevolab("list", "conditions/smoke.toml")
-    assert result.returncode == 0
-    assert "slow-meta" in result.stdout and "meta_holdout_fraction" in result.stdout
-    wide = coevolab("list", "conditions/smoke.toml", "--all")
-    assert wide.returncode == 0 and "n_judges" in wide.stdout
+def test_list_shows_changed_knobs_in_100_columns_from_anywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In this process: listing trains nothing, and the command's exit codes and processes are tested above and below.
+    assert cli.main(["list", str(ROOT / "conditions" / "smoke.toml")]) == cli.EXIT_OK
+    listed = capsys.readouterr().out
+    assert "slow-meta" in listed and "meta_holdout_fraction" in listed
+    assert cli.main(["list", str(ROOT / "conditions" / "smoke.toml"), "--all"]) == cli.EXIT_OK
+    assert "n_judges" in capsys.readouterr().out
     # The default condition file is found beside the package, not in the current directory.
-    elsewhere = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "list"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert elsewhere.returncode == 0, elsewhere.stderr
-    assert max(len(line) for line in elsewhere.stdout.splitlines()) <= 100
-    assert "18 conditions × 5 seeds" in elsewhere.stdout
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["list"]) == cli.EXIT_OK
+    elsewhere = capsys.readouterr()
+    assert max(len(line) for line in elsewhere.out.splitlines()) <= 100
+    assert "18 conditions × 5 seeds" in elsewhere.out
     # A sweep value that repeats another condition is warned about, once per duplicate.
-    assert elsewhere.stderr.count("warning:") == 1 and "same knobs as 'meta[meta_update_every=1]'" in elsewhere.stderr
+    assert elsewhere.err.count("warning:") == 1 and "same knobs as 'meta[meta_update_every=1]'" in elsewhere.err
 
 
 def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp_path: Path) -> None:
