@@ -52,6 +52,8 @@ def test_wall_time_line_sums_the_phases() -> None:
     assert cached.endswith("(compile cache on) on 2 cores of an Test CPU, as one shard.")
     pieces = wall_time_line({**MANIFEST, "shards": 6, "devices": 2})
     assert pieces.endswith("as 6 shards, 3 after one another on each of 2 devices.")
+    blocks = wall_time_line({**MANIFEST, "execution": {"line": "Run as 5 seed blocks (20 seeds each), in-process."}})
+    assert blocks.endswith("as 2 shards side by side. Run as 5 seed blocks (20 seeds each), in-process.")
 
 
 def hand_built_metrics(shift: float = 0.0) -> pd.DataFrame:

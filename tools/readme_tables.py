@@ -134,9 +134,10 @@ def wall_time_line(manifest: dict) -> str:
     else:
         split = f", as {shards} shards, {shards // devices} after one another on each of {devices} devices"
     compiled = "" if manifest.get("compile_cache") is None else " (compile cache on)"
+    how_run = manifest.get("execution", {}).get("line")  # a grid run as seed blocks says how
     return (
         f"That run took {sum(seconds.values()):.0f} s ({phases}){compiled} on {machine['cores']} cores of an "
-        f"{machine['cpu']}{split}."
+        f"{machine['cpu']}{split}." + (f" {how_run}" if how_run else "")
     )
 
 
