@@ -50,7 +50,7 @@ reference-100: $(STAMP)
 
 # The published grid's claims left open at 100 seeds, decided by adding seeds: the committed 100-seed run is the
 # first look, and the conditions of open claims grow to 200 seeds (α spent over the two looks; see
-# harness/inference/sequential.py). About 17 minutes on two cores (the committed run: 1,003 s): only the six
+# harness/inference/sequential.py). About 11 minutes on two cores (the committed run: 652 s): only the six
 # conditions of the open claims grow. With --max-seeds 400 the looks would be at 100, 200 and 400 seeds, α spread
 # over three (about an hour).
 reference-until-decided: $(STAMP)
