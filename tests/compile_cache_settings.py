@@ -9,7 +9,13 @@ from collections.abc import Iterator
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-SETTINGS = ("jax_enable_compilation_cache", "jax_compilation_cache_dir", "jax_compilation_cache_max_size")
+SETTINGS = (
+    "jax_enable_compilation_cache",
+    "jax_compilation_cache_dir",
+    "jax_compilation_cache_max_size",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
 
 
 @contextlib.contextmanager

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pandas as pd
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
-from harness.grid.compile_cache import CACHE_DIR_ENV
+from harness.grid.compile_cache import CACHE_DIR_ENV, enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.sharding import use_every_cpu_core
 from harness.grid.trainer import GridTrainer
+from tests.compile_cache_settings import compile_cache_settings_restored
 from tests.original_streams_grid import FILES as ORIGINAL_STREAMS_FILES
 from tests.original_streams_grid import TrainedGrid, original_streams_spec
 
@@ -90,6 +93,21 @@ def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: st
     directory = tmp_path_factory.getbasetemp().parent / "compile-cache"
     directory.mkdir(exist_ok=True)
     return directory
+
+
+# The test processes keep only their long compiles in the shared cache (the grid programs, seconds each): thousands
+# of small ones would cost more to write than the few that another process needs again would save.
+LONG_COMPILE_SECONDS = 1.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_processes_share_long_compiles(shared_compile_cache: Path) -> Iterator[None]:
+    """The test processes use the session's shared compile cache too, for their long compiles: a grid shape that a
+    test trains in one process and a `coevolab` subprocess (or the other test process) runs again compiles once."""
+    with compile_cache_settings_restored():
+        enable_compilation_cache(shared_compile_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", LONG_COMPILE_SECONDS)
+        yield
 
 
 @pytest.fixture
