@@ -19,8 +19,8 @@ run: $(STAMP)
 	$(BIN)/coevolab run conditions/paper.toml
 
 # Two test processes, one file (or the files that share a grid) each at a time, so module fixtures train their grid
-# once, the longest files first (see tests/conftest.py): much of a test's time is XLA compiling, which keeps one core busy, so two processes use a
-# 2-core machine. Tests marked heavy and the benchmarks are make test-all's.
+# once, the longest files first (see tests/conftest.py): much of a test's time is XLA compiling, which keeps one core
+# busy, so two processes use a 2-core machine. Tests marked heavy and the benchmarks are make test-all's.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -38,9 +38,6 @@ def original_streams_spec() -> GridSpec:
     """The published conditions the claims name, as `conditions/paper-original.toml` defines them (the baseline from
     the original's baseline script), then VARIANTS: 7 conditions × 5 seeds."""
     published = load_grid(PAPER_ORIGINAL).only(PAPER_CLAIMED)
-    assert (published.run.seeds, published.run.iterations, published.run.steps_per_iteration) == (
-        (0, 1, 2, 3, 4),
-        10,
-        200,
-    )
-    return GridSpec(name="original-streams", run=published.run, conditions=(*published.conditions, *VARIANTS))
+    run = published.run
+    assert (run.seeds, run.iterations, run.steps_per_iteration) == ((0, 1, 2, 3, 4), 10, 200), "not as published"
+    return GridSpec(name="original-streams", run=run, conditions=(*published.conditions, *VARIANTS))
