@@ -12,6 +12,7 @@ from harness.engine import models
 from harness.engine.architecture import NetworkConfig
 from harness.engine.attention import policy_logits
 from harness.engine.world import enumerate_outputs
+from tests.perturbation import perturbed
 
 K, L = 3, 3
 NETWORKS = {
@@ -27,6 +28,8 @@ log_prob_table = jax.jit(models.policy_log_prob_table, static_argnums=(1, 2))
 score_table = jax.jit(models.judge_score_table, static_argnums=(1, 2))
 scores_of_outputs = jax.jit(models.judge_scores_of_outputs, static_argnums=(2, 3))
 sample = jax.jit(models.sample_from_noise)
+init_policy = jax.jit(models.init_policy, static_argnums=(1, 2, 3))
+init_judge = jax.jit(models.init_judge, static_argnums=(1, 2, 3))
 
 
 def _numpy(tree: dict) -> dict:
@@ -82,27 +85,19 @@ def _numpy_scores(params: dict, tokens: np.ndarray) -> np.ndarray:
     return (pooled @ p["head"]["kernel"] + p["head"]["bias"])[:, 0]
 
 
-def _perturbed(params: dict, seed: int) -> dict:
-    """Flax's initial LayerNorm (scale 1, bias 0) and zero biases hide mistakes; move every parameter."""
-    leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    noisy = [leaf + 0.3 * jax.random.normal(key, leaf.shape) for leaf, key in zip(leaves, keys, strict=True)]
-    return jax.tree.unflatten(tree, noisy)
-
-
 TOKENS = np.array([[0, 1, 2], [2, 2, 0], [1, 0, 1], [2, 1, 1]])
 
 
 @pytest.mark.parametrize("name", ATTENTION)
 def test_attention_policy_log_prob_matches_numpy(name: str) -> None:
-    policy = _perturbed(models.init_policy(jax.random.PRNGKey(0), K, L, ATTENTION[name]), 1)
+    policy = perturbed(init_policy(jax.random.PRNGKey(0), K, L, ATTENTION[name]), 1, 0.3)
     ours = np.asarray(log_prob(policy, jnp.asarray(TOKENS), K))
     np.testing.assert_allclose(ours, _numpy_log_prob(policy, TOKENS), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ATTENTION)
 def test_attention_judge_scores_match_numpy(name: str) -> None:
-    judge = _perturbed(models.init_judge(jax.random.PRNGKey(2), K, L, ATTENTION[name]), 3)
+    judge = perturbed(init_judge(jax.random.PRNGKey(2), K, L, ATTENTION[name]), 3, 0.3)
     ours = np.asarray(scores_of(judge, jnp.asarray(TOKENS), K))
     np.testing.assert_allclose(ours, _numpy_scores(judge, TOKENS), rtol=1e-5, atol=1e-5)
     without_bias = np.asarray(scores_of(judge, jnp.asarray(TOKENS), K, False))
@@ -111,7 +106,7 @@ def test_attention_judge_scores_match_numpy(name: str) -> None:
 
 def test_attention_policy_is_causal() -> None:
     """A position's logits do not depend on later inputs (what the exact table's pass over prefixes rests on)."""
-    policy = _perturbed(models.init_policy(jax.random.PRNGKey(4), K, L, ATTENTION["attention-2x2"]), 5)
+    policy = perturbed(init_policy(jax.random.PRNGKey(4), K, L, ATTENTION["attention-2x2"]), 5, 0.3)
     a = np.asarray(jax.jit(policy_logits)(policy, jnp.array([[K, 0, 1]])))
     b = np.asarray(jax.jit(policy_logits)(policy, jnp.array([[K, 0, 2]])))
     np.testing.assert_array_equal(a[:, :2], b[:, :2])
@@ -123,8 +118,8 @@ def test_exact_tables_are_per_output_evaluation(name: str) -> None:
     """log π over all outputs sums to 1 in probability and equals teacher-forced log π of each output; the score
     table equals scoring each output, and scoring outputs by index; sampling's log π is the teacher-forced one."""
     network = NETWORKS[name]
-    policy = _perturbed(models.init_policy(jax.random.PRNGKey(6), K, L, network), 7)
-    judge = _perturbed(models.init_judge(jax.random.PRNGKey(8), K, L, network), 9)
+    policy = perturbed(init_policy(jax.random.PRNGKey(6), K, L, network), 7, 0.3)
+    judge = perturbed(init_judge(jax.random.PRNGKey(8), K, L, network), 9, 0.3)
     outputs = enumerate_outputs(K, L)
     log_pi = np.asarray(log_prob_table(policy, K, L))
     assert log_pi.shape == (K**L,)

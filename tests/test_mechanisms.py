@@ -15,38 +15,34 @@ import numpy as np
 import optax
 import pytest
 
-from harness.engine import mechanisms
+from harness.engine import mechanisms, models
 from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows
 from harness.engine.keys import distinct_pairs
 from harness.engine.knobs import Knobs, choices, stack_knobs
-from harness.engine.models import Judge, Policy, init_judge, init_policy
+from harness.engine.models import Judge, Policy
 from harness.engine.state import Network, fresh_network, fresh_networks
 from harness.engine.streams import sampling_noise
 from harness.engine.world import enumerate_outputs
 from harness.grid.batching import apply_where_due
+from tests.perturbation import perturbed
 
 K, L, B = 8, 4, 16
 LR = 1e-2
 OUTPUTS = enumerate_outputs(K, L)
 Q_STAR = jax.random.normal(jax.random.PRNGKey(99), (K**L,))
-
-
-def _perturbed(params: chex.ArrayTree, seed: int) -> chex.ArrayTree:
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree.unflatten(
-        treedef, [x + 0.2 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
-    )
+# Compiled once each: flax's initialisation op by op would compile every primitive on its own.
+init_judge = jax.jit(models.init_judge, static_argnums=(1, 2))
+init_policy = jax.jit(models.init_policy, static_argnums=(1, 2))
 
 
 @pytest.fixture(scope="module")
 def judge_tree() -> chex.ArrayTree:
-    return _perturbed(init_judge(jax.random.PRNGKey(1), K, L), 2)
+    return perturbed(init_judge(jax.random.PRNGKey(1), K, L), 2)
 
 
 @pytest.fixture(scope="module")
 def policy_tree() -> chex.ArrayTree:
-    return _perturbed(init_policy(jax.random.PRNGKey(3), K, L), 4)
+    return perturbed(init_policy(jax.random.PRNGKey(3), K, L), 4)
 
 
 def _row(tree: chex.ArrayTree) -> jax.Array:
@@ -123,7 +119,7 @@ def test_judge_pair_update_labels_by_the_judge_or_chosen_first(judge_tree, order
 
 def test_referee_update_steps_toward_the_referee_on_the_uncertain_pairs_only(judge_tree) -> None:
     first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B].at[:3].set(OUTPUTS[:3])  # 3 pairs of one output
-    referee_tree = _perturbed(judge_tree, 11)
+    referee_tree = perturbed(judge_tree, 11)
     margins = np.asarray(_unbiased_scores(judge_tree, first) - _unbiased_scores(judge_tree, second))
     ordered = np.sort(np.abs(margins[3:]))
     margin = float(ordered[5:7].mean())  # 6 of the other 13 pairs are re-judged; no margin sits at the threshold
@@ -266,7 +262,7 @@ def test_layouts_match_the_networks() -> None:
 def test_ema_update_is_an_exponential_moving_average(judge_tree) -> None:
     """Five updates of a judge's average against numpy's recurrence, from the pretrained row; decay 0 follows the
     judge exactly (the average is then the judge), and each judge of a group keeps its own average."""
-    rows = np.stack([np.asarray(_row(_perturbed(judge_tree, seed))) for seed in range(5)])  # the judge over time
+    rows = np.stack([np.asarray(_row(perturbed(judge_tree, seed))) for seed in range(5)])  # the judge over time
     pretrained = np.asarray(_row(judge_tree))
     update = jax.jit(mechanisms.ema_update)
     for decay in (np.float32(0.0), np.float32(0.5), np.float32(0.9)):

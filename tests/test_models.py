@@ -15,6 +15,7 @@ from harness.engine import models
 from harness.engine.models import EMBED_DIM, HIDDEN_DIM, Judge, Policy
 from harness.engine.world import enumerate_outputs
 from harness.grid.memory import parameter_count
+from tests.perturbation import perturbed
 
 # Jitted once per module: eager dispatch would compile every primitive separately.
 judge_scores = jax.jit(models.judge_scores, static_argnums=2)
@@ -33,23 +34,12 @@ OUTPUTS = enumerate_outputs(K, L)
 SEEDS = (0, 1, 2)
 
 
-@jax.jit
-def _perturb(params: chex.ArrayTree, key: jax.Array) -> chex.ArrayTree:
-    """Add noise to every leaf so biases (zero at flax's init) take part in the comparison."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(key, len(leaves))
-    noisy = [leaf + 0.2 * jax.random.normal(k, leaf.shape) for leaf, k in zip(leaves, keys, strict=True)]
-    return jax.tree.unflatten(treedef, noisy)
-
-
 def _policy(seed: int) -> chex.ArrayTree:
-    key = jax.random.PRNGKey(seed)
-    return _perturb(init_policy(key, K, L), jax.random.fold_in(key, 99))
+    return perturbed(init_policy(jax.random.PRNGKey(seed), K, L), seed)
 
 
 def _judge(seed: int) -> chex.ArrayTree:
-    key = jax.random.PRNGKey(100 + seed)
-    return _perturb(init_judge(key, K, L), jax.random.fold_in(key, 99))
+    return perturbed(init_judge(jax.random.PRNGKey(100 + seed), K, L), 100 + seed)
 
 
 def _flax_log_pi(params: chex.ArrayTree, tokens: jax.Array) -> np.ndarray:
@@ -113,8 +103,7 @@ def test_large_world_score_table_runs_in_chunks_of_leading_tokens() -> None:
 
 @pytest.mark.parametrize(("vocab", "length"), [(2, 17), (4, 9)])
 def test_large_world_score_table_in_chunks_matches_flax_module(vocab: int, length: int) -> None:
-    key = jax.random.PRNGKey(7)
-    params = _perturb(init_judge(key, vocab, length), jax.random.fold_in(key, 99))
+    params = perturbed(init_judge(jax.random.PRNGKey(7), vocab, length), 7)
     outputs = enumerate_outputs(vocab, length)
     reference = np.asarray(jax.jit(Judge(vocab).apply)(params, outputs), np.float64)
     np.testing.assert_allclose(np.asarray(judge_score_table(params, vocab, length)), reference, rtol=0, atol=1e-5)
