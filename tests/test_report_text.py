@@ -119,6 +119,22 @@ def test_a_new_headline_metric_appears_everywhere(
     assert "kl_initial_mean" in pd.read_csv(tmp_path / "summary.csv").columns
 
 
+def test_a_report_without_figures_is_the_report_less_its_figures(
+    same_end: pd.DataFrame, same_end_report: Path, tmp_path: Path
+) -> None:
+    write_report(same_end, tmp_path, grid_name="tiny", figures=False)
+    drawn = {path.name for path in same_end_report.iterdir()}
+    assert {path.name for path in tmp_path.iterdir()} == drawn - {"figures"}
+    for name in drawn - {"figures", "report.md"}:
+        assert (tmp_path / name).read_bytes() == (same_end_report / name).read_bytes(), name
+    lines = (same_end_report / "report.md").read_text().split("\n")
+    kept = lines[: lines.index("## Figures")]
+    links = [i for i, line in enumerate(kept) if line.startswith("![")]
+    assert links and all(kept[i + 1] == "" for i in links)  # the attractors' figure is linked in its section
+    expected = [line for i, line in enumerate(kept) if i not in links and i - 1 not in links]
+    assert (tmp_path / "report.md").read_text() == "\n".join(expected)
+
+
 def test_same_table_same_bytes_and_normal_file_modes(
     same_end: pd.DataFrame, same_end_report: Path, tmp_path: Path
 ) -> None:

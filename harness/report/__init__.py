@@ -80,6 +80,7 @@ def write_report(
     grid_name: str | None = None,
     grid: GridSpec | None = None,
     how_run: str | None = None,
+    figures: bool = True,
 ) -> None:
     """Write summary.csv, summary.md, figures/*.png and report.md into out_dir, each atomically.
 
@@ -90,7 +91,8 @@ def write_report(
     grid's claims (harness.inference.claims) a verdicts section and claims.csv; it must describe the table's conditions.
     Attractors (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow
     the end modes. how_run: one line on how the grid was run (its seed blocks), after the line on the grid. The output
-    depends only on the arguments (same inputs, same bytes). metrics.csv is never written.
+    depends only on the arguments (same inputs, same bytes). metrics.csv is never written. figures=False: the text
+    and tables alone, no figure drawn or linked (most of a report's time is drawing figures).
     """
     out_dir = Path(out_dir)
     prepared = prepare(metrics)
@@ -106,7 +108,7 @@ def write_report(
     identical = identical_section(prepared, grid, groups)
     _write(out_dir, "summary.csv", summary.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     _write(out_dir, "summary.md", summary_document(summary, facts, confidence, "\n".join(identical)))
-    figures = make_figures(prepared, out_dir / "figures", grid_name)
+    drawn = make_figures(prepared, out_dir / "figures", grid_name) if figures else {}
     readings = {
         "headline": reading_headline(prepared, ref),
         "boundaries_and_best": reading_boundaries(summary),
@@ -140,7 +142,7 @@ def write_report(
     if identical:
         lines += ["### Conditions with identical results", "", *identical]
     lines += meta_section(prepared, grid)
-    lines += pair_section(prepared, grid, out_dir)
+    lines += pair_section(prepared, grid, out_dir, figures)
     if not shares.empty:
         lines += [
             "## Where runs end",
@@ -152,10 +154,10 @@ def write_report(
         ]
     claims = grid.claims if grid is not None else ()
     lines += findings_sections(
-        prepared, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text)
+        prepared, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text), figures
     )
-    lines += ["## Figures", ""]
-    for key, path in figures.items():
+    lines += ["## Figures", ""] if drawn else []
+    for key, path in drawn.items():
         relative = path.relative_to(out_dir).as_posix()
         lines += [f"### {FIGURE_TITLES[key]}", "", f"![{FIGURE_TITLES[key]}]({relative})", "", readings[key], ""]
     _write(out_dir, "report.md", "\n".join(lines))
@@ -172,12 +174,25 @@ def read_run_grid(run_dir: Path) -> GridSpec | None:
 
 
 def write_run_report(
-    run_dir: Path, metrics: pd.DataFrame, grid_name: str, grid: GridSpec | None = None, how_run: str | None = None
+    run_dir: Path,
+    metrics: pd.DataFrame,
+    grid_name: str,
+    grid: GridSpec | None = None,
+    how_run: str | None = None,
+    figures: bool = True,
 ) -> None:
     """A run directory's report, as the run writes it and as `coevolab report` re-renders it (same bytes).
 
     grid: the run's grid (the run passes the grid it wrote to grid.json, `coevolab report` what read_run_grid reads
     back), for q*'s scale, mechanism descriptions and knobs. how_run: the line on how a grid run in seed blocks was
-    run (its manifest's execution line).
+    run (its manifest's execution line). figures=False: text and tables only (see `write_report`).
     """
-    write_report(metrics, run_dir, title=report_title(grid_name), grid_name=grid_name, grid=grid, how_run=how_run)
+    write_report(
+        metrics,
+        run_dir,
+        title=report_title(grid_name),
+        grid_name=grid_name,
+        grid=grid,
+        how_run=how_run,
+        figures=figures,
+    )

@@ -128,11 +128,13 @@ def findings_sections(
     claims: Sequence[Claim],
     groups: list[tuple[str, ...]],
     write: Writer,
+    figures: bool = True,
     confidence: float = 0.95,
 ) -> list[str]:
     """Markdown lines of the claims, attractor and frontier sections; writes claims.csv, attractors.csv,
-    frontier.csv and their figures through `write` / into out_dir/figures. groups: the identical groups
-    (identical.identical_groups), each counted once where the text counts conditions."""
+    frontier.csv and their figures through `write` / into out_dir/figures (figures=False: neither draws nor links
+    them). groups: the identical groups (identical.identical_groups), each counted once where the text counts
+    conditions."""
     lines: list[str] = []
     ref = reference(prepared)
     if claims:
@@ -153,23 +155,20 @@ def findings_sections(
     if not shares.empty:
         escapes = escape_table(shares, ref, confidence)
         write("attractors.csv", escapes.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
-        figure = attractor_figure(shares, out_dir / "figures" / "attractors.png", facts)
         lines += [
             "## Attractors",
             "",
             f"{facts.heading()} {attractor_reading(escapes, shares, ref, groups)}",
             "",
             escape_markdown(escapes, conditions(prepared)),
-            f"![End modes per condition]({figure.relative_to(out_dir).as_posix()})",
-            "",
         ]
+        if figures:
+            figure = attractor_figure(shares, out_dir / "figures" / "attractors.png", facts)
+            lines += [f"![End modes per condition]({figure.relative_to(out_dir).as_posix()})", ""]
     if KL.name in prepared.columns:
         points = frontier_points(prepared)
         fits = fit_frontier(points)
         write("frontier.csv", fits.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
-        figures = out_dir / "figures"
-        quality = frontier_figure(points, fits, figures / "frontier_quality.png", facts, "quality_gain")
-        perceived = frontier_figure(points, None, figures / "frontier_perceived.png", facts, "perceived_gain")
         lines += [
             "## The overoptimization frontier",
             "",
@@ -185,9 +184,16 @@ def findings_sections(
             "self-labelled updates rescale them freely, so its size is not comparable with the real gain.",
             "",
             fits_markdown(fits),
-            f"![Real quality against distance]({quality.relative_to(out_dir).as_posix()})",
-            "",
-            f"![Judge-perceived quality against distance]({perceived.relative_to(out_dir).as_posix()})",
-            "",
         ]
+        if figures:
+            quality = frontier_figure(points, fits, out_dir / "figures" / "frontier_quality.png", facts, "quality_gain")
+            perceived = frontier_figure(
+                points, None, out_dir / "figures" / "frontier_perceived.png", facts, "perceived_gain"
+            )
+            lines += [
+                f"![Real quality against distance]({quality.relative_to(out_dir).as_posix()})",
+                "",
+                f"![Judge-perceived quality against distance]({perceived.relative_to(out_dir).as_posix()})",
+                "",
+            ]
     return lines

@@ -191,13 +191,16 @@ def _figure(prepared: pd.DataFrame, out_dir: Path) -> Path:
     return save(fig, out_dir / FIGURE)
 
 
-def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -> list[str]:
+def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, figure: bool = True) -> list[str]:
     """report.md lines for the pair audits (none where the table predates them or no grid describes it); writes
-    the figure into out_dir."""
+    the figure into out_dir (figure=False: neither draws nor links it)."""
     if grid is None or any(column not in prepared.columns for column in PAIR_METRICS):
         return []
     last = int(prepared["iteration"].max())
-    path = _figure(prepared, out_dir)
+    link: list[str] = []
+    if figure:
+        path = Path(_figure(prepared, out_dir)).relative_to(out_dir).as_posix()
+        link = [f"![The judge's training pairs over training]({path})", ""]
     table = pair_table(prepared, grid)
     return [
         "## The judge's training pairs, audited exactly",
@@ -216,8 +219,7 @@ def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path) -
         "",
         *_readings(prepared, grid),
         "",
-        f"![The judge's training pairs over training]({Path(path).relative_to(out_dir).as_posix()})",
-        "",
+        *link,
     ]
 
 
