@@ -9,6 +9,10 @@ from collections.abc import Iterator
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+# The test processes keep only their long compiles in the session's shared cache (the grid programs, seconds each):
+# thousands of small ones would cost more to write than the few that another process needs again would save.
+LONG_COMPILE_SECONDS = 1.0
+
 SETTINGS = (
     "jax_enable_compilation_cache",
     "jax_compilation_cache_dir",

@@ -14,7 +14,7 @@ from harness.grid.compile_cache import CACHE_DIR_ENV, enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.sharding import use_every_cpu_core
 from harness.grid.trainer import GridTrainer
-from tests.compile_cache_settings import compile_cache_settings_restored
+from tests.compile_cache_settings import LONG_COMPILE_SECONDS, compile_cache_settings_restored
 from tests.original_streams_grid import FILES as ORIGINAL_STREAMS_FILES
 from tests.original_streams_grid import TrainedGrid, original_streams_spec
 
@@ -40,8 +40,12 @@ LONGEST_FIRST = (
 )
 
 
-# Test files that share a session grid -> the name of the unit they run in.
-SHARED_GRID_FILES = dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid")
+# Test files that share a session grid, or a grid shape through the compile cache -> the name of the unit they run in
+# (one process, in collection order): test_api trains the shape of conditions/smoke.toml, whose programs the golden
+# metrics' grid and the notebook's kernel then load.
+SHARED_GRID_FILES = dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid") | dict.fromkeys(
+    ("test_api.py", "test_golden_metrics.py", "test_notebook.py"), "smoke-shape"
+)
 
 
 class SharedGridScheduling(LoadFileScheduling):
@@ -93,11 +97,6 @@ def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: st
     directory = tmp_path_factory.getbasetemp().parent / "compile-cache"
     directory.mkdir(exist_ok=True)
     return directory
-
-
-# The test processes keep only their long compiles in the shared cache (the grid programs, seconds each): thousands
-# of small ones would cost more to write than the few that another process needs again would save.
-LONG_COMPILE_SECONDS = 1.0
 
 
 @pytest.fixture(scope="session", autouse=True)

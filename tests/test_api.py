@@ -23,8 +23,8 @@ from harness.grid.sharding import usable_cores
 from harness.report.figures.common import DPI, PNG_METADATA
 
 ROOT = Path(__file__).resolve().parents[1]
-# conditions/smoke.toml's grid (the same shape, so its compiled programs serve both in one test process), with a
-# claim so that the verdicts table has a row.
+# conditions/smoke.toml's grid, with a claim so that the verdicts table has a row. Its shape is the golden metrics'
+# grid's and the notebook's: they load the programs compiled here (see SHARED_GRID_FILES in tests/conftest.py).
 GRID = {
     "run": {"seeds": 2, "iterations": 2, "steps_per_iteration": 20},
     "conditions": {
