@@ -41,10 +41,13 @@ LONGEST_FIRST = (
 
 
 # Test files that share a session grid, or a grid shape through the compile cache -> the name of the unit they run in
-# (one process, in collection order): test_api trains the shape of conditions/smoke.toml, whose programs the golden
-# metrics' grid and the notebook's kernel then load.
-SHARED_GRID_FILES = dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid") | dict.fromkeys(
-    ("test_api.py", "test_golden_metrics.py", "test_notebook.py"), "smoke-shape"
+# (one process, in collection order, so the shape compiles once): test_api trains the shape of conditions/smoke.toml,
+# whose programs the golden metrics' grid and the notebook's kernel load; test_checkpoint's commands compile that grid
+# at one seed, the shape of test_blocks' blocks.
+SHARED_GRID_FILES = (
+    dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid")
+    | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_notebook.py"), "smoke-shape")
+    | dict.fromkeys(("test_checkpoint.py", "test_blocks.py"), "smoke-one-seed-shape")
 )
 
 

@@ -22,17 +22,24 @@ from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-# Two conditions of different shapes (meta-correction holds pairs out); three iterations: one before the first
-# kill, one between the two kills, one after them.
+# conditions/smoke.toml at one seed, the shape of test_blocks.py's blocks (the two files run in one process, so this
+# shape compiles once): conditions of different kinds (meta-correction holds pairs out); three iterations: one before
+# the first kill, one between the two kills, one after them.
 GRID = """
 [run]
 seeds = 1
 iterations = 3
-steps_per_iteration = 40
-batch_size = 16
+steps_per_iteration = 20
 
 [conditions.baseline]
-[conditions.meta]
+
+[conditions.frozen]
+boundary = true
+freeze_judge = true
+
+[conditions.slow-meta]
+judge_update_every = 5
+meta_update_every = 5
 meta_holdout_fraction = 0.05
 """
 
@@ -112,7 +119,7 @@ def test_a_run_killed_mid_write_and_mid_run_resumes_to_identical_metrics(tmp_pat
     assert not (out / CHECKPOINT_FILE).exists() and stale_temporaries(out) == []
     metrics = pd.read_csv(out / METRICS_FILE)
     expected = pd.read_csv(finished_run / METRICS_FILE)
-    assert len(metrics) == len(expected) == 2 * 4
+    assert len(metrics) == len(expected) == 3 * 4
     for metric in METRICS:
         np.testing.assert_allclose(
             metrics[metric.name].astype(float),
