@@ -206,8 +206,10 @@ def test_divergent_runs_are_flagged_and_the_rest_unaffected(
     path.write_text(first_run.grid.read_text() + "[conditions.exploding-judge]\nlr_judge = 1e30\n")
     out = tmp_path / "run"
     # No other test runs this grid's shape, so it compiles cold either way: the run also shows that
-    # --no-compile-cache writes nothing to the cache and says so in the manifest.
-    result = coevolab("run", str(path), "--out", str(out), "--quiet", "--no-compile-cache")
+    # --no-compile-cache writes nothing to the cache and says so in the manifest, even where JAX's own setting would
+    # keep a cache.
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(private_compile_cache)}
+    result = coevolab("run", str(path), "--out", str(out), "--quiet", "--no-compile-cache", env=env)
     assert result.returncode == 3, result.stderr
     assert not private_compile_cache.exists() or not any(private_compile_cache.rglob("*"))
     assert json.loads((out / "manifest.json").read_text())["compile_cache"] is None

@@ -270,9 +270,11 @@ def _run_until_stopped(
     compile cache on unless --no-compile-cache, and SIGTERM raised where Ctrl-C is: either stops it at a clean
     point, prints `interrupted(how)` and exits 143 or 130. The Ray connection is closed however it ends."""
     from harness.experiment.progress import console_progress
-    from harness.grid.compile_cache import enable_compilation_cache
+    from harness.grid.compile_cache import disable_compilation_cache, enable_compilation_cache
 
-    if not args.no_compile_cache:
+    if args.no_compile_cache:
+        disable_compilation_cache()
+    else:
         enable_compilation_cache()
     progress = console_progress(args.quiet)
     previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)

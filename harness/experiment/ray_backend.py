@@ -190,7 +190,7 @@ def run_block_task(
     import jax
 
     from harness.experiment.blocks import run_block
-    from harness.grid.compile_cache import enable_compilation_cache, harness_source_digest
+    from harness.grid.compile_cache import disable_compilation_cache, enable_compilation_cache, harness_source_digest
     from harness.grid.layout import GridSpec
 
     host = socket.gethostname()
@@ -200,6 +200,8 @@ def run_block_task(
         raise RaySetupError(f"node {host}: JAX started with {len(jax.devices('cpu'))} CPU devices, not {cpus}")
     if use_cache:
         enable_compilation_cache(Path(cache_dir) if cache_dir else None)
+    else:
+        disable_compilation_cache()
     spec = GridSpec.model_validate_json(spec_json)
     with holding_block(Path(run_dir), block):
         record = run_block(spec, block, Path(run_dir))

@@ -53,6 +53,13 @@ def enable_compilation_cache(path: Path | None = None) -> Path:
     return directory
 
 
+def disable_compilation_cache() -> None:
+    """Keep no compiled program on disk and read none, whatever JAX's own settings say: JAX turns its cache on by
+    itself where $JAX_COMPILATION_CACHE_DIR is set, which a command told not to cache must not follow."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+
+
 # JAX's cache keeps an entry as KEY-cache beside KEY-atime (its last use), written in that order under LOCK_FILE.
 CACHE_SUFFIX, ATIME_SUFFIX, LOCK_FILE = "-cache", "-atime", ".lockfile"
 
