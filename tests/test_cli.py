@@ -21,6 +21,7 @@ from harness import cli
 from harness.common.run_files import CHECKPOINT_FILE, stale_temporaries
 from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
+from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """
@@ -224,14 +225,15 @@ def test_divergent_runs_are_flagged_and_the_rest_unaffected(
     assert "diverged" in (out / "report.md").read_text()
 
 
-def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path) -> None:
+def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "huge.toml"
     path.write_text("[run]\nseeds = 4000\n[world]\nvocab_size = 16\nseq_len = 5\n[conditions.a]\nn_judges = 16\n")
-    out = tmp_path / "run"
-    env = {**os.environ}
-    result = coevolab("run", str(path), "--out", str(out), env=env)
-    assert result.returncode == 2
-    assert "GiB" in result.stderr and "fewer seeds" in result.stderr
+    # In this process: the refusal comes before anything compiles, and the command's processes are tested above.
+    with compile_cache_settings_restored():
+        assert cli.main(["run", str(path), "--out", str(tmp_path / "run")]) == cli.EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "GiB" in error and "fewer seeds" in error
+    assert not (tmp_path / "run").exists()
 
 
 def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Path) -> None:
