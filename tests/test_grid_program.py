@@ -16,25 +16,13 @@ from harness.engine.knobs import Knobs
 from harness.grid.conditions import load_grid
 from harness.grid.diagnostics import METRIC_NAMES
 from harness.grid.executables import iteration_program
-from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid
+from harness.grid.layout import Condition, GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
+from tests.mechanisms_grid import MECHANISMS
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
-MECHANISMS = GridSpec(
-    name="mechanisms",
-    run=RUN,
-    conditions=(
-        Condition(name="baseline"),
-        Condition(name="ensemble", knobs=Knobs(n_judges=3)),
-        Condition(name="anchor", knobs=Knobs(anchor_fraction=0.1)),
-        Condition(name="meta", knobs=Knobs(meta_holdout_fraction=0.05)),
-        Condition(name="frozen", knobs=Knobs(freeze_judge=True), boundary=True),
-        # Pads every anchor run of the grid to floor(32 * 0.5) = 16 pairs; "anchor" alone uses 3.
-        Condition(name="anchor_wide", knobs=Knobs(anchor_fraction=0.5)),
-    ),
-)
+RUN = MECHANISMS.run
 # Conditions also run in smaller grids of other shapes: one judge each (no anchor, so no anchor pairs to pad), and
 # ensembles beside the anchor alone (padded to its own 3 anchor pairs rather than anchor_wide's 16). Two grids
 # rather than one per condition: each is a compile, and these cover every difference of shape one per condition did.
@@ -82,13 +70,13 @@ def _compiled_iterate(messages: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pretrained() -> PretrainResult:
-    """Judges (seed, member) for seeds 0, 1 and members 0..2, shared by every grid here."""
-    return GridTrainer(MECHANISMS).pretrain()
+    """Judges (seed, member) for seeds 0..2 and members 0..2, shared by every grid here."""
+    return GridTrainer(MECHANISMS, pieces=1).pretrain()
 
 
 @pytest.fixture(scope="module")
 def trained(pretrained: PretrainResult) -> dict:
-    grid = GridTrainer(MECHANISMS)
+    grid = GridTrainer(MECHANISMS, pieces=1)  # one shard per device: the split test_sharding compares
     with compile_log() as messages:
         state, record = grid.start(pretrained=pretrained)
     records = [record]
@@ -186,10 +174,11 @@ def test_the_mechanisms_grid_trains(trained: dict) -> None:
 def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pretrained: PretrainResult) -> None:
     first = trained["grid"]
     assert layout_grid(RETUNED).shape == first.shape
-    # Positive control: no other module uses MECHANISMS's shape, so its first start did compile (and the log shows it).
+    # Positive control: this file is the first to train MECHANISMS's shape (test_sharding, which also does, runs after
+    # it in the same process), so its first start did compile, and the log shows it.
     assert len(_compiled_iterate(trained["compiled"])) == 1
 
-    retuned = GridTrainer(RETUNED)
+    retuned = GridTrainer(RETUNED, pieces=1)
     with compile_log() as messages:
         # iteration_program raises here if its program is traced again.
         state, _ = retuned.start(pretrained=pretrained)
@@ -200,8 +189,8 @@ def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pre
     assert _compiled_iterate(messages) == []
     assert not any("jit(iterate)" in m for m in messages)
     assert retuned.shard_shape == first.shard_shape
-    assert iteration_program(retuned.shard_shape, retuned.plan.n_shards) is iteration_program(
-        first.shard_shape, first.plan.n_shards
+    assert iteration_program(retuned.shard_shape, retuned.plan.n_shards, retuned.plan.pieces) is iteration_program(
+        first.shard_shape, first.plan.n_shards, first.plan.pieces
     )
     assert retuned._executable is first._executable
 
@@ -249,7 +238,7 @@ def test_diverged_is_sticky(trained: dict) -> None:
     """A run is diverged from its first non-finite record on, even if a later record is finite again."""
     grid, records = trained["grid"], trained["records"]
     bad = np.ones(grid.shape.n_runs, bool)
-    bad[3] = False  # run 3 = (ensemble, seed 1): non-finite at record 1 only
+    bad[grid.layout.run_labels().index(("ensemble", 1))] = False  # non-finite at record 1 only
     patched = [records[0], {**records[1], "finite": jax.numpy.asarray(bad)}, records[2]]
     table = grid.metrics_table(patched)
     run = table.query("condition == 'ensemble' and seed == 1")

@@ -20,6 +20,7 @@ from harness.grid.layout import Condition, GridSpec, RunSettings, group_membersh
 from harness.grid.pretrain import pretrain_program
 from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
 from harness.grid.trainer import GridTrainer
+from tests.mechanisms_grid import MECHANISMS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = load_grid(ROOT / "conditions" / "paper.toml")
@@ -109,26 +110,14 @@ def test_plan_takes_fewer_shards_when_more_would_only_add_fillers() -> None:
         plan_shards(one_kind, 0)
 
 
-SPLIT = GridSpec(
-    name="split",
-    run=RunSettings(seeds=3, iterations=2, steps_per_iteration=10),
-    conditions=(
-        Condition(name="baseline"),
-        Condition(name="ensemble", knobs=Knobs(n_judges=2, reset_every=1)),
-        Condition(name="meta", knobs=Knobs(judge_update_every=5, meta_holdout_fraction=0.05, meta_update_every=5)),
-        Condition(name="anchor", knobs=Knobs(anchor_fraction=0.05)),
-        Condition(name="anchor_wide", knobs=Knobs(anchor_fraction=0.1)),
-    ),
-)
-
-
 @pytest.fixture(scope="module")
 def split_runs() -> dict[int, tuple[GridTrainer, pd.DataFrame]]:
-    """SPLIT run on one device in two shards one after another (`lax.map`), and as two shards on two
-    devices side by side (with fillers: every kind has an odd run count)."""
+    """tests/mechanisms_grid.py's grid run on one device in two shards one after another (`lax.map`), and as two
+    shards on two devices side by side (the program test_grid_program compiled). Every kind has an odd run count, so
+    both splits have fillers."""
     programs = {}
     for max_shards, pieces in ((1, 2), (2, 1)):
-        program = GridTrainer(SPLIT, max_shards=max_shards, pieces=pieces)
+        program = GridTrainer(MECHANISMS, max_shards=max_shards, pieces=pieces)
         programs[max_shards] = program, program.run()
     return programs
 
@@ -138,8 +127,8 @@ def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridTrai
     (whole, whole_table), (split, split_table) = split_runs[1], split_runs[2]
     assert (whole.plan.devices, whole.plan.n_shards) == (1, 2) and whole.plan.fillers > 0
     assert (split.plan.devices, split.plan.n_shards) == (2, 2) and split.plan.fillers > 0
-    # The anchor counts (3 and 6 pairs) were padded to one width across the two shards.
-    assert split.shard_shape.max_anchor_pairs == 6
+    # The anchor counts (3 and 16 pairs) were padded to one width across the shards.
+    assert split.shard_shape.max_anchor_pairs == 16
     numeric = whole_table.select_dtypes("number").columns
     pd.testing.assert_frame_equal(whole_table.drop(columns=numeric), split_table.drop(columns=numeric))
     np.testing.assert_allclose(
@@ -147,9 +136,9 @@ def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridTrai
     )
     for a, b in zip(jax.tree.leaves(whole.final_state.slots), jax.tree.leaves(split.final_state.slots), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
-    # The iteration counted its judge updates per run through the shards: 10 steps, k = 1 or 5.
+    # The iteration counted its judge updates per run through the shards: 20 steps, the frozen judge none.
     last = split_table.query("iteration == 2").set_index("condition")["judge_updates"]
-    assert (last.drop("meta") == 10).all() and (last["meta"] == 2).all()
+    assert (last.drop("frozen") == 20).all() and (last["frozen"] == 0).all()
 
 
 @needs_two_devices
@@ -158,11 +147,11 @@ def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridTr
     assert "while" in iteration  # the text is the real program
     assert not COLLECTIVE.search(iteration)
 
-    world = World(SPLIT.world)
+    world = World(MECHANISMS.world)
     key_shape = jax.ShapeDtypeStruct((2, 3, 2), jnp.uint32)
     target_shape = jax.ShapeDtypeStruct((2, 3), jnp.float32)
     pretraining = (
-        pretrain_program(world, SPLIT.pretrain, 2)
+        pretrain_program(world, MECHANISMS.pretrain, 2)
         .lower(key_shape, key_shape, target_shape, jax.ShapeDtypeStruct((), jnp.int32), world.outputs, world.q_star)
         .compile()
         .as_text()
