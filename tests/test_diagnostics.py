@@ -22,6 +22,7 @@ from harness.grid.diagnostics import Diagnostics
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
+from tests.perturbation import perturbed
 
 K, L = 8, 4
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
@@ -29,20 +30,20 @@ flax_policy_logits = jax.jit(Policy(K).apply)
 flax_judge_scores = jax.jit(Judge(K).apply)
 
 
-@jax.jit
-def _random_judges(key: jax.Array) -> chex.ArrayTree:
+# Compiled once each: flax's initialisation op by op would compile every primitive on its own.
+initialise_judges = jax.jit(init_judges, static_argnums=(1, 2))
+initialise_policy = jax.jit(init_policy, static_argnums=(1, 2))
+
+
+def _random_judges(seed: int) -> chex.ArrayTree:
     """Random judges (seed, member) = (2, 3), every leaf perturbed so scores vary noticeably."""
-    keys = jax.random.split(key, 6)
-    params = init_judges(keys, K, L)
-    params = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.fold_in(key, x.size), x.shape), params)
+    params = perturbed(initialise_judges(jax.random.split(jax.random.PRNGKey(seed), 6), K, L), seed, 0.3)
     return jax.tree.map(lambda x: x.reshape((2, 3, *x.shape[1:])), params)
 
 
 def _fake_pretrained(max_members: int) -> PretrainResult:
     # One judge source per (seed, member), seed-major, as `harness.grid.origins` orders them.
-    params = jax.tree.map(
-        lambda x: x[:, :max_members].reshape(-1, *x.shape[2:]), _random_judges(jax.random.PRNGKey(11))
-    )
+    params = jax.tree.map(lambda x: x[:, :max_members].reshape(-1, *x.shape[2:]), _random_judges(11))
     shape = (2 * max_members,)
     return PretrainResult(params, jnp.zeros(shape, jnp.int32), jnp.zeros(shape), jnp.ones(shape, bool))
 
@@ -54,7 +55,7 @@ def _started(knobs: Knobs) -> tuple[GridTrainer, CoevolutionState]:
 
 def _with_policies(state: CoevolutionState) -> CoevolutionState:
     """Run 0: uniform policy (head kernel and bias zero). Run 1: a peaky random policy."""
-    peaky = jax.tree.map(lambda x: 3.0 * x, init_policy(jax.random.PRNGKey(3), K, L))
+    peaky = jax.tree.map(lambda x: 3.0 * x, initialise_policy(jax.random.PRNGKey(3), K, L))
 
     def put(leaf: jax.Array, peaky_leaf: jax.Array) -> jax.Array:
         return leaf.at[1].set(peaky_leaf)
