@@ -1,5 +1,6 @@
 """The report as a reader meets it: headings, the difference rule, end modes, identical conditions, grid facts,
-registry-driven panels, reproducible bytes."""
+registry-driven panels, reproducible bytes. Tests that read no figure's reading write their reports without figures
+(most of a report's time)."""
 
 from __future__ import annotations
 
@@ -213,7 +214,7 @@ def test_belief_gap_is_gains_since_iteration_zero(tmp_path: Path) -> None:
     # Well defined: a value depends on no later iteration (a z-score over the run would).
     shorter = belief_gap(prepare(metrics[metrics["iteration"] <= 1])).set_index("iteration")["gap"]
     assert shorter[1] == pytest.approx(gaps[1])
-    write_report(metrics, tmp_path)
+    write_report(metrics, tmp_path, figures=False)
     report = (tmp_path / "report.md").read_text()
     assert "**Belief gap**" in report and "gained since iteration 0" in report
     assert "faster" not in report and "z-scor" not in report and "standardised" not in report.lower()
@@ -231,7 +232,7 @@ def test_mode_counts_agree_between_sentence_and_table(tmp_path: Path) -> None:
     metrics = many_modes()
     sentence = reading_modes(mode_shares(metrics))
     assert sentence.endswith("and 2 runs at 2 other modes.")
-    write_report(metrics, tmp_path)
+    write_report(metrics, tmp_path, figures=False)
     report = (tmp_path / "report.md").read_text()
     table = report.split("## Where runs end", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in table.splitlines() if line.startswith("| ")]
@@ -274,7 +275,7 @@ def twins() -> tuple[pd.DataFrame, GridSpec]:
 def test_identical_conditions_are_found_and_explained(twins: tuple[pd.DataFrame, GridSpec], tmp_path: Path) -> None:
     m, grid = twins
     assert identical_groups(prepare(m)) == [("baseline", "alias"), ("slow", "slow-meta")]
-    write_report(m, tmp_path, grid=grid)
+    write_report(m, tmp_path, grid=grid, figures=False)
     report = (tmp_path / "report.md").read_text()
     section = report.split("### Conditions with identical results", 1)[1].split("\n#", 1)[0].strip()
     assert "`baseline` = `alias`: same knobs" in section
@@ -293,7 +294,7 @@ def test_grid_facts_units_mechanisms_and_q_star_scale(twins: tuple[pd.DataFrame,
     m, grid = twins
     grid = grid.model_copy(update={"conditions": (*grid.conditions, Condition(name="r", knobs=Knobs(reset_every=3)))})
     m = pd.concat([m, m[m["condition"] == "near"].assign(condition="r")], ignore_index=True)
-    write_report(m, tmp_path, grid=grid)
+    write_report(m, tmp_path, grid=grid, figures=False)
     report = (tmp_path / "report.md").read_text()
     q = np.asarray(World(grid.world).q_star, dtype=float)
     assert f"runs from {q.min():.3f} to {q.max():.3f}, mean {q.mean():.3f}" in report
@@ -303,7 +304,7 @@ def test_grid_facts_units_mechanisms_and_q_star_scale(twins: tuple[pd.DataFrame,
     assert "an outer iteration is 200 inner policy steps" in report
     assert "  - `slow-meta` (mechanism): what slow-meta does" in report
     with pytest.raises(ValueError, match="does not describe"):
-        write_report(m, tmp_path, grid=grid.only(["baseline"]))
+        write_report(m, tmp_path, grid=grid.only(["baseline"]), figures=False)
 
 
 def test_identical_conditions_are_counted_once(tmp_path: Path) -> None:
