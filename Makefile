@@ -8,12 +8,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-all bench reference reference-100 reference-until-decided reference-temporal reference-scale lint format clean
 
-# --no-compile: Python compiles the modules a process imports when it first imports them, not every module of every
-# package at install (a third of a fresh install's time).
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.lock
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -e .
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 run: $(STAMP)
