@@ -14,7 +14,6 @@ from typing import Protocol
 
 import pandas as pd
 
-from harness import report
 from harness.common.run_files import (
     CHECKPOINT_FILE,
     GRID_FILE,
@@ -168,8 +167,12 @@ def execute(
     if write_report:
         progress.phase("report", str(run_dir))
         report_start = time.perf_counter()
+        # Imported here: a process that writes no report (a seed block, a Ray task) starts without the report's
+        # plotting and statistics libraries, a few seconds of imports.
+        from harness.report import write_run_report
+
         # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
-        report.write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
+        write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
         report_seconds = time.perf_counter() - report_start
         progress.phase_done("report", report_seconds)
     times = {
