@@ -36,25 +36,10 @@ from harness.grid.conditions import grid_from_mapping, load_grid
 from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
+SMOKE = (ROOT / "conditions" / "smoke.toml").read_text()
 # conditions/smoke.toml with one seed per block: every block of every test has one shape, compiled once.
-GRID = """
-[run]
-seeds = 2
-iterations = 2
-steps_per_iteration = 20
-block_seeds = 1
-
-[conditions.baseline]
-
-[conditions.frozen]
-boundary = true
-freeze_judge = true
-
-[conditions.slow-meta]
-judge_update_every = 5
-meta_update_every = 5
-meta_holdout_fraction = 0.05
-"""
+GRID = SMOKE.replace("steps_per_iteration = 20\n", "steps_per_iteration = 20\nblock_seeds = 1\n")
+assert "block_seeds = 1" in GRID
 
 
 def _coevolab(*argv: str) -> int:

@@ -27,23 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # conditions/smoke.toml at one seed, the shape of test_blocks.py's blocks (the two files run in one process, so this
 # shape compiles once): conditions of different kinds (meta-correction holds pairs out); three iterations: one before
 # the first kill, one between the two kills, one after them.
-GRID = """
-[run]
-seeds = 1
-iterations = 3
-steps_per_iteration = 20
-
-[conditions.baseline]
-
-[conditions.frozen]
-boundary = true
-freeze_judge = true
-
-[conditions.slow-meta]
-judge_update_every = 5
-meta_update_every = 5
-meta_holdout_fraction = 0.05
-"""
+GRID = (
+    (ROOT / "conditions" / "smoke.toml")
+    .read_text()
+    .replace("seeds = 2\niterations = 2\n", "seeds = 1\niterations = 3\n")
+)
+assert "seeds = 1\niterations = 3\n" in GRID
 
 
 @pytest.fixture(autouse=True)
