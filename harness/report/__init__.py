@@ -156,7 +156,7 @@ def write_report(
     lines += findings_sections(
         prepared, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text), figures
     )
-    lines += ["## Figures", ""] if drawn else []
+    lines += ["## Figures", ""] if figures else []
     for key, path in drawn.items():
         relative = path.relative_to(out_dir).as_posix()
         lines += [f"### {FIGURE_TITLES[key]}", "", f"![{FIGURE_TITLES[key]}]({relative})", "", readings[key], ""]
