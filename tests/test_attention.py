@@ -12,7 +12,7 @@ from harness.engine import models
 from harness.engine.architecture import NetworkConfig
 from harness.engine.attention import policy_logits
 from harness.engine.world import enumerate_outputs
-from tests.perturbation import perturbed
+from tests.networks import init_judge, init_policy, perturbed
 
 K, L = 3, 3
 NETWORKS = {
@@ -28,8 +28,6 @@ log_prob_table = jax.jit(models.policy_log_prob_table, static_argnums=(1, 2))
 score_table = jax.jit(models.judge_score_table, static_argnums=(1, 2))
 scores_of_outputs = jax.jit(models.judge_scores_of_outputs, static_argnums=(2, 3))
 sample = jax.jit(models.sample_from_noise)
-init_policy = jax.jit(models.init_policy, static_argnums=(1, 2, 3))
-init_judge = jax.jit(models.init_judge, static_argnums=(1, 2, 3))
 
 
 def _numpy(tree: dict) -> dict:

@@ -16,13 +16,13 @@ import scipy.stats
 
 from harness.engine.flat_params import policy_layout, ravel_rows, unravel_rows
 from harness.engine.knobs import Knobs
-from harness.engine.models import Judge, Policy, init_judges, init_policy
+from harness.engine.models import Judge, Policy
 from harness.engine.state import CoevolutionState
 from harness.grid.diagnostics import Diagnostics
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
-from tests.perturbation import perturbed
+from tests.networks import init_judges, init_policy, perturbed
 
 K, L = 8, 4
 RUN = RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=20, batch_size=32)
@@ -30,14 +30,9 @@ flax_policy_logits = jax.jit(Policy(K).apply)
 flax_judge_scores = jax.jit(Judge(K).apply)
 
 
-# Compiled once each: flax's initialisation op by op would compile every primitive on its own.
-initialise_judges = jax.jit(init_judges, static_argnums=(1, 2))
-initialise_policy = jax.jit(init_policy, static_argnums=(1, 2))
-
-
 def _random_judges(seed: int) -> chex.ArrayTree:
     """Random judges (seed, member) = (2, 3), every leaf perturbed so scores vary noticeably."""
-    params = perturbed(initialise_judges(jax.random.split(jax.random.PRNGKey(seed), 6), K, L), seed, 0.3)
+    params = perturbed(init_judges(jax.random.split(jax.random.PRNGKey(seed), 6), K, L), seed, 0.3)
     return jax.tree.map(lambda x: x.reshape((2, 3, *x.shape[1:])), params)
 
 
@@ -55,7 +50,7 @@ def _started(knobs: Knobs) -> tuple[GridTrainer, CoevolutionState]:
 
 def _with_policies(state: CoevolutionState) -> CoevolutionState:
     """Run 0: uniform policy (head kernel and bias zero). Run 1: a peaky random policy."""
-    peaky = jax.tree.map(lambda x: 3.0 * x, initialise_policy(jax.random.PRNGKey(3), K, L))
+    peaky = jax.tree.map(lambda x: 3.0 * x, init_policy(jax.random.PRNGKey(3), K, L))
 
     def put(leaf: jax.Array, peaky_leaf: jax.Array) -> jax.Array:
         return leaf.at[1].set(peaky_leaf)

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from harness.engine import mechanisms, models
+from harness.engine import mechanisms
 from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows
 from harness.engine.keys import distinct_pairs
 from harness.engine.knobs import Knobs, choices, stack_knobs
@@ -24,15 +24,12 @@ from harness.engine.state import Network, fresh_network, fresh_networks
 from harness.engine.streams import sampling_noise
 from harness.engine.world import enumerate_outputs
 from harness.grid.batching import apply_where_due
-from tests.perturbation import perturbed
+from tests.networks import init_judge, init_policy, perturbed
 
 K, L, B = 8, 4, 16
 LR = 1e-2
 OUTPUTS = enumerate_outputs(K, L)
 Q_STAR = jax.random.normal(jax.random.PRNGKey(99), (K**L,))
-# Compiled once each: flax's initialisation op by op would compile every primitive on its own.
-init_judge = jax.jit(models.init_judge, static_argnums=(1, 2))
-init_policy = jax.jit(models.init_policy, static_argnums=(1, 2))
 
 
 @pytest.fixture(scope="module")

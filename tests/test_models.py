@@ -15,7 +15,7 @@ from harness.engine import models
 from harness.engine.models import EMBED_DIM, HIDDEN_DIM, Judge, Policy
 from harness.engine.world import enumerate_outputs
 from harness.grid.memory import parameter_count
-from tests.perturbation import perturbed
+from tests.networks import init_judge, init_policy, perturbed
 
 # Jitted once per module: eager dispatch would compile every primitive separately.
 judge_scores = jax.jit(models.judge_scores, static_argnums=2)
@@ -26,8 +26,6 @@ policy_log_prob_table = jax.jit(models.policy_log_prob_table, static_argnums=(1,
 sample_with_log_prob = jax.jit(models.sample_with_log_prob, static_argnums=(2, 3, 4))
 flax_policy_logits = jax.jit(Policy(8).apply)
 flax_judge_scores = jax.jit(Judge(8).apply)
-init_policy = jax.jit(models.init_policy, static_argnums=(1, 2))
-init_judge = jax.jit(models.init_judge, static_argnums=(1, 2))
 
 K, L = 8, 4
 OUTPUTS = enumerate_outputs(K, L)
