@@ -30,7 +30,7 @@ def test_a_run_of_few_seeds_reports_every_claim_untested(tmp_path: Path, referen
     metrics = pd.read_csv(source / METRICS_FILE)
     metrics = metrics[metrics["seed"].isin(kept)].reset_index(drop=True)
 
-    write_run_report(tmp_path, metrics, grid["name"], read_run_grid(tmp_path), figures=False)  # the text is asked of
+    write_run_report(tmp_path, metrics, grid["name"], read_run_grid(tmp_path), figures=False)
 
     claims = pd.read_csv(tmp_path / CLAIMS_FILE)
     assert len(claims) == len(grid["claims"]) > 0

@@ -191,14 +191,14 @@ def _figure(prepared: pd.DataFrame, out_dir: Path) -> Path:
     return save(fig, out_dir / FIGURE)
 
 
-def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, figure: bool = True) -> list[str]:
+def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, figures: bool = True) -> list[str]:
     """report.md lines for the pair audits (none where the table predates them or no grid describes it); writes
-    the figure into out_dir (figure=False: neither draws nor links it)."""
+    the figure into out_dir (figures=False: neither draws nor links it)."""
     if grid is None or any(column not in prepared.columns for column in PAIR_METRICS):
         return []
     last = int(prepared["iteration"].max())
     link: list[str] = []
-    if figure:
+    if figures:
         path = Path(_figure(prepared, out_dir)).relative_to(out_dir).as_posix()
         link = [f"![The judge's training pairs over training]({path})", ""]
     table = pair_table(prepared, grid)
