@@ -12,14 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.engine.knobs import Knobs
 from harness.grid.conditions import load_grid
 from harness.grid.diagnostics import METRIC_NAMES
 from harness.grid.executables import iteration_program
-from harness.grid.layout import Condition, GridSpec, layout_grid
+from harness.grid.layout import GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
-from tests.mechanisms_grid import MECHANISMS
+from tests.mechanisms_grid import MECHANISMS, RETUNED
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = MECHANISMS.run
@@ -28,21 +27,6 @@ RUN = MECHANISMS.run
 # rather than one per condition: each is a compile, and these cover every difference of shape one per condition did.
 ELSEWHERE = (("baseline", "meta", "frozen"), ("ensemble", "anchor"))
 ALONE = tuple(name for names in ELSEWHERE for name in names)
-# Same shape as MECHANISMS (ensemble sizes, anchor pair counts floor(32 f) = 3 and 16, held-out count, batch,
-# steps, and the same work groups: which runs update their judges on every step, which check meta on
-# every step), different knob values everywhere.
-RETUNED = GridSpec(
-    name="retuned",
-    run=RUN,
-    conditions=(
-        Condition(name="baseline", knobs=Knobs(lr_judge=1e-3, lr_policy=1e-3, entropy_bonus=0.05)),
-        Condition(name="ensemble", knobs=Knobs(n_judges=3, reset_every=1)),
-        Condition(name="anchor", knobs=Knobs(anchor_fraction=0.12, lr_policy=1e-4)),
-        Condition(name="meta", knobs=Knobs(meta_holdout_fraction=0.05, meta_accuracy_threshold=1.0)),
-        Condition(name="frozen", knobs=Knobs(freeze_judge=False, judge_update_every=10), boundary=True),
-        Condition(name="anchor_wide", knobs=Knobs(anchor_fraction=0.52, lr_judge=1e-4)),
-    ),
-)
 
 
 @contextlib.contextmanager

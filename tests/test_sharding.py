@@ -20,7 +20,7 @@ from harness.grid.layout import Condition, GridSpec, RunSettings, group_membersh
 from harness.grid.pretrain import pretrain_program
 from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
 from harness.grid.trainer import GridTrainer
-from tests.mechanisms_grid import MECHANISMS
+from tests.mechanisms_grid import MECHANISMS, RETUNED
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = load_grid(ROOT / "conditions" / "paper.toml")
@@ -112,12 +112,13 @@ def test_plan_takes_fewer_shards_when_more_would_only_add_fillers() -> None:
 
 @pytest.fixture(scope="module")
 def split_runs() -> dict[int, tuple[GridTrainer, pd.DataFrame]]:
-    """tests/mechanisms_grid.py's grid run on one device in two shards one after another (`lax.map`), and as two
-    shards on two devices side by side (the program test_grid_program compiled). Every kind has an odd run count, so
-    both splits have fillers."""
+    """tests/mechanisms_grid.py's RETUNED grid (judge updates on a cadence, resets, meta-correction on every check)
+    run on one device in two shards one after another (`lax.map`), and as two shards on two devices side by side (the
+    program test_grid_program compiled for its shape). Every kind has an odd run count, so both splits have
+    fillers."""
     programs = {}
     for max_shards, pieces in ((1, 2), (2, 1)):
-        program = GridTrainer(MECHANISMS, max_shards=max_shards, pieces=pieces)
+        program = GridTrainer(RETUNED, max_shards=max_shards, pieces=pieces)
         programs[max_shards] = program, program.run()
     return programs
 
@@ -136,9 +137,11 @@ def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridTrai
     )
     for a, b in zip(jax.tree.leaves(whole.final_state.slots), jax.tree.leaves(split.final_state.slots), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
-    # The iteration counted its judge updates per run through the shards: 20 steps, the frozen judge none.
-    last = split_table.query("iteration == 2").set_index("condition")["judge_updates"]
-    assert (last.drop("frozen") == 20).all() and (last["frozen"] == 0).all()
+    # The iteration counted its judge updates and corrections per run through the shards: 20 steps, k = 1 or 10,
+    # and every meta check corrects (threshold 1).
+    last = split_table.query("iteration == 2").set_index("condition")
+    assert (last["judge_updates"].drop("frozen") == 20).all() and (last.loc["frozen", "judge_updates"] == 2).all()
+    assert (last.loc["meta", "meta_corrections"] == 20).all()
 
 
 @needs_two_devices
