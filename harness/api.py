@@ -277,6 +277,7 @@ def run_grid(
     overwrite: bool = False,
     progress: ProgressCallback | Progress | None = None,
     compile_cache: bool | str | Path = False,
+    figures: bool = True,
 ) -> GridResult:
     """Pretrain, compile and train every condition × seed of a grid in this process, and write its run directory.
 
@@ -291,6 +292,8 @@ def run_grid(
             lines).
         compile_cache: keep compiled programs on disk (True: $COEVOLAB_CACHE_DIR or ~/.cache/coevolab/jax, or a
             directory), so a later process skips compiling the same grid shape. Changes JAX's global cache setting.
+        figures: False: the run directory's report is text and tables alone, no PNG drawn (`figures()` still draws
+            them from the metrics).
 
     Returns:
         The finished grid's GridResult, read back from its run directory, with the final training state.
@@ -309,7 +312,7 @@ def run_grid(
     directory = _empty_run_dir(None if run_dir is None else Path(run_dir), spec.name, overwrite)
     if compile_cache:
         enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
-    outcome = execute(spec, directory, _progress(progress))
+    outcome = execute(spec, directory, _progress(progress), figures=figures)
     result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
     chex.assert_tree_shape_prefix(outcome.final_state.runs, (len(result.run_labels),))
     return result

@@ -218,7 +218,8 @@ def test_divergent_runs_are_flagged_and_the_rest_unaffected(
     # --no-compile-cache writes nothing to the cache and says so in the manifest, even where JAX's own setting would
     # keep a cache.
     env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(private_compile_cache)}
-    result = coevolab("run", str(path), "--out", str(out), "--quiet", "--no-compile-cache", env=env)
+    argv = ("run", str(path), "--out", str(out), "--quiet", "--no-compile-cache", "--no-figures")
+    result = coevolab(*argv, env=env)
     assert result.returncode == 3, result.stderr
     assert not private_compile_cache.exists() or not any(private_compile_cache.rglob("*"))
     assert json.loads((out / "manifest.json").read_text())["compile_cache"] is None
@@ -255,8 +256,19 @@ def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Pat
 
     # The same grid again compiles nothing new: every program comes from the cache, and
     # the reloaded program computes what the freshly traced one did.
-    again = coevolab("run", str(first_run.grid), "--out", str(tmp_path / "again"), "--quiet", env=first_run.env())
+    out = tmp_path / "again"
+    again = coevolab("run", str(first_run.grid), "--out", str(out), "--quiet", "--no-figures", env=first_run.env())
     assert again.returncode == 0, again.stderr
     assert first_run.files_in_cache() == first_run.cache_files
-    metrics = {run: pd.read_csv(run / "metrics.csv") for run in (first_run.out, tmp_path / "again")}
+    metrics = {run: pd.read_csv(run / "metrics.csv") for run in (first_run.out, out)}
     pd.testing.assert_frame_equal(*metrics.values())
+
+    # --no-figures: the report's text alone; `coevolab report` draws the figures later, to the bytes of a run that
+    # drew them itself (every file but the manifest, whose times differ).
+    assert not (out / "figures").exists() and "](figures/" not in (out / "report.md").read_text()
+    with compile_cache_settings_restored():
+        assert cli.main(["report", str(out)]) == cli.EXIT_OK
+    files = {run: {p.relative_to(run): p for p in run.rglob("*") if p.is_file()} for run in (first_run.out, out)}
+    assert files[out].keys() == files[first_run.out].keys()
+    for name, path in files[out].items():
+        assert name.name == "manifest.json" or path.read_bytes() == files[first_run.out][name].read_bytes(), name

@@ -59,6 +59,15 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _add_figures_argument(parser: argparse.ArgumentParser, later: str) -> None:
+    parser.add_argument(
+        "--no-figures",
+        dest="figures",
+        action="store_false",
+        help=f"write the report's text and tables alone, no figures (drawing them is most of a report's time){later}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="coevolab", description="Judge–policy co-evolution grids as one compiled JAX program.")
     parser.add_argument("--version", action="version", version=f"coevolab {_version()}")
@@ -90,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_ray_arguments(run)
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    _add_figures_argument(run, "; coevolab report DIR draws them later")
     run.add_argument(
         "--no-compile-cache",
         action="store_true",
@@ -116,10 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", help="merge the finished seed blocks of a run directory and write its report")
     merge.add_argument("run_dir", help="a run directory whose blocks ran with coevolab run --block K")
     merge.add_argument("--quiet", action="store_true", help="no progress output")
+    _add_figures_argument(merge, "; coevolab report DIR draws them later")
     merge.set_defaults(handler=command_merge)
 
     report = commands.add_parser("report", help="re-render a run's report from its metrics.csv (no training)")
     report.add_argument("run_dir", help="a run directory")
+    _add_figures_argument(report, "")
     report.set_defaults(handler=command_report)
 
     listing = commands.add_parser("list", help="show the conditions a file defines and the knobs they change")

@@ -33,7 +33,7 @@ def command_merge(args: argparse.Namespace) -> int:
         spec = load_spec(run_dir)
     except ValueError as error:
         raise UsageError(f"merge {run_dir}: its grid.json is not a grid: {error}") from None
-    outcome = merge_blocks(spec, run_dir, SEPARATE, console_progress(args.quiet))
+    outcome = merge_blocks(spec, run_dir, SEPARATE, console_progress(args.quiet), figures=args.figures)
     return finished(run_dir, outcome.diverged)
 
 
@@ -51,7 +51,7 @@ def command_report(args: argparse.Namespace) -> int:
     if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
         study = load_study_spec(run_dir)
         how = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))["execution"]["backend"]
-        write_study_files(study, run_dir, how)
+        write_study_files(study, run_dir, how, figures=args.figures)
         print(run_dir / "report.md")
         return EXIT_OK
     metrics_path = run_dir / METRICS_FILE
@@ -63,7 +63,14 @@ def command_report(args: argparse.Namespace) -> int:
         grid = read_run_grid(run_dir)
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
         raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
-    write_run_report(run_dir, metrics, grid.name if grid else run_dir.name, grid, how_run=how_run_line_of(run_dir))
+    write_run_report(
+        run_dir,
+        metrics,
+        grid.name if grid else run_dir.name,
+        grid,
+        how_run=how_run_line_of(run_dir),
+        figures=args.figures,
+    )
     print(run_dir / "report.md")
     return EXIT_OK
 

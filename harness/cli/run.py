@@ -166,9 +166,17 @@ def command_run(args: argparse.Namespace) -> int:
             return done, diverged_runs(pd.read_csv(done / METRICS_FILE))
         if in_blocks:
             backend = (ray, RAY) if ray else ()
-            return run_dir, run_in_blocks(spec, run_dir, progress, *backend).diverged
+            return run_dir, run_in_blocks(spec, run_dir, progress, *backend, figures=args.figures).diverged
         whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
-        outcome = execute(spec, run_dir, progress, resume=bool(args.resume), started=args.started, manifest_extra=whole)
+        outcome = execute(
+            spec,
+            run_dir,
+            progress,
+            resume=bool(args.resume),
+            started=args.started,
+            manifest_extra=whole,
+            figures=args.figures,
+        )
         return run_dir, outcome.diverged
 
     return _run_until_stopped(args, ray, work, lambda how: _interrupted_message(run_dir, how, args.block))
@@ -207,7 +215,10 @@ def command_until_decided(args: argparse.Namespace) -> int:
 
     def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
         backend = {"backend": ray, "how": RAY} if ray else {}
-        return run_dir, run_until_decided(spec, run_dir, args.max_seeds, args.spending, progress, **backend).diverged
+        outcome = run_until_decided(
+            spec, run_dir, args.max_seeds, args.spending, progress, **backend, figures=args.figures
+        )
+        return run_dir, outcome.diverged
 
     kept = f"finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided"
     return _run_until_stopped(args, ray, work, lambda how: f"\n{how}; {kept}")
@@ -254,7 +265,7 @@ def command_study(args: argparse.Namespace) -> int:
 
     def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
         backend = {"backend": ray, "how": RAY} if ray else {}
-        return run_dir, run_study(study, run_dir, progress, **backend).diverged
+        return run_dir, run_study(study, run_dir, progress, **backend, figures=args.figures).diverged
 
     kept = f"finished shapes and blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
     return _run_until_stopped(args, ray, work, lambda how: f"\n{how}; {kept}")

@@ -127,11 +127,14 @@ def how_run_line(records: list[BlockRecord], how: str) -> str:
     )
 
 
-def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None) -> ExperimentOutcome:
+def merge_blocks(
+    spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None, figures: bool = True
+) -> ExperimentOutcome:
     """Merge the finished blocks of `spec` in `run_dir` into its metrics.csv, report and manifest.json.
 
     Args:
         how: how the blocks were run (IN_PROCESS, SEPARATE, a distributed backend's name), for the manifest and report.
+        figures: False: the report's text and tables alone (`coevolab report` draws them later).
 
     Returns:
         The merged run (no final state: it lives in no one process).
@@ -150,7 +153,7 @@ def merge_blocks(spec: GridSpec, run_dir: Path, how: str, progress: Progress | N
     line = how_run_line(records, how)
     progress.phase("report", str(run_dir))
     report_start = time.perf_counter()
-    report.write_run_report(run_dir, metrics, spec.name, spec, how_run=line)
+    report.write_run_report(run_dir, metrics, spec.name, spec, how_run=line, figures=figures)
     progress.phase_done("report", time.perf_counter() - report_start)
     phases: dict[str, float] = {}
     for record in records:
@@ -193,8 +196,10 @@ def run_in_blocks(
     progress: Progress | None = None,
     backend: Backend = in_process,
     how: str = IN_PROCESS,
+    figures: bool = True,
 ) -> ExperimentOutcome:
-    """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks).
+    """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks; figures
+    is its).
 
     Blocks finished earlier (a resumed or grown run) are kept; a block with a checkpoint continues from it. The top
     grid.json is written first, so that an interrupted run resumes as this grid.
@@ -210,4 +215,4 @@ def run_in_blocks(
         return run_block(spec, block, run_dir, progress)
 
     backend(spec, run_dir, pending_blocks(spec, run_dir), run_one)
-    return merge_blocks(spec, run_dir, how, progress)
+    return merge_blocks(spec, run_dir, how, progress, figures)

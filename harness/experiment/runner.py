@@ -96,6 +96,7 @@ def execute(
     started: float | None = None,
     write_report: bool = True,
     manifest_extra: dict | None = None,
+    figures: bool = True,
 ) -> ExperimentOutcome:
     """Train every run of `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
 
@@ -103,6 +104,7 @@ def execute(
     recorded phases add up to the whole wall clock; time before execute() is the "startup" phase.
     write_report: False for a seed block (`harness.experiment.blocks`), whose report is the merged grid's.
     manifest_extra: further entries of manifest.json (how the grid was run).
+    figures: False: the report's text and tables alone (`coevolab report` draws them later).
     """
     progress = progress or SilentProgress()
     entered = time.perf_counter()
@@ -172,7 +174,7 @@ def execute(
         from harness.report import write_run_report
 
         # From the file just written, exactly as `coevolab report` reads it, so both render the same bytes.
-        write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec)
+        write_run_report(run_dir, pd.read_csv(run_dir / METRICS_FILE), spec.name, spec, figures=figures)
         report_seconds = time.perf_counter() - report_start
         progress.phase_done("report", report_seconds)
     times = {

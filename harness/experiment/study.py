@@ -81,9 +81,10 @@ def how_run_line(study: StudySpec, how: str) -> str:
     return f"{len(study.shapes)} shapes, one program each, run one after another as seed blocks, {how}."
 
 
-def write_study_files(study: StudySpec, run_dir: Path, how: str) -> StudyOutcome:
+def write_study_files(study: StudySpec, run_dir: Path, how: str, figures: bool = True) -> StudyOutcome:
     """Merge the finished shapes of `study` in run_dir into its metrics.csv, runs.csv, claims.csv, across.csv and
-    report.md (the same bytes each time: `coevolab report DIR` re-renders a study with it)."""
+    report.md (the same bytes each time: `coevolab report DIR` re-renders a study with it). figures=False: the
+    report's text alone."""
     metrics = {s.name: pd.read_csv(shape_dir(run_dir, s.name) / METRICS_FILE) for s in study.shapes}
     measures = {s.name: run_measures(metrics[s.name], s.grid.world) for s in study.shapes}
     within_files = {s.name: shape_dir(run_dir, s.name) / CLAIMS_FILE for s in study.shapes if s.grid.claims}
@@ -99,13 +100,15 @@ def write_study_files(study: StudySpec, run_dir: Path, how: str) -> StudyOutcome
         within = within[["shape", *(column for column in within.columns if column != "shape")]]
         atomic_write_text(run_dir / CLAIMS_FILE, within.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_text(run_dir / ACROSS_FILE, across.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
-    study_report(study, per_run, within, across, run_dir, how_run_line(study, how))
+    study_report(study, per_run, within, across, run_dir, how_run_line(study, how), figures)
     return StudyOutcome(run_dir, merged, diverged_runs(merged), per_run, across)
 
 
-def merge_study(study: StudySpec, run_dir: Path, how: str, seconds: float, started: dt.datetime) -> StudyOutcome:
+def merge_study(
+    study: StudySpec, run_dir: Path, how: str, seconds: float, started: dt.datetime, figures: bool = True
+) -> StudyOutcome:
     """`write_study_files`, then manifest.json (see the module)."""
-    outcome = write_study_files(study, run_dir, how)
+    outcome = write_study_files(study, run_dir, how, figures)
     shape_manifests = {
         s.name: _read_json(shape_dir(run_dir, s.name) / MANIFEST_FILE).get("wall_seconds", {}) for s in study.shapes
     }
@@ -139,12 +142,14 @@ def run_study(
     progress: Progress | None = None,
     backend: Backend = in_process,
     how: str = IN_PROCESS,
+    figures: bool = True,
 ) -> StudyOutcome:
     """Run every unfinished shape of `study` into run_dir, then merge (see the module).
 
     Args:
         study: the study; None resumes the one run_dir holds (study.json).
         backend, how: what runs each shape's seed blocks, and its name for the manifests and reports.
+        figures: False: every report this call writes (the shapes' and the study's) is text and tables alone.
 
     Raises:
         BlockError: a finished shape's directory holds another grid's run.
@@ -167,8 +172,8 @@ def run_study(
         directory.mkdir(parents=True, exist_ok=True)
         world = shape.grid.world
         progress.phase("shape", f"{index + 1} of {len(study.shapes)}: {shape.name} ({world.n_outputs:,} outputs)")
-        run_in_blocks(shape.grid, directory, progress, backend, how)
+        run_in_blocks(shape.grid, directory, progress, backend, how, figures=figures)
     progress.phase("study", "merging the shapes")
-    outcome = merge_study(study, run_dir, how, time.perf_counter() - entered, started)
+    outcome = merge_study(study, run_dir, how, time.perf_counter() - entered, started, figures)
     progress.close()
     return outcome

@@ -210,6 +210,7 @@ def run_until_decided(
     backend: Backend = in_process,
     how: str = IN_PROCESS,
     confidence: float = 0.95,
+    figures: bool = True,
 ) -> UntilDecidedOutcome:
     """Grow `spec` (seeds 0..N-1, with claims) in stages until its claims are decided or `max_seeds` are spent.
 
@@ -219,6 +220,7 @@ def run_until_decided(
         max_seeds: the budget (the last look's seeds); None only where run_dir already holds a plan.
         spending: how α = 1 − confidence is spent over the looks (`harness.inference.sequential`).
         backend, how: what runs each stage's seed blocks, and its name for the manifests and reports.
+        figures: False: every report this call writes (the stages' and the merged grid's) is text and tables alone.
 
     Returns:
         The merged metrics and the claims' sequential verdicts (also written into run_dir, see the module).
@@ -245,7 +247,7 @@ def run_until_decided(
         if not run_finished(directory):
             directory.mkdir(parents=True, exist_ok=True)
             progress.phase("look", f"{stage + 1} of {len(plan.looks)}: {len(names)} conditions to {seeds} seeds")
-            run_in_blocks(own, directory, progress, backend, how)
+            run_in_blocks(own, directory, progress, backend, how, figures=figures)
         atomic_write_text(run_dir / METRICS_FILE, merged_stages_text(spec, stage + 1, run_dir))
         metrics = pd.read_csv(run_dir / METRICS_FILE)
         progress.phase("verdicts", f"look {stage + 1} at level {level:.3g}")
@@ -270,7 +272,8 @@ def run_until_decided(
     assert decided is not None
     claims = _with_seeds_needed(decided, metrics, spec.claims, confidence)
     look_table = pd.DataFrame(looks)
-    _write_outputs(run_dir, spec, plan, metrics, claims, look_table, how, started, time.perf_counter() - entered)
+    seconds = time.perf_counter() - entered
+    _write_outputs(run_dir, spec, plan, metrics, claims, look_table, how, started, seconds, figures)
     progress.close()
     return UntilDecidedOutcome(run_dir, metrics, diverged_runs(metrics), claims, look_table)
 
@@ -297,6 +300,7 @@ def _write_outputs(
     how: str,
     started: dt.datetime,
     seconds: float,
+    figures: bool,
 ) -> None:
     """claims.csv, looks.csv, report.md (the merged grid's report, then the sequential verdicts) and manifest.json."""
     atomic_write_text(run_dir / CLAIMS_FILE, claims.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
@@ -306,7 +310,7 @@ def _write_outputs(
         f"({', '.join(map(str, plan.looks))} seeds), each look's new seeds run as seed blocks, {how}."
     )
     report_grid = spec.model_copy(update={"claims": ()})  # the claims are judged by the looks, not at α once
-    write_run_report(run_dir, metrics, spec.name, report_grid, how_run=line)
+    write_run_report(run_dir, metrics, spec.name, report_grid, how_run=line, figures=figures)
     report = run_dir / "report.md"
     section = sequential_section(claims, looks, plan.looks, np.asarray(plan.levels), plan.alpha, plan.spending)
     atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section)

@@ -121,8 +121,10 @@ def study_report(
     across: pd.DataFrame,
     run_dir: Path,
     how_run: str,
+    figures: bool = True,
 ) -> None:
-    """Write report.md (and its figure) for a study whose shapes' runs are under run_dir/shapes/."""
+    """Write report.md (and its figure) for a study whose shapes' runs are under run_dir/shapes/. figures=False:
+    the text alone, its figure neither drawn nor linked."""
     shapes = shape_table(study)
     summary = by_shape(measures)
     lines = [
@@ -142,8 +144,7 @@ def study_report(
         "",
         *(f"- {name}: {meaning}." for name, meaning in DERIVED_MEASURES.items()),
         "",
-        f"![share of q*'s range by shape]({_figure(measures, run_dir)})",
-        "",
+        *([f"![share of q*'s range by shape]({_figure(measures, run_dir)})", ""] if figures else []),
         "## Claims across shapes",
         "",
         "One family, Holm-adjusted. Between two shapes: independent samples (other worlds and networks), Δ of means "
