@@ -43,7 +43,8 @@ assert "block_seeds = 1" in GRID
 
 
 def _coevolab(*argv: str) -> int:
-    return cli.main([*map(str, argv), "--quiet"])
+    # No test here reads a figure, so the reports are text alone (drawing is most of a small report's time).
+    return cli.main([*map(str, argv), "--quiet", "--no-figures"])
 
 
 def _files(run_dir: Path) -> dict[str, bytes]:
@@ -180,7 +181,7 @@ def test_an_interrupted_block_resumes_from_its_checkpoint_to_the_same_bytes(
         "os.execv(sys.executable, [sys.executable, '-m', 'harness.cli', *sys.argv[2:]])"
     )
     result = subprocess.run(
-        [sys.executable, "-c", wrapper, str(limit), "run", "--resume", str(full), "--quiet"],
+        [sys.executable, "-c", wrapper, str(limit), "run", "--resume", str(full), "--quiet", "--no-figures"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -42,6 +42,7 @@ def _compile_cache(subprocess_compile_cache: Path) -> Path:
 
 
 def _coevolab(*args: str) -> subprocess.CompletedProcess:
+    """`coevolab ARGS` in a process of its own (the tests pass --no-figures: none reads a figure)."""
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
@@ -105,7 +106,7 @@ def test_a_run_killed_mid_write_and_mid_run_resumes_to_identical_metrics(tmp_pat
     assert _completed(out) == 2 and not (out / METRICS_FILE).exists()
 
     # 3. The command line resumes it to the end: the same metrics as the same grid run without interruption.
-    resumed = _coevolab("run", "--resume", str(out), "--quiet")
+    resumed = _coevolab("run", "--resume", str(out), "--quiet", "--no-figures")
     assert resumed.returncode == 0, resumed.stderr
     assert not (out / CHECKPOINT_FILE).exists() and stale_temporaries(out) == []
     metrics = pd.read_csv(out / METRICS_FILE)
@@ -130,7 +131,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache:
     out = root / "run"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
-        result = _coevolab("run", str(grid), "--out", str(out), "--quiet")
+        result = _coevolab("run", str(grid), "--out", str(out), "--quiet", "--no-figures")
     assert result.returncode == 0, result.stderr
     return out
 

@@ -69,7 +69,8 @@ OBJECT_STORE = 80 * 2**20  # the blocks hand back one record each
 
 
 def _coevolab(*argv: object) -> int:
-    return cli.main([*map(str, argv), "--quiet"])
+    # No test here reads a figure, so the reports are text alone (drawing is most of a small report's time).
+    return cli.main([*map(str, argv), "--quiet", "--no-figures"])
 
 
 def _in_process_run(grid: Path, out: Path, cache: Path) -> None:
@@ -77,7 +78,7 @@ def _in_process_run(grid: Path, out: Path, cache: Path) -> None:
     compiled programs)."""
     env = {**os.environ, "JAX_NUM_CPU_DEVICES": "1", CACHE_DIR_ENV: str(cache), "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out), "--quiet"],
+        [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out), "--quiet", "--no-figures"],
         env=env,
         cwd=ROOT,
         capture_output=True,

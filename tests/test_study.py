@@ -99,7 +99,7 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
     assert set(metrics.groupby("shape")["vocab_size"].unique().map(tuple)) == {(3,), (4,)}
     assert len(outcome.measures) == 2 * 2 * 2  # shapes × conditions × seeds
     for shape in study.shapes:
-        alone = run_in_blocks(shape.grid, tmp_path / shape.name).metrics
+        alone = run_in_blocks(shape.grid, tmp_path / shape.name, figures=False).metrics
         own = metrics[metrics["shape"] == shape.name].drop(columns=[*SHAPE_COLUMNS, *MODEL_COLUMNS])
         pd.testing.assert_frame_equal(own.reset_index(drop=True), alone.reset_index(drop=True), check_exact=True)
     across = pd.read_csv(tmp_path / "study" / "across.csv")

@@ -73,7 +73,8 @@ MAX_SEEDS = 40
 
 
 def _coevolab(*argv: object) -> int:
-    return cli.main([*map(str, argv), "--quiet"])
+    # No test here reads a figure, so the reports are text alone (drawing is most of a small report's time).
+    return cli.main([*map(str, argv), "--quiet", "--no-figures"])
 
 
 @pytest.fixture(scope="module")
