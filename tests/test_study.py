@@ -22,7 +22,7 @@ from tools.readme_tables import study_block
 
 TINY = {
     "run": {"seeds": 2, "iterations": 2, "steps_per_iteration": 5, "batch_size": 16},
-    "world": {"vocab_size": 3, "seq_len": 3},
+    "world": {"vocab_size": 4, "seq_len": 2},  # two positions: each compiles in about two thirds of the time of four
     "pretrain": {"max_steps": 100, "check_every": 50},
     "conditions": {"baseline": {}, "frozen": {"boundary": True, "freeze_judge": True}},
     "claims": {
@@ -38,17 +38,17 @@ TINY = {
 
 
 def _study(**extra: object) -> dict:
-    shapes = {"small": {}, "wide": {"world": {"vocab_size": 4}, "model": {"judge_hidden_dim": 48}}}
+    shapes = {"small": {}, "wide": {"world": {"vocab_size": 5}, "model": {"judge_hidden_dim": 48}}}
     return {**TINY, "shapes": shapes, **extra}
 
 
 def test_a_shape_is_the_files_grid_with_its_world_and_model_replaced_key_by_key() -> None:
     study = parse_study(_study(), "study.toml", "study")
     small, wide = (shape.grid for shape in study.shapes)
-    assert (small.world.vocab_size, small.world.seq_len, small.model.judge.hidden_dim) == (3, 3, 32)
-    assert (wide.world.vocab_size, wide.world.seq_len, wide.model.judge.hidden_dim) == (4, 3, 48)
+    assert (small.world.vocab_size, small.world.seq_len, small.model.judge.hidden_dim) == (4, 2, 32)
+    assert (wide.world.vocab_size, wide.world.seq_len, wide.model.judge.hidden_dim) == (5, 2, 48)
     assert wide.model.policy == small.model.policy and wide.run == small.run
-    alone = grid_from_mapping({**TINY, "world": {"vocab_size": 4, "seq_len": 3}, "model": {"judge_hidden_dim": 48}})
+    alone = grid_from_mapping({**TINY, "world": {"vocab_size": 5, "seq_len": 2}, "model": {"judge_hidden_dim": 48}})
     assert wide.model_dump(exclude={"name"}) == alone.model_dump(exclude={"name"})
 
 
@@ -96,7 +96,7 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
     outcome = run_study(study, tmp_path / "study")
     metrics = pd.read_csv(tmp_path / "study" / "metrics.csv")
     assert list(metrics["shape"].unique()) == ["small", "wide"]
-    assert set(metrics.groupby("shape")["vocab_size"].unique().map(tuple)) == {(3,), (4,)}
+    assert set(metrics.groupby("shape")["vocab_size"].unique().map(tuple)) == {(4,), (5,)}
     assert len(outcome.measures) == 2 * 2 * 2  # shapes × conditions × seeds
     for shape in study.shapes:
         alone = run_in_blocks(shape.grid, tmp_path / shape.name, figures=False).metrics
