@@ -64,6 +64,8 @@ def test_the_quickstart_notebook_runs(
     # the test processes do: those of the grid shape test_api trained are loaded, not compiled again.
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(shared_compile_cache))
     monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", str(LONG_COMPILE_SECONDS))
+    # run_grid's default run directory is a fresh temporary one, left for the user: here, under tmp_path.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     notebook = read_notebook()
     (parameters,) = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     parameters.source = TINY
