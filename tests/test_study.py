@@ -3,6 +3,7 @@ across shapes, tested by simulation with known truth."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +12,13 @@ import pytest
 
 from harness.engine.world import WorldConfig
 from harness.experiment.blocks import BlockError
-from harness.experiment.merge import run_in_blocks
-from harness.experiment.study import run_study
+from harness.experiment.merge import IN_PROCESS, run_in_blocks
+from harness.experiment.study import run_study, write_study_files
 from harness.grid.conditions import ConditionFileError, grid_from_mapping
 from harness.grid.study import load_study, parse_study
 from harness.inference.across_shapes import AcrossClaim, across_table
 from harness.inference.run_measures import q_star_range, run_measures
-from harness.report.study import MODEL_COLUMNS, SHAPE_COLUMNS
+from harness.report.study import FIGURE, MODEL_COLUMNS, SHAPE_COLUMNS
 from tools.readme_tables import study_block
 
 TINY = {
@@ -104,7 +105,13 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
         pd.testing.assert_frame_equal(own.reset_index(drop=True), alone.reset_index(drop=True), check_exact=True)
     across = pd.read_csv(tmp_path / "study" / "across.csv")
     assert across.empty  # the tiny study states no across claims
-    assert (tmp_path / "study" / "report.md").read_text().startswith("# Study study: 2 shapes")
+    report = (tmp_path / "study" / "report.md").read_text()
+    assert report.startswith("# Study study: 2 shapes") and f"]({FIGURE})" in report
+    # Without figures: the same report less its figure's line, and nothing drawn.
+    text_only = shutil.copytree(tmp_path / "study", tmp_path / "text-only", ignore=shutil.ignore_patterns("*.png"))
+    write_study_files(study, text_only, IN_PROCESS, figures=False)
+    assert not list(text_only.glob("figures/*.png"))
+    assert (text_only / "report.md").read_text() == report.replace(f"![share of q*'s range by shape]({FIGURE})\n\n", "")
     # A second run resumes: every shape is finished, so only the merge runs again, to the same bytes.
     before = {name: (tmp_path / "study" / name).read_bytes() for name in ("runs.csv", "report.md", "metrics.csv")}
     run_study(None, tmp_path / "study")
