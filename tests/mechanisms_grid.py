@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from harness.engine.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
+from tests.worlds import TWO_POSITIONS
 
 MECHANISMS = GridSpec(
     name="mechanisms",
     run=RunSettings(seeds=(0, 1, 2), iterations=2, steps_per_iteration=20, batch_size=32),
-    # 64 outputs of two positions: the mechanisms' code is the same in any world, and a program of two positions
-    # compiles in about two thirds of the time of the default four (each position is a step written out in it).
-    world={"vocab_size": 8, "seq_len": 2},
+    world=TWO_POSITIONS,
     conditions=(
         Condition(name="baseline"),
         Condition(name="ensemble", knobs=Knobs(n_judges=3)),

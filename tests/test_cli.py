@@ -24,10 +24,9 @@ from harness.grid.compile_cache import CACHE_DIR_ENV
 from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
-# A 4-token × 2-position world: the command line's behaviour does not depend on the world's size, and a program of
-# two positions compiles in about two thirds of the time of the default four (each position is a step of the networks
-# written out in the program). Two of this file's runs compile cold whatever their grid: one fills a cache of its own,
-# one runs with --no-compile-cache.
+# A world of two positions (tests/worlds.py), of 4 tokens: the command line's behaviour does not depend on the world.
+# Two of this file's runs compile cold whatever their grid: one fills a cache of its own, one runs with
+# --no-compile-cache.
 TINY = """
 [run]
 seeds = 1

@@ -25,11 +25,9 @@ from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import pretrain_judges
 from harness.grid.trainer import GridTrainer
 from harness.grid.training_step import policy_step
+from tests.worlds import TWO_POSITIONS
 
 STEPS = 20
-# 64 outputs of two positions: what a knob does is the same in any world, and a program of two positions compiles in
-# about two thirds of the time of the default four (each position is a step written out in it).
-WORLD = {"vocab_size": 8, "seq_len": 2}
 ITERATIONS = 2
 META = {"meta_holdout_fraction": 0.5}  # 32 of the 64 outputs: a perfect check stays unlikely
 CONDITIONS = {
@@ -103,7 +101,7 @@ def trace() -> Trace:
     spec = GridSpec(
         name="knobs",
         run=RunSettings(seeds=(0,), iterations=ITERATIONS, steps_per_iteration=STEPS, batch_size=16),
-        world=WORLD,
+        world=TWO_POSITIONS,
         conditions=tuple(Condition(name=n, knobs=k) for n, k in CONDITIONS.items()),
     )
     program = GridTrainer(spec)

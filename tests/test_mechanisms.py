@@ -25,8 +25,9 @@ from harness.engine.streams import sampling_noise
 from harness.engine.world import enumerate_outputs
 from harness.grid.batching import apply_where_due
 from tests.networks import init_judge, init_policy, perturbed
+from tests.worlds import TWO_POSITIONS
 
-K, L, B = 8, 2, 16  # two positions: each step compiles in about two thirds of the time of four
+K, L, B = TWO_POSITIONS["vocab_size"], TWO_POSITIONS["seq_len"], 16
 LR = 1e-2
 OUTPUTS = enumerate_outputs(K, L)
 Q_STAR = jax.random.normal(jax.random.PRNGKey(99), (K**L,))

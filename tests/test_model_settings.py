@@ -17,7 +17,7 @@ from harness.grid.memory import estimate_bytes, parameter_count
 from harness.grid.trainer import GridTrainer
 from tests.networks import init_judge, init_policy
 
-K, L = 3, 2  # two positions: the end-to-end grid compiles in about two thirds of the time of four
+K, L = 3, 2  # two positions (tests/worlds.py), 3 tokens: a small world for the attention networks' grid
 ATTENTION = NetworkConfig("attention", embed_dim=8, hidden_dim=12, layers=2, heads=2)
 SMALL_GRU = NetworkConfig("gru", embed_dim=6, hidden_dim=10)
 

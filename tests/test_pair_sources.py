@@ -14,6 +14,7 @@ from harness.engine.streams import StepKeys
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 from harness.grid.training_step import judge_updates, pair_sides, pair_tokens
+from tests.worlds import TWO_POSITIONS
 
 SETTINGS = RunSettings(seeds=(0,), iterations=2, steps_per_iteration=5, batch_size=32)
 CONDITIONS = {
@@ -30,9 +31,7 @@ def trained() -> tuple[GridTrainer, pd.DataFrame, list]:
     spec = GridSpec(
         name="pairs",
         run=SETTINGS,
-        # 64 outputs of two positions: a program of two positions compiles in about two thirds of the time of the
-        # default four, and 64 outputs keep every side's distribution easy to tell from the others.
-        world={"vocab_size": 8, "seq_len": 2},
+        world=TWO_POSITIONS,
         conditions=tuple(Condition(name=n, knobs=k) for n, k in CONDITIONS.items()),
     )
     program = GridTrainer(spec, max_shards=1)

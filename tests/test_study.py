@@ -23,7 +23,8 @@ from tools.readme_tables import study_block
 
 TINY = {
     "run": {"seeds": 2, "iterations": 2, "steps_per_iteration": 5, "batch_size": 16},
-    "world": {"vocab_size": 4, "seq_len": 2},  # two positions: each compiles in about two thirds of the time of four
+    # Two positions (tests/worlds.py); 4 and 5 tokens for the two shapes (at 3, 9 outputs, a judge can miss its target).
+    "world": {"vocab_size": 4, "seq_len": 2},
     "pretrain": {"max_steps": 100, "check_every": 50},
     "conditions": {"baseline": {}, "frozen": {"boundary": True, "freeze_judge": True}},
     "claims": {

@@ -64,7 +64,7 @@ def _add_figures_argument(parser: argparse.ArgumentParser, later: str) -> None:
         "--no-figures",
         dest="figures",
         action="store_false",
-        help=f"write the report's text and tables alone, no figures (drawing them is most of a report's time){later}",
+        help=f"write the report's text and tables alone, no figures (most of a small grid's report time){later}",
     )
 
 

@@ -198,8 +198,8 @@ def run_in_blocks(
     how: str = IN_PROCESS,
     figures: bool = True,
 ) -> ExperimentOutcome:
-    """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks; figures
-    is its).
+    """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks, whose
+    `figures` this passes on).
 
     Blocks finished earlier (a resumed or grown run) are kept; a block with a checkpoint continues from it. The top
     grid.json is written first, so that an interrupted run resumes as this grid.
