@@ -332,20 +332,20 @@ def abstract(tree: Any) -> Any:
 
 def inner_step_flops(program: GridTrainer, state: Any) -> float:
     """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
-    assert program.consts is not None
+    assert program.constants is not None
     compiled = (
         jax.jit(functools.partial(training_step.inner_step, program.shape))
-        .lower(program.consts, program.layout.knobs, abstract(state), jax.ShapeDtypeStruct((), jnp.int32))
+        .lower(program.constants, program.layout.knobs, abstract(state), jax.ShapeDtypeStruct((), jnp.int32))
         .compile()
     )
     return xla_flops(compiled)
 
 
 def diagnostics_flops(program: GridTrainer, state: Any) -> float:
-    assert program.consts is not None
+    assert program.constants is not None
     # The whole grid's diagnostics in one program (fillers excluded), not the shards step() runs.
     whole_grid = jax.jit(functools.partial(diagnose, program.shape))
-    compiled = whole_grid.lower(program.consts, program.layout.knobs, abstract(state)).compile()
+    compiled = whole_grid.lower(program.constants, program.layout.knobs, abstract(state)).compile()
     return xla_flops(compiled)
 
 

@@ -135,7 +135,7 @@ def test_judge_head_bias_does_not_drift(trained: dict, name: str) -> None:
     runs = [i for i, (condition, _) in enumerate(grid.layout.run_labels()) if condition == name]
     slots = np.flatnonzero(np.isin(grid.layout.slot_run, runs))
     final = np.asarray(trained["final_judges"]["params"]["head"]["bias"])[slots]
-    start = np.asarray(grid.judge_params(grid.consts.pretrained_judges)["params"]["head"]["bias"])[slots]
+    start = np.asarray(grid.judge_params(grid.constants.pretrained_judges)["params"]["head"]["bias"])[slots]
     np.testing.assert_allclose(final, start, rtol=0, atol=1e-6)
 
 
@@ -186,7 +186,7 @@ def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pre
         assert int(record["judge_updates"][runs["anchor_wide"]]) == 20
     ensemble_slots = np.flatnonzero(np.isin(retuned.layout.slot_run, np.flatnonzero(retuned.layout.run_condition == 1)))
     for got, want in zip(
-        jax.tree.leaves(state.slots.judge.params), jax.tree.leaves(retuned.consts.pretrained_judges), strict=True
+        jax.tree.leaves(state.slots.judge.params), jax.tree.leaves(retuned.constants.pretrained_judges), strict=True
     ):
         np.testing.assert_array_equal(np.asarray(got)[ensemble_slots], np.asarray(want)[ensemble_slots])
 

@@ -101,9 +101,9 @@ def test_slots_get_the_judges_of_their_conditions_target(streams: str) -> None:
     assert np.all(table["spearman"] >= table["target"])
 
     log_pi = policy_log_prob_tables(origins.policy_params, VOCAB, SEQ_LEN)
-    consts = grid_constants(layout, program.world, origins, result.params, log_pi)
-    rows = np.asarray(consts.pretrained_judges)
-    rho = _scipy_spearman(program.judge_params(consts.pretrained_judges), program.world)
+    constants = grid_constants(layout, program.world, origins, result.params, log_pi)
+    rows = np.asarray(constants.pretrained_judges)
+    rho = _scipy_spearman(program.judge_params(constants.pretrained_judges), program.world)
     slot_source = origins.slot_judge(layout)
     labels = layout.run_labels()
     by_key: dict[tuple[float, int, int], int] = {}

@@ -151,7 +151,7 @@ def test_ensemble_counts_judge_updates_per_run(trace: Trace) -> None:
 
 def test_reset_every_returns_judges_to_pretrained(trace: Trace) -> None:
     slot = trace.slots("reset1")[0]
-    pretrained_judges = trace.program.judge_params(trace.program.consts.pretrained_judges)
+    pretrained_judges = trace.program.judge_params(trace.program.constants.pretrained_judges)
     pretrained_slot = jax.tree.map(lambda x: np.asarray(x[slot]), pretrained_judges)
     chex.assert_trees_all_equal(pretrained_slot, trace.pretrained())
     for after in range(1, ITERATIONS + 1):
@@ -215,7 +215,7 @@ def test_meta_update_cadence(trace: Trace, name: str, every: int) -> None:
 
 
 def test_ensemble_member_zero_is_the_single_judge(trace: Trace) -> None:
-    pretrained_judges = trace.program.judge_params(trace.program.consts.pretrained_judges)
+    pretrained_judges = trace.program.judge_params(trace.program.constants.pretrained_judges)
     ensemble, single = trace.slots("ensemble"), trace.slots("base")
     assert len(ensemble) == 3
     assert len(single) == 1
@@ -259,7 +259,7 @@ def test_run_knobs_are_the_program_knobs_in_order() -> None:
 
 
 def _pretrained_row(trace: Trace, name: str) -> np.ndarray:
-    return np.asarray(trace.program.consts.pretrained_judges[trace.slots(name)[0]])
+    return np.asarray(trace.program.constants.pretrained_judges[trace.slots(name)[0]])
 
 
 def _judge_row(trace: Trace, name: str, after: int) -> np.ndarray:
@@ -305,9 +305,9 @@ def test_judge_ema_trains_and_resets_with_the_judge(trace: Trace) -> None:
 def _trained_state(trace: Trace, judges: np.ndarray, averages: np.ndarray) -> CoevolutionState:
     """A grid state at π₀ whose judge rows and moving averages are given (J, P) rows."""
     program = trace.program
-    consts, shape = program.consts, program.shape
+    constants, shape = program.constants, program.shape
     stream_keys = jnp.zeros((shape.n_runs, 2), jnp.uint32)
-    state = initial_state(consts.initial_policies, consts.pretrained_judges, stream_keys, shape.history_depth)
+    state = initial_state(constants.initial_policies, constants.pretrained_judges, stream_keys, shape.history_depth)
     return state.replace(slots=SlotState(judge=fresh_networks(jnp.asarray(judges)), judge_ema=jnp.asarray(averages)))
 
 
@@ -319,7 +319,7 @@ def test_the_policy_and_the_diagnostics_see_the_average(trace: Trace) -> None:
     state, on_averages = _trained_state(trace, judges, averages), _trained_state(trace, averages, averages)
     knobs = program.layout.knobs
     without = knobs.replace(judge_ema=jnp.zeros_like(knobs.judge_ema))
-    step = jax.jit(partial(policy_step, program.shape, program.consts))
+    step = jax.jit(partial(policy_step, program.shape, program.constants))
     keys = jax.random.split(jax.random.PRNGKey(0), program.shape.n_runs)
     policies = np.asarray(step(knobs, state, keys).runs.policy.params)
     reference = np.asarray(step(without, on_averages, keys).runs.policy.params)

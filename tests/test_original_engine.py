@@ -58,7 +58,7 @@ def test_baseline_runs_are_the_originals(grid_metrics: pd.DataFrame, seed: int) 
 def _pretrained_judges(grid: GridTrainer, condition: str, seed: int) -> tuple:
     """The judges the grid pretrained for a run, one parameter pytree per member."""
     run = grid.layout.run_labels().index((condition, seed))
-    judges = grid.judge_params(grid.consts.pretrained_judges)
+    judges = grid.judge_params(grid.constants.pretrained_judges)
     return tuple(
         jax.tree.map(lambda leaf, s=slot: leaf[s], judges) for slot in np.flatnonzero(grid.layout.slot_run == run)
     )
@@ -111,8 +111,8 @@ def test_runs_start_from_the_originals_networks(program: GridTrainer) -> None:
     with np.load(DATA / "original_lab_tables.npz") as data:
         tables = {name: data[name] for name in data.files}
     log_pi = policy_log_prob_tables(program.origins.policy_params, VOCAB, SEQ_LEN)
-    consts = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
-    judges = program.judge_params(consts.pretrained_judges)
+    constants = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
+    judges = program.judge_params(constants.pretrained_judges)
     scores = np.asarray(jax.jit(jax.vmap(lambda p: judge_score_table(p, VOCAB, SEQ_LEN)))(judges))
     for run, (condition, seed) in enumerate(program.layout.run_labels()):
         n_judges = program.spec.condition(condition).knobs.n_judges
@@ -121,7 +121,7 @@ def test_runs_start_from_the_originals_networks(program: GridTrainer) -> None:
         else:
             policy = f"run_variants_seed{seed}_n_judges{n_judges}_initial_policy_log_prob"
             judge = f"run_variants_seed{seed}_member{{}}"
-        np.testing.assert_allclose(consts.initial_log_pi[run], tables[policy], rtol=0, atol=ATOL)
+        np.testing.assert_allclose(constants.initial_log_pi[run], tables[policy], rtol=0, atol=ATOL)
         slots = np.flatnonzero(program.layout.slot_run == run)
         for member, slot in enumerate(slots):
             expected = tables[judge.format(member) + "_pretrained_judge_scores"]
@@ -140,9 +140,9 @@ def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
     program = GridTrainer(spec)
     program.pretrained = _untrained_judges(program)
     log_pi = policy_log_prob_tables(program.origins.policy_params, VOCAB, SEQ_LEN)
-    consts = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
+    constants = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
     runs = {label: run for run, label in enumerate(program.layout.run_labels())}
-    pairs = np.asarray(consts.holdout_pairs)
+    pairs = np.asarray(constants.holdout_pairs)
     count = original_streams.holdout_pair_count(0.05, N_OUTPUTS)
     for seed in (0, 1):
         first, second, third = (runs[(f"draw-{s}", seed)] for s in (0, 1, 7))
@@ -151,8 +151,8 @@ def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
         assert np.mean(np.all(pairs[second, :count] == pairs[third, :count], axis=1)) < 0.01
         # ... while everything else a run starts from is the same.
         for run in (second, third):
-            np.testing.assert_array_equal(consts.initial_log_pi[run], consts.initial_log_pi[first])
-            np.testing.assert_array_equal(consts.pretrained_judges[run], consts.pretrained_judges[first])
+            np.testing.assert_array_equal(constants.initial_log_pi[run], constants.initial_log_pi[first])
+            np.testing.assert_array_equal(constants.pretrained_judges[run], constants.pretrained_judges[first])
         run_policy = program.origins.run_policy(program.layout)  # initial policy and stream key
         assert run_policy[second] == run_policy[third] == run_policy[first]
     # Draw 0 is each stream's own: the original's fixed set, or the harness's distinct pairs.

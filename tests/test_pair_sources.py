@@ -65,16 +65,16 @@ def test_the_live_policy_as_the_past_side_is_a_coin_and_checkpoints_are_iteratio
 
 def _draw_sides(program: GridTrainer, state, draws: int) -> tuple[np.ndarray, np.ndarray]:
     """Chosen and rejected output indices of every run, from `draws` independent pair batches."""
-    consts, knobs, shape = program.consts, program.layout.knobs, program.shape
+    constants, knobs, shape = program.constants, program.layout.knobs, program.shape
     contrast = jnp.ones(shape.n_runs, bool)
-    group = consts.groups[shape.groups_of("judge_update")[0]]
+    group = constants.groups[shape.groups_of("judge_update")[0]]
     weights = shape.vocab_size ** jnp.arange(shape.seq_len - 1, -1, -1)
 
     @jax.jit
     def one_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
         run_keys = jax.random.split(key, shape.n_runs)
         keys = StepKeys(run_keys, run_keys, None, jax.vmap(lambda k: jax.random.fold_in(k, 1))(run_keys), None)
-        sides = pair_sides(shape, consts, knobs, state, keys.contrast, contrast)
+        sides = pair_sides(shape, constants, knobs, state, keys.contrast, contrast)
         chosen, rejected = pair_tokens(shape, sides, keys, group)
         return chosen @ weights, rejected @ weights  # (R, B) output indices
 
@@ -97,11 +97,11 @@ def test_anchored_rejection_draws_the_initial_policy_and_the_chosen_side_the_cur
     # Move the policy well away from pi0, so the two distributions are easy to tell apart.
     state = states[-1]
     run = _run(program, "anchored")
-    moved = state.runs.policy.params.at[run].set(program.consts.initial_policies[_run(program, "future")] * 0.0)
+    moved = state.runs.policy.params.at[run].set(program.constants.initial_policies[_run(program, "future")] * 0.0)
     state = state.replace(runs=state.runs.replace(policy=state.runs.policy.replace(params=moved)))
     chosen, rejected = _draw_sides(program, state, draws=150)
     uniform = np.full(program.world.n_outputs, -np.log(program.world.n_outputs))  # a zero row is the uniform policy
-    initial = np.asarray(program.consts.initial_log_pi[run])
+    initial = np.asarray(program.constants.initial_log_pi[run])
     assert _goodness_of_fit(rejected[run], initial) > 1e-3
     assert _goodness_of_fit(rejected[run], uniform) < 1e-6
     assert _goodness_of_fit(chosen[run], uniform) > 1e-3
@@ -115,7 +115,7 @@ def test_the_lookahead_copy_is_discarded(trained) -> None:
     anchors = jnp.broadcast_to(run_keys[:, None], (shape.n_runs, shape.max_members, 2))
     keys = StepKeys(run_keys, run_keys, anchors, run_keys, run_keys)
     due = jnp.ones(shape.n_runs, bool)
-    after = jax.jit(lambda s: judge_updates(shape, program.consts, program.layout.knobs, s, keys, due))(state)
+    after = jax.jit(lambda s: judge_updates(shape, program.constants, program.layout.knobs, s, keys, due))(state)
     np.testing.assert_array_equal(np.asarray(after.runs.policy.params), np.asarray(state.runs.policy.params))
-    chosen, _ = pair_sides(shape, program.consts, program.layout.knobs, state, run_keys, due)
+    chosen, _ = pair_sides(shape, program.constants, program.layout.knobs, state, run_keys, due)
     assert np.max(np.abs(np.asarray(chosen[run] - state.runs.policy.params[run]))) > 0  # the copy did move

@@ -37,7 +37,7 @@ def _all_finite(tree: jax.Array) -> jax.Array:
 
 def _pair_audits(
     shape: GridShape,
-    consts: GridConstants,
+    constants: GridConstants,
     knobs: RunKnobs,
     state: CoevolutionState,
     log_pi: jax.Array,
@@ -59,20 +59,22 @@ def _pair_audits(
         )
         unravel = policy_layout(vocab, seq_len, shape.model.policy).unravel
         table = jax.vmap(lambda row: jnp.exp(policy_log_prob_table(unravel(row), vocab, seq_len)))
-        chosen, rejected = (table(rows) for rows in pair_sides(shape, consts, knobs, state, keys.contrast, contrast))
+        chosen, rejected = (table(rows) for rows in pair_sides(shape, constants, knobs, state, keys.contrast, contrast))
     referees, with_referee = slot_tables, bool(shape.groups_of("referee"))
     if with_referee:
         unravel_judge = judge_layout(vocab, seq_len, shape.model.judge).unravel
-        referees = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(consts.pretrained_judges)
-    run = consts.slot_run
-    audit = partial(audit_pairs, q_star=consts.q_star, with_referee=with_referee)
+        referees = jax.vmap(lambda row: judge_score_table(unravel_judge(row), vocab, seq_len))(
+            constants.pretrained_judges
+        )
+    run = constants.slot_run
+    audit = partial(audit_pairs, q_star=constants.q_star, with_referee=with_referee)
     return jax.lax.map(
         lambda slot: audit(*slot),
         (chosen[run], rejected[run], pi[run], share[run], slot_tables, referees, knobs.referee_margin[run]),
     )
 
 
-def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
+def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
     """Every registered metric of every run, from its full policy distribution and judge score tables."""
     vocab, seq_len = shape.vocab_size, shape.seq_len
     policies, judges = state.runs.policy.params, state.slots.judge.params
@@ -83,31 +85,34 @@ def diagnose(shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: Co
     slot_tables = score_table(judges)  # (J, N)
     # The reward the policy trains on (what judge-perceived quality and alignment measure): from the judges'
     # moving averages where runs keep them, else the judges' own tables.
-    reward_rows = reward_judges(shape, consts, knobs, state.slots)
+    reward_rows = reward_judges(shape, constants, knobs, state.slots)
     # (Where no run averages they are the judges' own rows, already scored.)
-    reward = run_rewards(shape, consts, knobs, slot_tables if reward_rows is judges else score_table(reward_rows))
+    reward = run_rewards(shape, constants, knobs, slot_tables if reward_rows is judges else score_table(reward_rows))
 
     # Held-out accuracy of every slot, from its score table; masked to the run's held-out size.
-    pairs, labels = consts.holdout_pairs[consts.slot_run], consts.holdout_labels[consts.slot_run]  # (J, H, ...)
+    pairs, labels = (
+        constants.holdout_pairs[constants.slot_run],
+        constants.holdout_labels[constants.slot_run],
+    )  # (J, H, ...)
     first = jnp.take_along_axis(slot_tables, pairs[..., 0], axis=1)
     second = jnp.take_along_axis(slot_tables, pairs[..., 1], axis=1)
     correct = (first > second) == (labels > 0.5)
-    holdout_count = holdout_pair_count(knobs.meta_holdout_fraction, consts.q_star.shape[0])
-    count = holdout_count[consts.slot_run]
+    holdout_count = holdout_pair_count(knobs.meta_holdout_fraction, constants.q_star.shape[0])
+    count = holdout_count[constants.slot_run]
     mask = jnp.arange(pairs.shape[1])[None, :] < count[:, None]
     slot_accuracy = jnp.sum(correct & mask, axis=1) / jnp.maximum(count, 1)
 
-    slots, members = run_judge_slots(shape, consts, knobs)
-    slot_pairs = _pair_audits(shape, consts, knobs, state, log_pi, slot_tables)
+    slots, members = run_judge_slots(shape, constants, knobs)
+    slot_pairs = _pair_audits(shape, constants, knobs, state, log_pi, slot_tables)
     # Each run's audit: the mean over its judges (a referee's error over the judges that re-judge any pair).
     real = jnp.where(members, 1.0, jnp.nan)
     run_pairs = jax.tree.map(lambda leaf: jnp.nanmean(leaf[slots] * real, axis=1), slot_pairs)
     slot_finite = _all_finite(judges)
     judges_finite = jnp.all(slot_finite[slots] | ~members, axis=1)
     runs = RunView(
-        q_star=consts.q_star,
+        q_star=constants.q_star,
         log_pi=log_pi,
-        log_pi_initial=consts.initial_log_pi,
+        log_pi_initial=constants.initial_log_pi,
         reward=reward,
         holdout_accuracy=jnp.sum(jnp.where(members, slot_accuracy[slots], 0.0), axis=1) / knobs.n_judges,
         meta_on=holdout_count > 0,

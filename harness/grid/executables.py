@@ -31,7 +31,7 @@ from harness.grid.training_step import GridConstants, train_iteration
 def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
     """The jitted outer iteration for `n_shards` shards of one shape on n_shards / pieces devices side by side.
 
-    (consts, knobs, state, iteration) -> state after the iteration; every input but the
+    (constants, knobs, state, iteration) -> state after the iteration; every input but the
     iteration carries a leading shard axis (S,), split over the devices; each device runs
     its `pieces` shards one after another (see `harness.grid.sharding`). Knob values,
     keys and parameters are arguments, so every grid of this shape reuses one
@@ -43,7 +43,7 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
     traces = 0
 
     def iterate(
-        consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+        constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
     ) -> CoevolutionState:
         nonlocal traces
         traces += 1
@@ -53,7 +53,7 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
         def one_shard(shard: tuple[GridConstants, RunKnobs, CoevolutionState]) -> CoevolutionState:
             return train_iteration(shape, *shard, iteration)
 
-        return each_shard(one_shard, pieces, (consts, knobs, state))
+        return each_shard(one_shard, pieces, (constants, knobs, state))
 
     sharded = P(SHARD_AXIS)
     return jax.jit(
@@ -73,12 +73,12 @@ def each_shard(per_shard: Callable, pieces: int, shards: tuple) -> object:
 
 @functools.cache
 def shard_diagnostics_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
-    """The jitted diagnostics of the shards of one shape, laid out as `iteration_program`'s inputs: (consts, knobs,
+    """The jitted diagnostics of the shards of one shape, laid out as `iteration_program`'s inputs: (constants, knobs,
     state) with a leading shard axis -> Diagnostics with the same axis: every metric of the state before the first
     iteration and after each. Per shard, so memory follows the shard, not the grid."""
 
-    def diagnose_shards(consts: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
-        return each_shard(lambda shard: diagnose(shape, *shard), pieces, (consts, knobs, state))
+    def diagnose_shards(constants: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
+        return each_shard(lambda shard: diagnose(shape, *shard), pieces, (constants, knobs, state))
 
     sharded = P(SHARD_AXIS)
     mesh = shard_mesh(n_shards // pieces)
@@ -98,9 +98,9 @@ class IterationExecutable:
     out_tree: jax.tree_util.PyTreeDef
 
     def __call__(
-        self, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+        self, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
     ) -> CoevolutionState:
-        leaves, in_tree = jax.tree.flatten((consts, knobs, state, iteration))
+        leaves, in_tree = jax.tree.flatten((constants, knobs, state, iteration))
         if in_tree != self.in_tree:
             raise ValueError(f"arguments do not match the compiled program: {in_tree} vs {self.in_tree}")
         return jax.tree.unflatten(self.out_tree, self.compiled(*leaves))

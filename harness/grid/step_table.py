@@ -51,20 +51,20 @@ class GridConstants:
     initial_log_pi: jax.Array
 
 
-def run_judge_slots(shape: GridShape, consts: GridConstants, knobs: RunKnobs) -> tuple[jax.Array, jax.Array]:
+def run_judge_slots(shape: GridShape, constants: GridConstants, knobs: RunKnobs) -> tuple[jax.Array, jax.Array]:
     """Each run's judge slots padded to the largest ensemble: slot ids int32 (R, M) and which are real (R, M)."""
     member = jnp.arange(shape.max_members)
     members = member[None, :] < knobs.n_judges[:, None]
-    slots = jnp.where(members, consts.run_first_slot[:, None] + member[None, :], consts.run_first_slot[:, None])
+    slots = jnp.where(members, constants.run_first_slot[:, None] + member[None, :], constants.run_first_slot[:, None])
     return slots, members
 
 
-def reward_judges(shape: GridShape, consts: GridConstants, knobs: RunKnobs, slots: SlotState) -> jax.Array:
+def reward_judges(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slots: SlotState) -> jax.Array:
     """The judge row each slot rewards its run's policy with, (J, P): its moving average where the run keeps one
     (`Knobs.judge_ema`), else the live judge. The rows themselves where no run of the grid averages."""
     if not shape.groups_of("judge_ema"):
         return slots.judge.params
-    return select(knobs.judge_ema[consts.slot_run] > 0, slots.judge_ema, slots.judge.params)
+    return select(knobs.judge_ema[constants.slot_run] > 0, slots.judge_ema, slots.judge.params)
 
 
 def pair_tokens(
@@ -107,7 +107,7 @@ class StepContext(NamedTuple):
     do not read may be None."""
 
     shape: GridShape
-    consts: GridConstants
+    constants: GridConstants
     knobs: RunKnobs
     state: CoevolutionState
     keys: streams.StepKeys | None = None
@@ -155,7 +155,7 @@ def apply_rows(
     for row in rows:
         unit = row.unit(step)
         for index in step.shape.groups_of(row.mechanism):
-            group = Group(step.consts.groups[index], step.shape.groups[index])
+            group = Group(step.constants.groups[index], step.shape.groups[index])
             ids = group.ids.run_ids if row.per == "run" else group.ids.slot_ids
             due = row.due(step, group, networks)
             arguments = partial(row.arguments, step, group, networks)
@@ -170,13 +170,13 @@ def apply_rows(
 
 def rejected_side_arguments(step: StepContext, group: Group, sides: PairSides) -> tuple[jax.Array, ...]:
     runs = group.ids.run_ids
-    history, initial = step.state.runs.policy_history[runs], step.consts.initial_policies[runs]
+    history, initial = step.state.runs.policy_history[runs], step.constants.initial_policies[runs]
     return history, initial, step.knobs.rejected_from[runs], step.knobs.temporal_gap[runs]
 
 
 def lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> tuple[Any, ...]:
     shape, knobs, runs = step.shape, step.knobs, group.ids.run_ids
-    slots, members = run_judge_slots(shape, step.consts, knobs)
+    slots, members = run_judge_slots(shape, step.constants, knobs)
     step_keys = jax.vmap(lambda key: jax.random.split(key, shape.max_lookahead_steps))(step.keys.contrast[runs])
     sampling_noise = partial(
         streams.sampling_noise, shape.streams, batch=shape.batch_size, vocab=shape.vocab_size, seq_len=shape.seq_len
@@ -184,7 +184,7 @@ def lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> tu
     noise = jax.vmap(jax.vmap(sampling_noise))(step_keys)
     run_knobs = jax.tree.map(lambda leaf: leaf[runs], knobs)
     # The copy trains as the policy does: against the judges the policy is rewarded by.
-    judges = reward_judges(shape, step.consts, knobs, step.state.slots)[slots[runs]]
+    judges = reward_judges(shape, step.constants, knobs, step.state.slots)[slots[runs]]
     return take(step.state.runs.policy, runs), judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs
 
 
@@ -223,14 +223,14 @@ def judge_update_arguments(step: StepContext, group: Group, slots: SlotState) ->
 
 
 def anchor_arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:
-    shape, consts, knobs, runs = step.shape, step.consts, step.knobs, group.ids.slot_run
-    members = group.ids.slot_ids - consts.run_first_slot[runs]
+    shape, constants, knobs, runs = step.shape, step.constants, step.knobs, group.ids.slot_run
+    members = group.ids.slot_ids - constants.run_first_slot[runs]
     draw = partial(
         streams.anchor_pairs,
         shape.streams,
         batch=shape.batch_size,
         max_pairs=shape.max_anchor_pairs,
-        n_outputs=consts.q_star.shape[0],
+        n_outputs=constants.q_star.shape[0],
     )
     pairs = jax.vmap(draw)(step.keys.anchors[runs, members])
     return pairs, anchor_pair_count(knobs.anchor_fraction[runs], shape.batch_size), knobs.lr_judge[runs]
@@ -239,7 +239,7 @@ def anchor_arguments(step: StepContext, group: Group, slots: SlotState) -> tuple
 def referee_arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:
     runs = group.ids.slot_run
     chosen, rejected = pair_tokens(step.shape, step.sides, step.keys, group.ids)
-    referees = step.consts.pretrained_judges[group.ids.slot_ids]
+    referees = step.constants.pretrained_judges[group.ids.slot_ids]
     return chosen, rejected, referees, step.knobs.referee_margin[runs], step.knobs.lr_judge[runs]
 
 
@@ -268,7 +268,7 @@ JUDGE_UPDATE_ROWS = (
         per="slot",
         unit=lambda step: partial(
             mechanisms.anchor_update,
-            q_star=step.consts.q_star,
+            q_star=step.constants.q_star,
             vocab=step.shape.vocab_size,
             seq_len=step.shape.seq_len,
             model=step.shape.model,
@@ -301,9 +301,9 @@ JUDGE_UPDATE_ROWS = (
 def held_out(step: StepContext, group: Group) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Each judge's run's held-out pairs, labels and mask, (Jg, H, ...) with H the group's largest count."""
     runs, n_held = group.ids.slot_run, group.sizes.holdout_pairs
-    count = holdout_pair_count(step.knobs.meta_holdout_fraction[runs], step.consts.q_star.shape[0])
+    count = holdout_pair_count(step.knobs.meta_holdout_fraction[runs], step.constants.q_star.shape[0])
     mask = (jnp.arange(n_held)[None, :] < count[:, None]).astype(jnp.float32)
-    return step.consts.holdout_pairs[runs, :n_held], step.consts.holdout_labels[runs, :n_held], mask
+    return step.constants.holdout_pairs[runs, :n_held], step.constants.holdout_labels[runs, :n_held], mask
 
 
 def meta_correction_arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:

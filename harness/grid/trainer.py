@@ -98,9 +98,9 @@ class GridTrainer:
         self.world = World(self.spec.world)
         self.origins: GridOrigins = grid_origins(self.spec)
         self.pretrained: PretrainResult | None = None
-        self.consts: GridConstants | None = None
+        self.constants: GridConstants | None = None
         self._executable: IterationExecutable | None = None
-        self._shard_consts: GridConstants | None = None
+        self._shard_constants: GridConstants | None = None
         self._shard_knobs: RunKnobs | None = None
 
     @property
@@ -222,18 +222,18 @@ class GridTrainer:
         vocab, seq_len = world.config.vocab_size, world.config.seq_len
         log_pi = policy_log_prob_tables(origins.policy_params, vocab, seq_len)
         judges = self.pretrained.params
-        self.consts = grid_constants(layout, world, origins, judges, log_pi)
-        shard_consts = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
-        self._shard_consts = to_shards(
-            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_consts),
+        self.constants = grid_constants(layout, world, origins, judges, log_pi)
+        shard_constants = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
+        self._shard_constants = to_shards(
+            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_constants),
             np.arange(self.plan.n_shards),
             self.plan.devices,
         )
         self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
         run_policy = origins.run_policy(layout)
         state = initial_run_states(
-            self.consts.initial_policies,
-            self.consts.pretrained_judges,
+            self.constants.initial_policies,
+            self.constants.pretrained_judges,
             rows_at(origins.stream_keys, run_policy),
             self.shard_shape.history_depth,
         )
@@ -258,10 +258,10 @@ class GridTrainer:
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as beside:
             # (a jitted program's calls reuse a compile of its lowering)
-            compiled = beside.submit(lambda: diagnose.lower(self._shard_consts, self._shard_knobs, shards).compile())
+            compiled = beside.submit(lambda: diagnose.lower(self._shard_constants, self._shard_knobs, shards).compile())
             if not side_by_side:
                 compiled.result()
-            args = (self._shard_consts, self._shard_knobs, shards, jnp.int32(0))
+            args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0))
             self._executable = iteration_executable(*program, args)
             compiled.result()
         self.times.compile = time.perf_counter() - start
@@ -269,9 +269,9 @@ class GridTrainer:
 
     def _diagnose_shards(self, shards: CoevolutionState) -> Diagnostics:
         """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
-        assert self._shard_consts is not None, "call start() first"
+        assert self._shard_constants is not None, "call start() first"
         diagnose = shard_diagnostics_program(self.shard_shape, self.plan.n_shards, self.plan.pieces)
-        return from_shards(diagnose(self._shard_consts, self._shard_knobs, shards), self.plan.run_at)
+        return from_shards(diagnose(self._shard_constants, self._shard_knobs, shards), self.plan.run_at)
 
     def diagnose(self, state: CoevolutionState) -> Diagnostics:
         """Every metric of every run of `state`: what `step` measures after its iteration."""
@@ -281,7 +281,9 @@ class GridTrainer:
         """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
         assert self._executable is not None, "call start() first"
         start = time.perf_counter()
-        shards = self._executable(self._shard_consts, self._shard_knobs, self.shard_state(state), jnp.int32(iteration))
+        shards = self._executable(
+            self._shard_constants, self._shard_knobs, self.shard_state(state), jnp.int32(iteration)
+        )
         state, diagnostics = self.unshard_state(shards), self._diagnose_shards(shards)
         self.times.train += time.perf_counter() - start
         return state, diagnostics

@@ -47,16 +47,16 @@ __all__ = [
 ]
 
 
-def run_rewards(shape: GridShape, consts: GridConstants, knobs: RunKnobs, slot_scores: jax.Array) -> jax.Array:
+def run_rewards(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slot_scores: jax.Array) -> jax.Array:
     """Each run's reward from its judges' scores: slot_scores (J, X) -> (R, X), by the run's aggregation rule."""
-    slots, members = run_judge_slots(shape, consts, knobs)
+    slots, members = run_judge_slots(shape, constants, knobs)
     return jax.vmap(mechanisms.aggregate_scores)(
         slot_scores[slots], members, knobs.ensemble_aggregation, knobs.ensemble_std_weight
     )
 
 
 def policy_step(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array
+    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, keys: jax.Array
 ) -> CoevolutionState:
     """`mechanisms.policy_step` for every run, batched so that each judge scores its run's batch once.
 
@@ -72,10 +72,10 @@ def policy_step(
     # One forward pass gives both the samples and log π; its VJP is the score function.
     policy = state.runs.policy
     _, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
-    judges = reward_judges(shape, consts, knobs, state.slots)
+    judges = reward_judges(shape, constants, knobs, state.slots)
     judge_reward = partial(mechanisms.judge_reward, vocab=vocab, model=shape.model)
-    slot_scores = jax.vmap(judge_reward)(judges, tokens[consts.slot_run])
-    rewards = run_rewards(shape, consts, knobs, slot_scores)
+    slot_scores = jax.vmap(judge_reward)(judges, tokens[constants.slot_run])
+    rewards = run_rewards(shape, constants, knobs, slot_scores)
     (grads,) = pullback(jax.vmap(mechanisms.reinforce_cotangent)(rewards, knobs.entropy_bonus))
     policy = jax.vmap(adam_step)(policy, grads, knobs.lr_policy)
     return state.replace(runs=state.runs.replace(policy=policy))
@@ -89,7 +89,7 @@ def contrast_runs(knobs: RunKnobs) -> jax.Array:
 
 def pair_sides(
     shape: GridShape,
-    consts: GridConstants,
+    constants: GridConstants,
     knobs: RunKnobs,
     state: CoevolutionState,
     contrast_keys: jax.Array,
@@ -103,7 +103,7 @@ def pair_sides(
     """
     # The sides' rows read no key but the contrast keys.
     keys = streams.StepKeys(policy=None, judge_pairs=None, anchors=None, contrast=contrast_keys, next=None)
-    step = StepContext(shape, consts, knobs, state, keys, contrast)
+    step = StepContext(shape, constants, knobs, state, keys, contrast)
     policy = state.runs.policy.params
     sides, _ = apply_rows(STEP_TABLE["sides"], step, PairSides(chosen=policy, rejected=policy))
     return sides.chosen, sides.rejected
@@ -111,7 +111,7 @@ def pair_sides(
 
 def judge_updates(
     shape: GridShape,
-    consts: GridConstants,
+    constants: GridConstants,
     knobs: RunKnobs,
     state: CoevolutionState,
     keys: streams.StepKeys,
@@ -122,18 +122,18 @@ def judge_updates(
     # Contrast pairs on a judge update with probability contrast_mix (uniform in [0, 1): always at 1).
     drawn = jax.vmap(lambda key: jax.random.uniform(jax.random.fold_in(key, 0)))(keys.contrast)
     contrast = due & contrast_runs(knobs) & (drawn < knobs.contrast_mix)
-    sides = pair_sides(shape, consts, knobs, state, keys.contrast, contrast)
-    step = StepContext(shape, consts, knobs, state, keys, contrast, update_due=due, sides=sides)
+    sides = pair_sides(shape, constants, knobs, state, keys.contrast, contrast)
+    step = StepContext(shape, constants, knobs, state, keys, contrast, update_due=due, sides=sides)
     slots, _ = apply_rows(STEP_TABLE["judge_updates"], step, state.slots)
     return state.replace(slots=slots)
 
 
 def meta_corrections(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, counter: jax.Array
+    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, counter: jax.Array
 ) -> tuple[CoevolutionState, jax.Array]:
     """Meta-correction where its check is due: judges whose held-out accuracy is below their run's
     threshold take one held-out step. Returns the state and the corrections per run (R,)."""
-    step = StepContext(shape, consts, knobs, state, counter=counter)
+    step = StepContext(shape, constants, knobs, state, counter=counter)
     slots, applied = apply_rows(STEP_TABLE["meta_correction"], step, state.slots)
     corrections = jnp.zeros_like(state.runs.meta_corrections)
     for group, needs in applied:
@@ -142,7 +142,7 @@ def meta_corrections(
 
 
 def inner_step(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, step_in_iteration: jax.Array
+    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, step_in_iteration: jax.Array
 ) -> CoevolutionState:
     """Policy step, then the judge update (with the anchor) and meta-correction where due, for every run."""
     counter = step_in_iteration + 1
@@ -151,9 +151,9 @@ def inner_step(
     keys = jax.vmap(step_keys, (0, None, 0, 0, 0))(
         state.runs.stream_key, state.step, update_due, knobs.anchor_fraction > 0, knobs.n_judges
     )
-    state = policy_step(shape, consts, knobs, state, keys.policy)
-    state = judge_updates(shape, consts, knobs, state, keys, update_due)
-    state, corrected = meta_corrections(shape, consts, knobs, state, counter)
+    state = policy_step(shape, constants, knobs, state, keys.policy)
+    state = judge_updates(shape, constants, knobs, state, keys, update_due)
+    state, corrected = meta_corrections(shape, constants, knobs, state, counter)
     runs = state.runs
     return state.replace(
         step=state.step + 1,
@@ -166,19 +166,19 @@ def inner_step(
 
 
 def reset_judges(
-    consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+    constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
 ) -> CoevolutionState:
     """After outer iteration `iteration` (0-based): judges of runs due a reset return to pretrained, with fresh Adam,
     and their moving averages with them."""
     run_due = (knobs.reset_every > 0) & ((iteration + 1) % jnp.maximum(knobs.reset_every, 1) == 0)
-    slot_due, slots = run_due[consts.slot_run], state.slots
-    reset = jax.vmap(mechanisms.reset)(slots.judge, consts.pretrained_judges)
-    judge_ema = select(slot_due, consts.pretrained_judges, slots.judge_ema)
+    slot_due, slots = run_due[constants.slot_run], state.slots
+    reset = jax.vmap(mechanisms.reset)(slots.judge, constants.pretrained_judges)
+    judge_ema = select(slot_due, constants.pretrained_judges, slots.judge_ema)
     return state.replace(slots=slots.replace(judge=select(slot_due, reset, slots.judge), judge_ema=judge_ema))
 
 
 def train_iteration(
-    shape: GridShape, consts: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
 ) -> CoevolutionState:
     """All inner steps of one outer iteration (counters restarted), then resets."""
     zeros = jnp.zeros_like(state.runs.judge_updates)  # (a per-shard value, as shard_map requires of the carry)
@@ -189,7 +189,7 @@ def train_iteration(
     state = state.replace(runs=runs.replace(policy_history=history, judge_updates=zeros, meta_corrections=zeros))
 
     def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
-        return inner_step(shape, consts, knobs, carry, step_in_iteration), None
+        return inner_step(shape, constants, knobs, carry, step_in_iteration), None
 
     state, _ = jax.lax.scan(body, state, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
-    return reset_judges(consts, knobs, state, iteration)
+    return reset_judges(constants, knobs, state, iteration)
