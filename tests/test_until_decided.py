@@ -74,7 +74,8 @@ MAX_SEEDS = 40
 
 def _coevolab(*argv: object) -> int:
     # No test here reads a figure, so the reports are text alone (drawing is most of a small report's time).
-    return cli.main([*map(str, argv), "--quiet", "--no-figures"])
+    quiet = [] if argv[0] == "report" else ["--quiet"]
+    return cli.main([*map(str, argv), *quiet, "--no-figures"])
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +126,19 @@ def test_resuming_recomputes_the_same_verdicts_without_training(runs: dict[str, 
         assert (runs["resumed"] / name).read_bytes() == (runs["run"] / name).read_bytes()
     for stage in (0, 1):
         assert len(read_record(stage_dir(runs["resumed"], stage), 0).attempts) == 1
+
+
+@pytest.mark.heavy
+def test_the_report_re_renders_to_the_same_bytes_and_keeps_the_looks_verdicts(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`coevolab report` on a grown run writes its report again from its files and changes no other file (a grid's
+    report would judge every claim once, on all the seeds, over the looks' verdicts in claims.csv)."""
+    run = Path(shutil.copytree(runs["run"], tmp_path / "run"))
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    (run / "report.md").unlink()
+    assert _coevolab("report", run) == cli.EXIT_OK
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
 
 
 @pytest.mark.heavy
@@ -227,7 +241,10 @@ def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path, 
     assert claims.loc["better-is-better", ["verdict", "decided_at_look", "seeds"]].tolist() == ["holds", 1, 20]
     assert claims.loc["same-is-better", "verdict"] in ("undecided", "not supported")  # never holds: no true effect
     assert outcome.metrics.groupby("condition")["seed"].nunique().to_dict() == {"base": 80, "better": 20, "same": 80}
-    written = {name: (tmp_path / name).read_bytes() for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE)}
+    written = {name: (tmp_path / name).read_bytes() for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE, "report.md")}
+    (tmp_path / "report.md").unlink()
+    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_OK  # the looks' verdicts read back, not judged again
+    assert {name: (tmp_path / name).read_bytes() for name in written} == written
     calls.clear()
     until_decided.run_until_decided(None, tmp_path, backend=synthetic_backend)  # resumed: every stage finished
     assert calls == []

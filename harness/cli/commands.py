@@ -45,6 +45,7 @@ def command_report(args: argparse.Namespace) -> int:
     from harness.common.run_files import MANIFEST_FILE, METRICS_FILE
     from harness.experiment.merge import how_run_line_of
     from harness.experiment.study import is_study, load_study_spec, write_study_files
+    from harness.experiment.until_decided import is_sequential, render_report
     from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
@@ -52,6 +53,13 @@ def command_report(args: argparse.Namespace) -> int:
         study = load_study_spec(run_dir)
         how = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))["execution"]["backend"]
         write_study_files(study, run_dir, how, figures=args.figures)
+        print(run_dir / "report.md")
+        return EXIT_OK
+    if is_sequential(run_dir):  # its verdicts are the looks', read back rather than judged again at one level
+        try:
+            render_report(run_dir, figures=args.figures)
+        except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
+            raise UsageError(f"report {run_dir}: {error}") from None
         print(run_dir / "report.md")
         return EXIT_OK
     metrics_path = run_dir / METRICS_FILE

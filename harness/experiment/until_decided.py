@@ -47,7 +47,7 @@ from harness.common.run_files import (
     write_json,
 )
 from harness.experiment.blocks import Backend, BlockError, in_process
-from harness.experiment.merge import IN_PROCESS, ordered_metrics_text, run_finished, run_in_blocks
+from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metrics_text, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
 from harness.grid.layout import GridSpec
 from harness.inference.claims import Claim
@@ -273,7 +273,7 @@ def run_until_decided(
     claims = _with_seeds_needed(decided, metrics, spec.claims, confidence)
     look_table = pd.DataFrame(looks)
     seconds = time.perf_counter() - entered
-    _write_outputs(run_dir, spec, plan, metrics, claims, look_table, how, started, seconds, figures)
+    _write_outputs(run_dir, spec, plan, claims, look_table, how, started, seconds, figures)
     progress.close()
     return UntilDecidedOutcome(run_dir, metrics, diverged_runs(metrics), claims, look_table)
 
@@ -294,7 +294,6 @@ def _write_outputs(
     run_dir: Path,
     spec: GridSpec,
     plan: SequentialPlan,
-    metrics: pd.DataFrame,
     claims: pd.DataFrame,
     looks: pd.DataFrame,
     how: str,
@@ -302,18 +301,13 @@ def _write_outputs(
     seconds: float,
     figures: bool,
 ) -> None:
-    """claims.csv, looks.csv, report.md (the merged grid's report, then the sequential verdicts) and manifest.json."""
+    """claims.csv, looks.csv, manifest.json, then report.md (the merged grid's report and the sequential verdicts)."""
     atomic_write_text(run_dir / CLAIMS_FILE, claims.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_text(run_dir / LOOKS_FILE, looks.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     line = (
         f"Grown until its claims were decided: {len(looks)} of {len(plan.looks)} planned looks "
         f"({', '.join(map(str, plan.looks))} seeds), each look's new seeds run as seed blocks, {how}."
     )
-    report_grid = spec.model_copy(update={"claims": ()})  # the claims are judged by the looks, not at α once
-    write_run_report(run_dir, metrics, spec.name, report_grid, how_run=line, figures=figures)
-    report = run_dir / "report.md"
-    section = sequential_section(claims, looks, plan.looks, np.asarray(plan.levels), plan.alpha, plan.spending)
-    atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section)
     write_json(
         run_dir / MANIFEST_FILE,
         manifest(
@@ -326,3 +320,31 @@ def _write_outputs(
             looks=looks.to_dict(orient="records"),
         ),
     )
+    render_report(run_dir, figures)
+
+
+def render_report(run_dir: Path, figures: bool = True) -> None:
+    """report.md (and its figures) of a finished sequential run, from its files: as the run writes it, and as
+    `coevolab report` re-renders it, the same bytes.
+
+    The report is the merged grid's without its claims (the looks judge them, not one test at α), then the sequential
+    verdicts, read from claims.csv and looks.csv rather than judged again: a claim's verdict belongs to the look that
+    decided it, which the merged metrics alone do not say. Rendering what the files hold (floats as written) is what
+    makes the run's report and a re-render agree to the digit, and agree with tables built from claims.csv.
+
+    Raises:
+        FileNotFoundError: the run has not finished (no claims.csv or looks.csv yet).
+        ValueError: its grid.json or sequential.json does not validate.
+    """
+    run_dir = Path(run_dir)
+    missing = [name for name in (METRICS_FILE, CLAIMS_FILE, LOOKS_FILE) if not (run_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir}: no {' or '.join(missing)} (the run has not finished)")
+    spec = load_spec(run_dir)
+    plan = SequentialPlan.model_validate_json((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+    metrics, claims, looks = (pd.read_csv(run_dir / name) for name in (METRICS_FILE, CLAIMS_FILE, LOOKS_FILE))
+    grid = spec.model_copy(update={"claims": ()})
+    write_run_report(run_dir, metrics, spec.name, grid, how_run=how_run_line_of(run_dir), figures=figures)
+    report = run_dir / "report.md"
+    section = sequential_section(claims, looks, plan.looks, np.asarray(plan.levels), plan.alpha, plan.spending)
+    atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section)
