@@ -5,7 +5,9 @@ and a condition's runs in a grid of fewer conditions match its runs in the whole
 
 from __future__ import annotations
 
+import itertools
 import shutil
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,8 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import cli, report
+from harness import cli
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
+from harness.engine.metrics import METRICS
 from harness.experiment import until_decided
 from harness.experiment.blocks import (
     BLOCK_FILE,
@@ -196,6 +199,22 @@ def _quality(condition: str, seed: int) -> float:
     return 0.0
 
 
+def synthetic_rows(conditions: Sequence[str], seeds: Sequence[int], iterations: int) -> pd.DataFrame:
+    """A metrics table with every column a run writes, each a function of (condition, seed, iteration) alone: real
+    quality (and the end mode's) from _quality, the other floats uniform draws, so the real report renders it."""
+    rows = []
+    for condition, seed, iteration in itertools.product(conditions, seeds, range(iterations + 1)):
+        draws = np.random.default_rng([zlib.crc32(condition.encode()), seed, iteration])
+        row: dict[str, object] = {"condition": condition, "seed": seed, "iteration": iteration}
+        row |= {metric.name: draws.random() for metric in METRICS if metric.kind == "float"}
+        row |= {metric.name: iteration for metric in METRICS if metric.kind == "int"}
+        row |= {metric.name: True for metric in METRICS if metric.kind == "bool"}
+        quality = _quality(condition, seed)
+        row |= {"policy_quality": quality, "mode_quality": quality, "mode_index": int(quality > 0)}
+        rows.append(row | {"mode_sequence": "↑ ↑" if quality > 0 else "↓ ↓", "boundary": False, "diverged": False})
+    return pd.DataFrame(rows)
+
+
 def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run_one: BlockRunner) -> None:
     """Writes each pending block as a finished block would be, with _quality's values (no training)."""
     del run_one
@@ -204,13 +223,8 @@ def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run
         own = block_spec(spec, block)
         directory = block_dir(run_dir, block)
         directory.mkdir(parents=True)
-        rows = [
-            {"condition": c.name, "seed": s, "iteration": i, "policy_quality": _quality(c.name, s), "diverged": False}
-            for c in own.conditions
-            for s in own.run.seeds
-            for i in range(own.run.iterations + 1)
-        ]
-        (directory / METRICS_FILE).write_text(pd.DataFrame(rows).to_csv(index=False))
+        rows = synthetic_rows([c.name for c in own.conditions], own.run.seeds, own.run.iterations)
+        (directory / METRICS_FILE).write_text(rows.to_csv(index=False))
         (directory / GRID_FILE).write_text(own.model_dump_json())
         attempt = Attempt(host="synthetic", started="", finished="")
         record = BlockRecord(block=block, seeds=own.run.seeds, finished=True, attempts=[attempt])
@@ -218,23 +232,13 @@ def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run
 
 
 calls: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+TEXT = {"figures": False}  # real reports, text alone: no test here reads a figure
 
 
-@pytest.fixture
-def no_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The grid's report needs every metric of a real run; these tables hold one."""
-
-    def title_only(run_dir: Path, *args: object, **kwargs: object) -> None:
-        (Path(run_dir) / "report.md").write_text("# report\n")
-
-    monkeypatch.setattr(report, "write_run_report", title_only)
-    monkeypatch.setattr(until_decided, "write_run_report", title_only)
-
-
-def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path, no_reports: None) -> None:
+def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path) -> None:
     spec = grid_from_mapping(SYNTHETIC)
     calls.clear()
-    outcome = until_decided.run_until_decided(spec, tmp_path, 80, backend=synthetic_backend, how="synthetic")
+    outcome = until_decided.run_until_decided(spec, tmp_path, 80, backend=synthetic_backend, how="synthetic", **TEXT)
     assert outcome.looks["seeds"].tolist() == [20, 40, 80]
     assert calls == [(("base", "better", "same"), (0, 1)), (("base", "same"), (0, 1)), (("base", "same"), (0, 1, 2, 3))]
     claims = outcome.claims.set_index("claim")
@@ -243,10 +247,10 @@ def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path, 
     assert outcome.metrics.groupby("condition")["seed"].nunique().to_dict() == {"base": 80, "better": 20, "same": 80}
     written = {name: (tmp_path / name).read_bytes() for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE, "report.md")}
     (tmp_path / "report.md").unlink()
-    assert cli.main(["report", str(tmp_path)]) == cli.EXIT_OK  # the looks' verdicts read back, not judged again
+    assert _coevolab("report", tmp_path) == cli.EXIT_OK  # the looks' verdicts read back, not judged again
     assert {name: (tmp_path / name).read_bytes() for name in written} == written
     calls.clear()
-    until_decided.run_until_decided(None, tmp_path, backend=synthetic_backend)  # resumed: every stage finished
+    until_decided.run_until_decided(None, tmp_path, backend=synthetic_backend, how="synthetic", **TEXT)  # resumed
     assert calls == []
     assert {name: (tmp_path / name).read_bytes() for name in written} == written
     with pytest.raises(BlockError, match="cannot change"):
@@ -261,21 +265,16 @@ def test_a_grid_without_claims_or_budget_is_refused(tmp_path: Path) -> None:
         until_decided.run_until_decided(grid_from_mapping(SYNTHETIC), tmp_path / "b", 10, backend=synthetic_backend)
 
 
-def test_a_finished_run_grows_as_the_first_look(tmp_path: Path, no_reports: None) -> None:
+def test_a_finished_run_grows_as_the_first_look(tmp_path: Path) -> None:
     """A finished run (here of an earlier version, with a metric the stages after it lack) becomes stages/0/ and
     grows from there; the merged metrics keep the columns every stage has."""
     spec = grid_from_mapping(SYNTHETIC)
-    rows = [
-        {"condition": c.name, "seed": s, "iteration": i, "policy_quality": _quality(c.name, s), "diverged": False}
-        for c in spec.conditions
-        for s in spec.run.seeds
-        for i in range(spec.run.iterations + 1)
-    ]
-    (tmp_path / METRICS_FILE).write_text(pd.DataFrame(rows).assign(retired_metric=1.0).to_csv(index=False))
+    rows = synthetic_rows([c.name for c in spec.conditions], spec.run.seeds, spec.run.iterations)
+    (tmp_path / METRICS_FILE).write_text(rows.assign(retired_metric=1.0).to_csv(index=False))
     (tmp_path / GRID_FILE).write_text(spec.model_dump_json())
     (tmp_path / "report.md").write_text("# the run's own report\n")
     calls.clear()
-    outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend)
+    outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend, **TEXT)
     assert calls == [(("base", "same"), (0, 1))]  # the first look decided better-is-better from the run's 20 seeds
     assert (stage_dir(tmp_path, 0) / "report.md").read_text() == "# the run's own report\n"
     assert "retired_metric" not in outcome.metrics.columns
