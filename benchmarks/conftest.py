@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import pytest
 
-from benchmarks import support
+from benchmarks import machine, support
 from harness.common.run_files import PACKAGES
 from harness.grid.pretrain import PretrainResult
 from harness.grid.sharding import use_every_cpu_core
@@ -196,7 +196,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "complete": exitstatus == 0,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python -m pytest", *config.invocation_params.args]),
-        "machine": {**support.machine_summary(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {**machine.machine_summary(), "platform": platform.platform(), "python": platform.python_version()},
         "packages": _versions(),
         "jax_devices": [str(device) for device in jax.devices()],
         "figures": [dataclasses.asdict(f) for f in book.figures.values()],

@@ -1,4 +1,5 @@
-"""What the benchmarks share: sizes per mode, grids, pretrained judges, timing, FLOP counts, machine peak."""
+"""What the benchmarks share: sizes per mode, grids, pretrained judges, timing (FLOP counts: benchmarks/flops.py;
+the machine: benchmarks/machine.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import os
-import re
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,12 +20,10 @@ from jax.experimental.compilation_cache import compilation_cache
 from harness.common.wording import plural
 from harness.engine import keys
 from harness.engine.knobs import Knobs
-from harness.engine.models import EMBED_DIM, HIDDEN_DIM, init_judges
+from harness.engine.models import init_judges
 from harness.engine.world import WorldConfig
-from harness.grid import training_step
 from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import load_grid
-from harness.grid.diagnostics import diagnose
 from harness.grid.executables import clear_program_caches
 from harness.grid.layout import Condition, GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
@@ -313,148 +310,3 @@ def median(values: list[float]) -> float:
 
 def us_per_run_step(seconds: float, run_steps: int) -> float:
     return 1e6 * seconds / run_steps
-
-
-# --- FLOPs -----------------------------------------------------------------------------------------------------------
-
-
-def xla_flops(compiled: Any) -> float:
-    """'flops' of XLA's cost analysis (a dict, or a list of dicts on some versions)."""
-    analysis = compiled.cost_analysis()
-    if isinstance(analysis, dict):
-        analysis = [analysis]
-    return float(sum(entry.get("flops", 0.0) for entry in analysis))
-
-
-def abstract(tree: Any) -> Any:
-    return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
-
-
-def inner_step_flops(program: GridTrainer, state: Any) -> float:
-    """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
-    assert program.constants is not None
-    compiled = (
-        jax.jit(functools.partial(training_step.inner_step, program.shape))
-        .lower(program.constants, program.layout.knobs, abstract(state), jax.ShapeDtypeStruct((), jnp.int32))
-        .compile()
-    )
-    return xla_flops(compiled)
-
-
-def diagnostics_flops(program: GridTrainer, state: Any) -> float:
-    assert program.constants is not None
-    # The whole grid's diagnostics in one program (fillers excluded), not the shards step() runs.
-    whole_grid = jax.jit(functools.partial(diagnose, program.shape))
-    compiled = whole_grid.lower(program.constants, program.layout.knobs, abstract(state)).compile()
-    return xla_flops(compiled)
-
-
-def gru_forward_flops(batch: int, in_width: int, out_width: int, seq_len: int, heads: int) -> int:
-    """Matmul FLOPs (2 per multiply-add) of one fused GRU pass over `seq_len` positions,
-    as harness.engine.models runs it.
-
-    Per call: the embedding folded into the input kernels, (in_width, E) @ (E, 3H).
-    Per position: one-hot (b, in_width) @ (in_width, 3H); hidden (b, H) @ (H, 3H) except at
-    the first position, where the hidden state is zero and the code skips the product.
-    Heads: (b, H) @ (H, out_width), `heads` times (every position for the policy, once for a judge).
-    """
-    hidden = HIDDEN_DIM
-    fold = 2 * in_width * EMBED_DIM * 3 * hidden
-    inputs = seq_len * 2 * batch * in_width * 3 * hidden
-    recurrent = (seq_len - 1) * 2 * batch * hidden * 3 * hidden
-    head = heads * 2 * batch * hidden * out_width
-    return fold + inputs + recurrent + head
-
-
-def analytic_flops_per_run_step(batch: int, vocab: int, seq_len: int, n_judges: int = 1) -> dict[str, int]:
-    """Matmul FLOPs of one inner step of one run that updates its judges (every step for the baseline).
-
-    Policy: input width vocab + 1 (start token), head width vocab; judge: input width vocab, head width 1.
-    Backward passes are counted as 2× their forward pass.
-    """
-    policy = functools.partial(gru_forward_flops, in_width=vocab + 1, out_width=vocab, seq_len=seq_len, heads=seq_len)
-    judge = functools.partial(gru_forward_flops, in_width=vocab, out_width=1, seq_len=seq_len, heads=1)
-    parts = {
-        "policy sample forward (B)": policy(batch),
-        "policy backward (2× forward)": 2 * policy(batch),
-        "reward: judge forward (B) × judges": n_judges * judge(batch),
-        "judge-update sample forward (2B)": policy(2 * batch),
-        "judge BT forward + backward (2B) × judges": n_judges * 3 * judge(2 * batch),
-    }
-    parts["total"] = sum(parts.values())
-    return parts
-
-
-# --- machine ---------------------------------------------------------------------------------------------------------
-
-
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-
-
-def _lscpu() -> dict[str, str]:
-    try:
-        output = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in output.splitlines()) if v}
-
-
-def cpu_model() -> str:
-    match = re.search(r"^model name\s*:\s*(.+)$", _cpuinfo(), re.MULTILINE)
-    return match.group(1).strip() if match else (_lscpu().get("Model name") or "unknown")
-
-
-def fp32_peak() -> dict[str, Any]:
-    """Theoretical FP32 peak = cores × clock × FLOPs/cycle/core, with how each factor was found."""
-    info, lscpu = _cpuinfo(), _lscpu()
-    flags_line = re.search(r"^flags\s*:\s*(.+)$", info, re.MULTILINE)
-    flags = set((flags_line.group(1) if flags_line else lscpu.get("Flags", "")).split())
-    if "avx512f" in flags:
-        simd, per_cycle, how = "avx512f", 64, "2 FMA units × 16 fp32 lanes × 2 FLOPs per FMA"
-    elif {"avx2", "fma"} <= flags:
-        simd, per_cycle, how = "avx2+fma", 32, "2 FMA units × 8 fp32 lanes × 2 FLOPs per FMA"
-    else:
-        simd, per_cycle, how = "sse", 8, "no AVX2/FMA: 8 FLOPs per cycle assumed"
-
-    clock_mhz, clock_source = None, None
-    if lscpu.get("CPU max MHz"):
-        clock_mhz, clock_source = float(lscpu["CPU max MHz"]), "lscpu 'CPU max MHz'"
-    elif re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.MULTILINE):
-        mhz = re.findall(r"^cpu MHz\s*:\s*([\d.]+)", info, re.MULTILINE)
-        clock_mhz, clock_source = max(float(m) for m in mhz), "/proc/cpuinfo 'cpu MHz' (max over CPUs)"
-    elif lscpu.get("CPU MHz"):
-        clock_mhz, clock_source = float(lscpu["CPU MHz"]), "lscpu 'CPU MHz'"
-    else:
-        ghz = re.search(r"([\d.]+)\s*GHz", cpu_model())
-        if ghz:
-            clock_mhz, clock_source = 1000 * float(ghz.group(1)), "model name GHz"
-    if clock_mhz is None:
-        clock_mhz, clock_source = 2000.0, "unknown: 2.0 GHz assumed"
-
-    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads_per_core = int(lscpu.get("Thread(s) per core", "1") or 1)
-    cores = max(1, logical // max(1, threads_per_core))
-    gflops = cores * clock_mhz / 1000 * per_cycle
-    return {
-        "cores": cores,
-        "logical_cpus": logical,
-        "threads_per_core": threads_per_core,
-        "clock_ghz": clock_mhz / 1000,
-        "clock_source": clock_source,
-        "simd": simd,
-        "flops_per_cycle_per_core": per_cycle,
-        "gflops": gflops,
-        "derivation": (
-            f"{cores} cores ({logical} usable CPUs / {threads_per_core} threads per core) × "
-            f"{clock_mhz / 1000:.2f} GHz ({clock_source}) × {per_cycle} FLOPs/cycle ({simd}: {how}) "
-            f"= {gflops:.1f} GFLOP/s"
-        ),
-    }
-
-
-def machine_summary() -> dict[str, Any]:
-    return {"cpu": cpu_model(), "fp32_peak": fp32_peak()}

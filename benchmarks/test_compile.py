@@ -3,7 +3,7 @@
 The figure is GridTrainer.times.compile: `iteration_program(shape).lower(...).compile()`,
 i.e. tracing + lowering + XLA compilation (cold) or tracing + lowering + loading the
 executable from the cache (warm). Before every compile the process's in-memory caches
-are cleared (`compiled_programs.clear_program_caches()`).
+are cleared (`harness.grid.executables.clear_program_caches()`).
 """
 
 from __future__ import annotations

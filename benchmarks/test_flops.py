@@ -3,26 +3,26 @@
 XLA's cost analysis counts a while/scan body once, not once per trip: the compiled
 iteration at steps_per_iteration=S reports body + reset whatever S is (checked by
 compiling the same runs at S=1 too: the two counts agree). So the FLOPs of
-one inner step are taken from `coevolution.inner_step` compiled on its own for all the
+one inner step are taken from `harness.grid.training_step.inner_step` compiled on its own for all the
 grid's runs on one device (the scan body, with the same constants, knobs and state
 shapes; filler runs of the shards excluded), and one iteration's useful work is
 S × inner + diagnostics. The analytic count covers the GRU and dense matmuls only (see
-support.analytic_flops_per_run_step); XLA also counts elementwise work (gates, softmax,
+flops.analytic_flops_per_run_step); XLA also counts elementwise work (gates, softmax,
 Adam, random bits), so its count is expected to be larger.
 """
 
 from __future__ import annotations
 
-from benchmarks import support
+from benchmarks import flops, machine, support
 
 
 def test_flops(benchmark, sizes, judge_pool, figures):
     n_runs, steps = sizes.flops_runs, sizes.steps_per_iteration
     program, state = support.started(support.baseline_grid(sizes, n_runs), judge_pool)
     shape = program.shape
-    f_iteration = support.xla_flops(program._executable)
-    f_inner = support.inner_step_flops(program, state)
-    f_diagnostics = support.diagnostics_flops(program, state)
+    f_iteration = flops.xla_flops(program._executable)
+    f_inner = flops.inner_step_flops(program, state)
+    f_diagnostics = flops.diagnostics_flops(program, state)
     info = benchmark.extra_info
     info["shards (runs per shard, fillers)"] = (
         f"{program.plan.n_shards} ({program.shard_shape.n_runs}, {program.plan.fillers})"
@@ -33,7 +33,7 @@ def test_flops(benchmark, sizes, judge_pool, figures):
     loop_note = ""
     if sizes.loop_check:
         one_step, _ = support.started(support.baseline_grid(sizes, n_runs, steps_per_iteration=1), judge_pool)
-        f_one = support.xla_flops(one_step._executable)
+        f_one = flops.xla_flops(one_step._executable)
         info["XLA FLOPs: iteration program at steps_per_iteration=1"] = f_one
         figures.add(
             benchmark,
@@ -48,12 +48,12 @@ def test_flops(benchmark, sizes, judge_pool, figures):
     seconds = support.median(support.measure(benchmark, stepper, sizes))
 
     xla_per_run_step = f_inner / n_runs
-    analytic = support.analytic_flops_per_run_step(shape.batch_size, shape.vocab_size, shape.seq_len)
-    for part, flops in analytic.items():
-        info[f"analytic FLOPs per run-step: {part}"] = flops
+    analytic = flops.analytic_flops_per_run_step(shape.batch_size, shape.vocab_size, shape.seq_len)
+    for part, count in analytic.items():
+        info[f"analytic FLOPs per run-step: {part}"] = count
     iteration_flops = steps * f_inner + f_diagnostics
     achieved = iteration_flops / seconds / 1e9
-    peak = support.fp32_peak()
+    peak = machine.fp32_peak()
     info["FP32 peak derivation"] = peak["derivation"]
     where = f"baseline × {n_runs} runs, steps_per_iteration={steps}"
     figures.add(

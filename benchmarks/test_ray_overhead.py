@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import support
+from benchmarks import machine, support
 from benchmarks.conftest import BENCH_DIR, write_atomically
 from harness.experiment.blocks import BLOCK_RUNS
 from harness.experiment.ray_backend import LOCAL, RayBackend
@@ -148,7 +148,7 @@ def test_ray_overhead(benchmark, sizes, tmp_path):
     payload = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "mode": sizes.mode,
-        "machine": f"{support.cpu_model()} ({os.cpu_count()} cores)",
+        "machine": f"{machine.cpu_model()} ({os.cpu_count()} cores)",
         "cores": os.cpu_count(),
         "grid": f"the published grid at {grid_seeds} seeds in blocks of {block_seeds}",
         "measured": {

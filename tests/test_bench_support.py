@@ -1,4 +1,4 @@
-"""The benchmark harness's measuring code (benchmarks/support.py, benchmarks/conftest.py), cheaply.
+"""The benchmark harness's measuring code (benchmarks/support.py, flops.py, conftest.py), cheaply.
 
 `make test` does not run the benchmarks themselves: `make test-all` runs each body once at untimed size, `make bench`
 times them. What they all rely on is checked here without compiling a grid: the timing wrapper, the switch between
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks import support
+from benchmarks import flops, support
 from benchmarks.conftest import FigureBook, _markdown
 
 
@@ -38,7 +38,7 @@ def test_per_run_step_arithmetic() -> None:
 def test_xla_flops_reads_the_cost_analysis() -> None:
     # One (4, 8) @ (8, 16) product: 4 · 16 outputs, each 8 multiply-adds of 2 FLOPs.
     compiled = jax.jit(jnp.dot).lower(jnp.ones((4, 8)), jnp.ones((8, 16))).compile()
-    assert support.xla_flops(compiled) == 2 * 4 * 8 * 16
+    assert flops.xla_flops(compiled) == 2 * 4 * 8 * 16
 
 
 def test_shape_groups_partition_a_grid_without_padding() -> None:
