@@ -77,8 +77,7 @@ MAX_SEEDS = 40
 
 def _coevolab(*argv: object) -> int:
     # No test here reads a figure, so the reports are text alone (drawing is most of a small report's time).
-    quiet = [] if argv[0] == "report" else ["--quiet"]
-    return cli.main([*map(str, argv), *quiet, "--no-figures"])
+    return cli.main([*map(str, argv), "--quiet", "--no-figures"])
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +139,7 @@ def test_the_report_re_renders_to_the_same_bytes_and_keeps_the_looks_verdicts(
     run = Path(shutil.copytree(runs["run"], tmp_path / "run"))
     before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
     (run / "report.md").unlink()
-    assert _coevolab("report", run) == cli.EXIT_OK
+    assert cli.main(["report", str(run), "--no-figures"]) == cli.EXIT_OK
     assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
 
 
@@ -232,13 +231,14 @@ def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run
 
 
 calls: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
-TEXT = {"figures": False}  # real reports, text alone: no test here reads a figure
 
 
 def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path) -> None:
     spec = grid_from_mapping(SYNTHETIC)
     calls.clear()
-    outcome = until_decided.run_until_decided(spec, tmp_path, 80, backend=synthetic_backend, how="synthetic", **TEXT)
+    outcome = until_decided.run_until_decided(
+        spec, tmp_path, 80, backend=synthetic_backend, how="synthetic", figures=False
+    )
     assert outcome.looks["seeds"].tolist() == [20, 40, 80]
     assert calls == [(("base", "better", "same"), (0, 1)), (("base", "same"), (0, 1)), (("base", "same"), (0, 1, 2, 3))]
     claims = outcome.claims.set_index("claim")
@@ -247,10 +247,14 @@ def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path) 
     assert outcome.metrics.groupby("condition")["seed"].nunique().to_dict() == {"base": 80, "better": 20, "same": 80}
     written = {name: (tmp_path / name).read_bytes() for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE, "report.md")}
     (tmp_path / "report.md").unlink()
-    assert _coevolab("report", tmp_path) == cli.EXIT_OK  # the looks' verdicts read back, not judged again
+    assert (
+        cli.main(["report", str(tmp_path), "--no-figures"]) == cli.EXIT_OK
+    )  # the looks' verdicts read back, not judged again
     assert {name: (tmp_path / name).read_bytes() for name in written} == written
     calls.clear()
-    until_decided.run_until_decided(None, tmp_path, backend=synthetic_backend, how="synthetic", **TEXT)  # resumed
+    until_decided.run_until_decided(
+        None, tmp_path, backend=synthetic_backend, how="synthetic", figures=False
+    )  # resumed
     assert calls == []
     assert {name: (tmp_path / name).read_bytes() for name in written} == written
     with pytest.raises(BlockError, match="cannot change"):
@@ -274,7 +278,7 @@ def test_a_finished_run_grows_as_the_first_look(tmp_path: Path) -> None:
     (tmp_path / GRID_FILE).write_text(spec.model_dump_json())
     (tmp_path / "report.md").write_text("# the run's own report\n")
     calls.clear()
-    outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend, **TEXT)
+    outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend, figures=False)
     assert calls == [(("base", "same"), (0, 1))]  # the first look decided better-is-better from the run's 20 seeds
     assert (stage_dir(tmp_path, 0) / "report.md").read_text() == "# the run's own report\n"
     assert "retired_metric" not in outcome.metrics.columns
