@@ -19,12 +19,12 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from harness.common.wording import plural
 from harness.engine import keys
-from harness.engine.knobs import Knobs
 from harness.engine.models import init_judges
 from harness.engine.world import WorldConfig
 from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.executables import clear_program_caches
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
+import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,8 +33,11 @@ from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE
 from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
 from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
+from harness.grid import registry
 from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import ConditionFileError, duplicate_conditions, grid_from_mapping, load_grid
+from harness.grid.contract import Mechanism
+from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec, RunSettings, layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.sharding import use_every_cpu_core
@@ -47,9 +51,13 @@ __all__ = [
     "ConditionFileError",
     "GridResult",
     "GridSpec",
+    "Knobs",
+    "Mechanism",
+    "MechanismError",
     "grid_from_dict",
     "load_grid",
     "load_result",
+    "register_mechanism",
     "run_grid",
     "use_every_cpu_core",
 ]
@@ -79,6 +87,32 @@ def grid_from_dict(
         ConditionFileError: the first mistake (unknown knob, bad value, ...), worded as `coevolab` words it for a file.
     """
     return grid_from_mapping(document, name=name, seeds=seeds)
+
+
+MechanismError = registry.MechanismError
+
+
+def register_mechanism(module: str | Path | types.ModuleType) -> tuple[str, ...]:
+    """Load a mechanism module and register the mechanisms it declares (`MECHANISM`, or a tuple `MECHANISMS`), so
+    that `Knobs` and grids take their knobs: a grid made by `grid_from_dict` whose conditions set them loads the
+    module, as a condition file's `[mechanisms] modules` would.
+
+    Args:
+        module: a file (a path, or a string ending in .py), an importable module's name, or an imported module.
+
+    Returns:
+        The names of the mechanisms it declares.
+
+    Raises:
+        MechanismError: no such module, it fails to import, it declares no mechanism, or one clashes with a
+            registered mechanism (a name, a knob, a row, a metric or a hook taken), in one line.
+    """
+    if isinstance(module, types.ModuleType):
+        if getattr(module, "__file__", None) is None:
+            raise MechanismError(f"module {module.__name__} has no source file: write the mechanism in a file")
+        module = Path(module.__file__)
+    loaded = registry.load(str(module))
+    return tuple(registry.names_in(loaded.module)) or (loaded.mechanism.name,)
 
 
 def _as_grid(grid: GridSpec | Mapping[str, Any] | str | Path, seeds: int | Sequence[int] | None) -> GridSpec:

@@ -7,7 +7,7 @@ has MECHANISMS's shape, so it runs on that program too.
 
 from __future__ import annotations
 
-from harness.engine.knobs import Knobs
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from tests.worlds import TWO_POSITIONS
 

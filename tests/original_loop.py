@@ -29,9 +29,9 @@ import numpy as np
 import optax
 import scipy.stats
 
-from harness.engine.knobs import Knobs
 from harness.engine.models import HIDDEN_DIM, Judge, Params, Policy
 from harness.engine.world import World
+from harness.grid.knobs import Knobs
 from harness.grid.layout import PretrainSettings
 from harness.grid.pretrain import pretrain_judges
 from harness.original import streams as original_streams

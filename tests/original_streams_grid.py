@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from harness.engine.knobs import Knobs
 from harness.grid.conditions import load_grid
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.grid.trainer import GridTrainer
 

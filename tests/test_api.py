@@ -120,7 +120,7 @@ def test_the_result_holds_the_run(ran: tuple[harness.GridResult, list]) -> None:
     assert state.runs.policy.params.shape[0] == len(result.run_labels)
     last = result.metrics[result.metrics["iteration"] == 2].set_index(["condition", "seed"])
     expected = [last.loc[label, "judge_updates"] for label in result.run_labels]
-    assert np.asarray(state.runs.judge_updates).tolist() == expected
+    assert np.asarray(state.runs.of("judge_update").updates).tolist() == expected
     assert result.diverged.empty
     assert repr(result) == f"GridResult('api': 3 conditions × 2 seeds, 2 iterations; run_dir='{result.run_dir}')"
 

@@ -17,7 +17,7 @@ import pytest
 
 from harness import cli
 from harness.common.run_files import CHECKPOINT_FILE, METRICS_FILE, stale_temporaries
-from harness.engine.metrics import METRICS
+from harness.engine.metrics import all_metrics
 from harness.engine.state import LAYOUT_VERSION
 from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
@@ -112,7 +112,7 @@ def test_a_run_killed_mid_write_and_mid_run_resumes_to_identical_metrics(tmp_pat
     metrics = pd.read_csv(out / METRICS_FILE)
     expected = pd.read_csv(finished_run / METRICS_FILE)
     assert len(metrics) == len(expected) == 3 * 4
-    for metric in METRICS:
+    for metric in all_metrics():
         np.testing.assert_allclose(
             metrics[metric.name].astype(float),
             expected[metric.name].astype(float),

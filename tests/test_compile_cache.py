@@ -102,7 +102,7 @@ def test_the_source_digest_covers_every_layer_of_the_package(tmp_path: Path) -> 
     copy = tmp_path / "harness"
     shutil.copytree(compile_cache.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert compile_cache.source_digest(copy) == compile_cache.harness_source_digest()
-    for module in ("engine/mechanisms.py", "grid/training_step.py", "report/tables.py"):
+    for module in ("engine/learning.py", "grid/training_step.py", "report/tables.py"):
         edited = copy / module
         original = edited.read_text()
         edited.write_text(original + "\n# edited\n")

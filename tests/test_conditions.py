@@ -10,9 +10,10 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.engine.knobs import MAX_JUDGES, Knobs
 from harness.grid.conditions import ConditionFileError, load_grid, parse_grid
+from harness.grid.knobs import Knobs, knob_fields
 from harness.grid.layout import GridSpec, RunSettings
+from harness.mechanisms.ensemble import MAX_JUDGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +158,7 @@ KNOB_VALUES = st.one_of(
     st.text(string.ascii_letters, max_size=4),
     st.lists(st.integers(-2, 20), max_size=3),
 )
-KEYS = st.sampled_from([*Knobs.model_fields, "zip", "description", "boundary", "judge_update_evry", "bogus"])
+KEYS = st.sampled_from([*knob_fields(), "zip", "description", "boundary", "judge_update_evry", "bogus"])
 
 
 @settings(max_examples=150, deadline=None)

@@ -15,10 +15,10 @@ import scipy.special
 import scipy.stats
 
 from harness.engine.flat_params import policy_layout, ravel_rows, unravel_rows
-from harness.engine.knobs import Knobs
 from harness.engine.models import Judge, Policy
 from harness.engine.state import CoevolutionState
 from harness.grid.diagnostics import Diagnostics
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer

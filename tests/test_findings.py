@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from harness.engine.knobs import Knobs
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.inference.claims import Claim
 from harness.report import attractors, write_report

@@ -2,21 +2,19 @@
 
 A change that moves any metric fails here with a table of the values that moved.
 Regenerate deliberately with:  .venv/bin/python -m pytest tests/test_golden_metrics.py --force-regen
+and see which columns moved with:  .venv/bin/python -m tools.golden_diff
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.engine.metrics import METRICS
+from harness.engine.metrics import all_metrics
+from tools.golden_diff import TOLERANCE  # (float32 training over 40 steps: why 1e-4, beside it)
 
 # Every registered metric; counts and the mode compare exactly (mode_quality is q* of the mode, so exact too).
-EXACT_METRICS = [m.name for m in METRICS if m.kind == "int"] + ["mode_quality"]
-FLOAT_METRICS = [m.name for m in METRICS if m.kind == "float" and m.name not in EXACT_METRICS]
-
-# float32 training over 40 steps: kernels chosen for AVX2 and AVX-512 round differently
-# in the last bits; 1e-4 covers that and still catches any real change of dynamics.
-TOLERANCE = {"atol": 1e-4, "rtol": 1e-4}
+EXACT_METRICS = [m.name for m in all_metrics() if m.kind == "int"] + ["mode_quality"]
+FLOAT_METRICS = [m.name for m in all_metrics() if m.kind == "float" and m.name not in EXACT_METRICS]
 
 
 def test_smoke_metrics_match_golden_file(smoke_metrics: pd.DataFrame, dataframe_regression) -> None:

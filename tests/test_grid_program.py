@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 from harness.grid.conditions import load_grid
-from harness.grid.diagnostics import METRIC_NAMES
 from harness.grid.executables import iteration_program
 from harness.grid.layout import GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
@@ -199,7 +198,7 @@ def test_metrics_table(trained: dict) -> None:
     assert not keys.duplicated().any()
     expected = [(c.name, s, i) for c in MECHANISMS.conditions for s in RUN.seeds for i in range(n_records)]
     assert list(keys.itertuples(index=False, name=None)) == expected
-    assert set(METRIC_NAMES) <= set(table.columns)
+    assert set(trained["grid"].metric_names) <= set(table.columns)
     for column in ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality", "mode_quality"):
         assert np.all(np.isfinite(table[column].to_numpy(float))), column
     meta_on = table["condition"] == "meta"

@@ -15,11 +15,11 @@ import pytest
 import scipy.stats
 
 from harness.engine import keys
-from harness.engine.knobs import Knobs, RunKnobs
 from harness.engine.models import init_judges, judge_score_table, policy_log_prob_tables
 from harness.engine.world import World, WorldConfig
 from harness.grid import trainer as program_module
 from harness.grid.conditions import duplicate_conditions, parse_grid
+from harness.grid.knobs import Knobs, program_knobs
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
 from harness.grid.origins import JudgeSource, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
@@ -155,7 +155,7 @@ def test_the_knob_stays_on_the_host() -> None:
         Knobs(judge_pretrain_target=1.01)
     with pytest.raises(ValueError):
         Knobs(judge_pretrain_target=-1.0)
-    assert "judge_pretrain_target" not in RunKnobs.__dataclass_fields__
+    assert "judge_pretrain_target" not in program_knobs()
     strengths = parse_grid({"conditions": {"s": {"judge_pretrain_target": [0.5, 0.9]}}}, "strength.toml")
     assert [c.name for c in strengths.conditions] == ["s[judge_pretrain_target=0.5]", "s[judge_pretrain_target=0.9]"]
     plain = strengths.model_copy(update={"conditions": (Condition(name="a"), Condition(name="b"))})

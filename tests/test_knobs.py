@@ -6,7 +6,6 @@ condition and its counterpart without a mechanism differ only by what that mecha
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,12 +18,14 @@ import pytest
 
 from harness.engine import keys
 from harness.engine.flat_params import ravel_rows
-from harness.engine.knobs import PROGRAM_KNOBS, Knobs, RunKnobs, choices, stack_knobs
-from harness.engine.state import CoevolutionState, SlotState, fresh_networks, initial_state
+from harness.engine.state import CoevolutionState, fresh_networks, initial_state
+from harness.grid import registry
+from harness.grid.knobs import Knobs, choices, knob_fields, program_knobs, stack_knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import pretrain_judges
+from harness.grid.reward import policy_step
 from harness.grid.trainer import GridTrainer
-from harness.grid.training_step import policy_step
+from harness.grid.training_step import mechanism_states
 from tests.worlds import TWO_POSITIONS
 
 STEPS = 20
@@ -113,7 +114,7 @@ def trace() -> Trace:
             diagnostics.append(jax.device_get(record))
         judges.append(jax.device_get(program.judge_params(state.slots.judge.params)))
         adam.append(jax.device_get(state.slots.judge.adam))
-        emas.append(np.array(jax.device_get(state.slots.judge_ema)))  # a copy: step() donates the state
+        emas.append(np.array(jax.device_get(state.slots.of("judge_ema"))))  # a copy: step() donates the state
         policies.append(jax.device_get(program.policy_params(state)))
     assert all(np.all(d["finite"]) for d in diagnostics)
     return Trace(program, judges, adam, emas, policies, diagnostics)
@@ -248,10 +249,12 @@ def test_ensemble_aggregation_changes_the_reward_and_nothing_else(trace: Trace) 
 
 
 def test_run_knobs_are_the_program_knobs_in_order() -> None:
-    assert [field.name for field in dataclasses.fields(RunKnobs)] == list(PROGRAM_KNOBS)
-    assert list(PROGRAM_KNOBS) == [name for name in Knobs.model_fields if name != "judge_pretrain_target"]
-    stacked = stack_knobs([Knobs(), Knobs(judge_ema=0.5, rejected_from="initial", freeze_judge=True)])
-    assert all(getattr(stacked, name).shape == (2,) for name in PROGRAM_KNOBS)
+    built_in = [m.name for m in registry.active()]
+    assert list(program_knobs(built_in)) == [name for name in knob_fields(built_in) if name != "judge_pretrain_target"]
+    stacked = stack_knobs([Knobs(), Knobs(judge_ema=0.5, rejected_from="initial", freeze_judge=True)], built_in)
+    assert stacked.names == program_knobs(built_in)
+    assert jax.tree.leaves(stacked) == [getattr(stacked, name) for name in stacked.names]  # leaves in knob order
+    assert all(getattr(stacked, name).shape == (2,) for name in stacked.names)
     assert stacked.rejected_from.dtype == jnp.int32
     assert stacked.rejected_from.tolist() == [0, choices("rejected_from").index("initial")]
     assert stacked.judge_ema.dtype == jnp.float32 and stacked.judge_ema.tolist() == [0.0, 0.5]
@@ -307,8 +310,10 @@ def _trained_state(trace: Trace, judges: np.ndarray, averages: np.ndarray) -> Co
     program = trace.program
     constants, shape = program.constants, program.shape
     stream_keys = jnp.zeros((shape.n_runs, 2), jnp.uint32)
-    state = initial_state(constants.initial_policies, constants.pretrained_judges, stream_keys, shape.history_depth)
-    return state.replace(slots=SlotState(judge=fresh_networks(jnp.asarray(judges)), judge_ema=jnp.asarray(averages)))
+    policies, pretrained = constants.initial_policies, constants.pretrained_judges
+    state = initial_state(policies, pretrained, stream_keys, *mechanism_states(shape, policies, pretrained))
+    slots = state.slots.replace(judge=fresh_networks(jnp.asarray(judges)))
+    return state.replace(slots=slots.with_state("judge_ema", jnp.asarray(averages)))
 
 
 def test_the_policy_and_the_diagnostics_see_the_average(trace: Trace) -> None:

@@ -1,4 +1,4 @@
-"""Each mechanism of harness.engine.mechanisms, for one network, against a hand-written reference on one network.
+"""Each built-in mechanism's function of one network (harness/mechanisms/) against a hand-written reference.
 
 The references use flax's own modules (Policy.apply, Judge.apply) on parameter trees, optax's Adam on
 trees, and numpy; none of them touches the grid, flat rows or the fused GRU of harness.engine.models.
@@ -15,15 +15,19 @@ import numpy as np
 import optax
 import pytest
 
-from harness.engine import mechanisms
+from harness.engine import learning
+from harness.engine.architecture import DEFAULT_MODEL
 from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows
 from harness.engine.keys import distinct_pairs
-from harness.engine.knobs import Knobs, choices, stack_knobs
 from harness.engine.models import Judge, Policy
 from harness.engine.state import Network, fresh_network, fresh_networks
 from harness.engine.streams import sampling_noise
 from harness.engine.world import enumerate_outputs
+from harness.grid import registry
 from harness.grid.batching import apply_where_due
+from harness.grid.knobs import Knobs, choices, stack_knobs
+from harness.grid.reward import run_policy_step
+from harness.mechanisms import anchor, ensemble, judge_ema, judge_update, meta_correction, pair_sources, referee, reset
 from tests.networks import init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
@@ -59,6 +63,16 @@ def _adam_reference(tree: chex.ArrayTree, loss: object, lr: float = LR) -> chex.
     return jax.jit(step)(tree)
 
 
+BUILT_IN = registry.active()
+BUILT_IN_NAMES = [m.name for m in BUILT_IN]
+POLICY_STEP = functools.partial(run_policy_step, vocab=K, model=DEFAULT_MODEL, mechanisms=BUILT_IN)
+
+
+def _one_run(knobs: Knobs):
+    """The program knobs of one run with these knobs (scalars, as a function of one run sees them)."""
+    return jax.tree.map(lambda x: x[0], stack_knobs([knobs], BUILT_IN_NAMES))
+
+
 def _unbiased_scores(tree: chex.ArrayTree, tokens: jax.Array) -> jax.Array:
     """flax's judge score without the head's bias (pairwise losses leave it out, see models.judge_scores)."""
     return Judge(K).apply(tree, tokens) - tree["params"]["head"]["bias"][0]
@@ -81,12 +95,13 @@ def _assert_row(network: Network, tree: chex.ArrayTree) -> None:
 
 def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) -> None:
     key = jax.random.PRNGKey(5)
-    knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR, entropy_bonus=0.05)]))
+    knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR, entropy_bonus=0.05)], BUILT_IN_NAMES))
     noise = sampling_noise("coevolab", key, B, K, L)
-    step = jax.jit(functools.partial(mechanisms.policy_step, vocab=K))
-    after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs)
+    step = jax.jit(POLICY_STEP)
+    initial = _row(policy_tree)
+    after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs, initial)
 
-    tokens, _ = mechanisms.sample(_row(policy_tree), noise, K)
+    tokens, _ = learning.sample(_row(policy_tree), noise, K)
     rewards = Judge(K).apply(judge_tree, tokens)
 
     def loss(tree: chex.ArrayTree) -> jax.Array:
@@ -102,7 +117,7 @@ def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) 
 @pytest.mark.parametrize("ordered", [False, True])
 def test_judge_pair_update_labels_by_the_judge_or_chosen_first(judge_tree, ordered: bool) -> None:
     first, second = OUTPUTS[:B], OUTPUTS[B : 2 * B]
-    update = jax.jit(functools.partial(mechanisms.judge_pair_update, vocab=K))
+    update = jax.jit(functools.partial(judge_update.judge_pair_update, vocab=K))
     after = update(fresh_network(_row(judge_tree)), first, second, jnp.bool_(ordered), jnp.float32(LR))
 
     own = (_unbiased_scores(judge_tree, first) > _unbiased_scores(judge_tree, second)).astype(jnp.float32)
@@ -125,7 +140,7 @@ def test_referee_update_steps_toward_the_referee_on_the_uncertain_pairs_only(jud
     referee_labels = np.asarray(
         _unbiased_scores(referee_tree, first) > _unbiased_scores(referee_tree, second), np.float32
     )
-    update = jax.jit(functools.partial(mechanisms.referee_update, vocab=K))
+    update = jax.jit(functools.partial(referee.referee_update, vocab=K))
     args = (first, second, _row(referee_tree))
     after = update(fresh_network(_row(judge_tree)), *args, jnp.float32(margin), jnp.float32(LR))
 
@@ -142,7 +157,7 @@ def test_rejected_side_picks_the_policy_a_checkpoint_or_the_initial_row() -> Non
     current, initial = jnp.full(3, 1.0), jnp.full(3, -1.0)
     history = jnp.stack([jnp.full(3, 10.0), jnp.full(3, 20.0)])  # latest first
     code = {name: jnp.int32(i) for i, name in enumerate(choices("rejected_from"))}
-    side = jax.jit(mechanisms.rejected_side)
+    side = jax.jit(pair_sources.rejected_side)
     np.testing.assert_array_equal(side(current, history, initial, code["policy"], jnp.int32(2)), current)
     np.testing.assert_array_equal(side(current, history, initial, code["initial"], jnp.int32(2)), initial)
     for gap, expected in [(0, current), (1, history[0]), (2, history[1])]:
@@ -150,15 +165,17 @@ def test_rejected_side_picks_the_policy_a_checkpoint_or_the_initial_row() -> Non
 
 
 def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(policy_tree, judge_tree) -> None:
-    knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR)]))
+    knobs = jax.tree.map(lambda x: x[0], stack_knobs([Knobs(lr_policy=LR)], BUILT_IN_NAMES))
     keys = jax.random.split(jax.random.PRNGKey(21), 4)
     noise = jnp.stack([sampling_noise("coevolab", key, B, K, L) for key in keys])  # room for 4 steps
     policy, judges, members = fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True])
-    lookahead = jax.jit(functools.partial(mechanisms.lookahead_side, vocab=K))
-    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs)
+    lookahead = jax.jit(functools.partial(pair_sources.lookahead_side, vocab=K, mechanisms=BUILT_IN))
+    initial = _row(policy_tree)
+    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs, initial)
 
-    step = jax.jit(functools.partial(mechanisms.policy_step, vocab=K))
-    expected = step(step(policy, judges, members, noise[0], knobs), judges, members, noise[1], knobs)
+    step = jax.jit(POLICY_STEP)
+    once = step(policy, judges, members, noise[0], knobs, initial)
+    expected = step(once, judges, members, noise[1], knobs, initial)
     np.testing.assert_allclose(np.asarray(row), np.asarray(expected.params), rtol=0, atol=1e-6)
     assert np.max(np.abs(np.asarray(row) - np.asarray(policy.params))) > LR / 2  # it did train
     np.testing.assert_array_equal(np.asarray(policy.params), np.asarray(_row(policy_tree)))
@@ -167,8 +184,8 @@ def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(po
 @pytest.mark.parametrize("count", [1, 5, 16])
 def test_anchor_update_uses_the_first_count_ground_truth_pairs(judge_tree, count: int) -> None:
     all_pairs = distinct_pairs(jax.random.PRNGKey(7), 16, K**L)  # 16 drawn; the run's count are used
-    anchor = jax.jit(functools.partial(mechanisms.anchor_update, q_star=Q_STAR, vocab=K, seq_len=L))
-    after = anchor(fresh_network(_row(judge_tree)), all_pairs, jnp.int32(count), jnp.float32(LR))
+    update = jax.jit(functools.partial(anchor.anchor_update, q_star=Q_STAR, vocab=K, seq_len=L))
+    after = update(fresh_network(_row(judge_tree)), all_pairs, jnp.int32(count), jnp.float32(LR))
 
     pairs = np.asarray(all_pairs)[:count]
     q = np.asarray(Q_STAR)
@@ -186,14 +203,14 @@ def test_holdout_correction_and_its_accuracy(judge_tree) -> None:
     q = np.asarray(Q_STAR)
     labels = jnp.asarray(q[pairs[:, 0]] > q[pairs[:, 1]], jnp.float32)
     mask = (np.arange(40) < 30).astype(np.float32)  # the last 10 are padding
-    correct = jax.jit(functools.partial(mechanisms.holdout_correction, vocab=K, seq_len=L))
+    correct = jax.jit(functools.partial(meta_correction.holdout_correction, vocab=K, seq_len=L))
     after = correct(fresh_network(_row(judge_tree)), jnp.asarray(pairs), labels, jnp.asarray(mask), jnp.float32(LR))
 
     def margin(tree: chex.ArrayTree) -> jax.Array:
         return _unbiased_scores(tree, OUTPUTS[pairs[:30, 0]]) - _unbiased_scores(tree, OUTPUTS[pairs[:30, 1]])
 
     _assert_row(after, _adam_reference(judge_tree, lambda tree: jnp.mean(_bce(margin(tree), labels[:30]))))
-    _, accuracy = jax.jit(mechanisms.pair_bce, static_argnums=(4, 5))(
+    _, accuracy = jax.jit(learning.pair_bce, static_argnums=(4, 5))(
         _row(judge_tree), jnp.asarray(pairs), labels, jnp.asarray(mask), K, L
     )
     expected = np.mean((np.asarray(margin(judge_tree)) > 0) == (np.asarray(labels[:30]) > 0.5))
@@ -204,7 +221,7 @@ def test_reset_returns_the_pretrained_row_with_fresh_adam(judge_tree) -> None:
     trained = fresh_network(_row(judge_tree) + 1.0)
     trained = trained.replace(adam=jax.tree.map(lambda x: x + 3, trained.adam))
     pretrained = _row(judge_tree)
-    after = mechanisms.reset(trained, pretrained)
+    after = reset.reset(trained, pretrained)
     np.testing.assert_array_equal(np.asarray(after.params), np.asarray(pretrained))
     assert int(after.adam[0].count) == 0
     assert not np.any(np.asarray(after.adam[0].mu)) and not np.any(np.asarray(after.adam[0].nu))
@@ -215,8 +232,8 @@ def test_aggregate_scores_against_numpy(rule: str) -> None:
     rng = np.random.default_rng(0)
     scores = rng.normal(size=(5, 7)).astype(np.float32)
     members = np.array([True, True, True, False, False])  # an ensemble of 3, padded to 5
-    code = jnp.int32(choices("ensemble_aggregation").index(rule))
-    reward = mechanisms.aggregate_scores(jnp.asarray(scores), jnp.asarray(members), code, jnp.float32(0.5))
+    knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=0.5))
+    reward = ensemble.aggregate_scores(jnp.asarray(scores), jnp.asarray(members), knobs)
     real = scores[:3]
     expected = {
         "mean": real.mean(axis=0),
@@ -228,8 +245,9 @@ def test_aggregate_scores_against_numpy(rule: str) -> None:
 
 def test_one_judge_aggregates_to_itself_under_every_rule() -> None:
     scores = jnp.asarray(np.random.default_rng(1).normal(size=(1, 9)), jnp.float32)
-    for code in range(len(choices("ensemble_aggregation"))):
-        reward = mechanisms.aggregate_scores(scores, jnp.array([True]), jnp.int32(code), jnp.float32(2.0))
+    for rule in choices("ensemble_aggregation"):
+        knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=2.0))
+        reward = ensemble.aggregate_scores(scores, jnp.array([True]), knobs)
         np.testing.assert_array_equal(np.asarray(reward), np.asarray(scores[0]))
 
 
@@ -262,7 +280,7 @@ def test_ema_update_is_an_exponential_moving_average(judge_tree) -> None:
     judge exactly (the average is then the judge), and each judge of a group keeps its own average."""
     rows = np.stack([np.asarray(_row(perturbed(judge_tree, seed))) for seed in range(5)])  # the judge over time
     pretrained = np.asarray(_row(judge_tree))
-    update = jax.jit(mechanisms.ema_update)
+    update = jax.jit(judge_ema.ema_update)
     for decay in (np.float32(0.0), np.float32(0.5), np.float32(0.9)):
         average, reference = jnp.asarray(pretrained), pretrained
         for judge in rows:
@@ -273,7 +291,7 @@ def test_ema_update_is_an_exponential_moving_average(judge_tree) -> None:
     np.testing.assert_array_equal(np.asarray(update(jnp.asarray(pretrained), rows[0], jnp.float32(0.0))), rows[0])
     # Batched over a group's judges with one decay each, as the step applies it.
     decays = jnp.asarray([0.0, 0.5, 0.9], jnp.float32)
-    batched = np.asarray(jax.vmap(mechanisms.ema_update)(jnp.asarray(rows[:3]), jnp.asarray(rows[2:5]), decays))
+    batched = np.asarray(jax.vmap(judge_ema.ema_update)(jnp.asarray(rows[:3]), jnp.asarray(rows[2:5]), decays))
     for member, decay in enumerate(np.asarray(decays)):
         expected = decay * rows[member] + (np.float32(1.0) - decay) * rows[2 + member]
         np.testing.assert_allclose(batched[member], expected, rtol=1e-6, atol=1e-7)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.engine.knobs import Knobs
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.report.identical import explain, identical_groups
 from harness.report.meta_correction import ends_with_twin, meta_section, meta_table, meta_twins

@@ -10,8 +10,8 @@ from jax.flatten_util import ravel_pytree
 
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig, NetworkConfig
 from harness.engine.flat_params import judge_layout, policy_layout
-from harness.engine.knobs import Knobs
 from harness.grid.conditions import ConditionFileError, grid_from_mapping
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
 from harness.grid.memory import estimate_bytes, parameter_count
 from harness.grid.trainer import GridTrainer

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from harness.engine import keys
-from harness.engine.knobs import Knobs
 from harness.engine.models import init_judges, judge_score_table, policy_log_prob_tables
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer, grid_constants

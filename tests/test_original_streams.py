@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.engine.knobs import Knobs
 from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.engine.world import World
+from harness.grid.knobs import Knobs
 from harness.original import streams as original_streams
 from tests.original_loop import OriginalLoop
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.engine.knobs import Knobs
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.report.pairs import FIGURE, pair_section, pair_source, pair_table
 

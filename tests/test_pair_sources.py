@@ -9,11 +9,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from harness.engine.knobs import Knobs
 from harness.engine.streams import StepKeys
+from harness.grid.contract import StepContext
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.step_table import pair_tokens
 from harness.grid.trainer import GridTrainer
-from harness.grid.training_step import judge_updates, pair_sides, pair_tokens
+from harness.grid.training_step import judge_stages, pair_sides
 from tests.worlds import TWO_POSITIONS
 
 SETTINGS = RunSettings(seeds=(0,), iterations=2, steps_per_iteration=5, batch_size=32)
@@ -58,7 +60,7 @@ def test_the_live_policy_as_the_past_side_is_a_coin_and_checkpoints_are_iteratio
     run = _run(program, "temporal")
     for iteration in range(SETTINGS.iterations):  # after iteration t, the latest checkpoint is the policy at its start
         np.testing.assert_array_equal(
-            np.asarray(states[iteration + 1].runs.policy_history[run, 0]),
+            np.asarray(states[iteration + 1].runs.of("pair_sources").history[run, 0]),
             np.asarray(states[iteration].runs.policy.params[run]),
         )
 
@@ -74,7 +76,7 @@ def _draw_sides(program: GridTrainer, state, draws: int) -> tuple[np.ndarray, np
     def one_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
         run_keys = jax.random.split(key, shape.n_runs)
         keys = StepKeys(run_keys, run_keys, None, jax.vmap(lambda k: jax.random.fold_in(k, 1))(run_keys), None)
-        sides = pair_sides(shape, constants, knobs, state, keys.contrast, contrast)
+        sides = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, contrast, contrast))
         chosen, rejected = pair_tokens(shape, sides, keys, group)
         return chosen @ weights, rejected @ weights  # (R, B) output indices
 
@@ -115,7 +117,8 @@ def test_the_lookahead_copy_is_discarded(trained) -> None:
     anchors = jnp.broadcast_to(run_keys[:, None], (shape.n_runs, shape.max_members, 2))
     keys = StepKeys(run_keys, run_keys, anchors, run_keys, run_keys)
     due = jnp.ones(shape.n_runs, bool)
-    after = jax.jit(lambda s: judge_updates(shape, program.constants, program.layout.knobs, s, keys, due))(state)
+    step = StepContext(shape, program.constants, program.layout.knobs, state, keys, state.step, due)
+    after, step, _ = jax.jit(judge_stages)(step)
     np.testing.assert_array_equal(np.asarray(after.runs.policy.params), np.asarray(state.runs.policy.params))
-    chosen, _ = pair_sides(shape, program.constants, program.layout.knobs, state, run_keys, due)
+    chosen = step.sides.chosen
     assert np.max(np.abs(np.asarray(chosen[run] - state.runs.policy.params[run]))) > 0  # the copy did move

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from harness.engine.knobs import Knobs
 from harness.engine.models import judge_score_table
 from harness.grid import trainer
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.pretrain import PretrainResult, pretrain_judges
 from harness.grid.trainer import GridTrainer, PretrainingFailed

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
-from harness.engine.knobs import Knobs
 from harness.experiment.until_decided import LOOKS_FILE
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.inference.claims import Claim
 from harness.inference.verdicts import verdict_table

@@ -348,7 +348,7 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure]:
 
 
 def judge_scaled() -> set[str]:
-    return {x.label.capitalize() for x in registry.HEADLINE_METRICS if x.judge_scale}
+    return {x.label.capitalize() for x in registry.headline_metrics() if x.judge_scale}
 
 
 def dotted(ax: Axes) -> int:
@@ -365,8 +365,8 @@ def test_no_shared_reference_line_on_a_judge_scale(
     for ax in panels:
         assert dotted(ax) == (0 if ax.get_title() in judge_scaled() else 1), ax.get_title()
     # boundaries_and_best: one row per metric, the reference column first; other columns repeat the reference's mean.
-    facets = np.array(drawn["boundaries_and_best"].axes).reshape(len(registry.HEADLINE_METRICS), -1)
-    for x, row in zip(registry.HEADLINE_METRICS, facets, strict=True):
+    facets = np.array(drawn["boundaries_and_best"].axes).reshape(len(registry.headline_metrics()), -1)
+    for x, row in zip(registry.headline_metrics(), facets, strict=True):
         assert [len(ax.get_lines()) for ax in row[1:]] == [1 if x.judge_scale else 2] * (len(row) - 1), x.name
     # inside_vs_outside: the zero line and the condition's own gap, nothing of another condition.
     assert {len(ax.get_lines()) for ax in drawn["inside_vs_outside"].axes if ax.get_visible()} == {2}

@@ -16,9 +16,11 @@ import pytest
 from test_report import make_metrics
 
 from harness.engine import metrics as registry
-from harness.engine.knobs import Knobs
 from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.engine.world import World
+from harness.grid import registry as mechanism_registry
+from harness.grid.contract import Mechanism
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.report import mode_shares, summarize, write_report
 from harness.report.figures import boundaries_title
@@ -99,9 +101,9 @@ def test_boundaries_title_fits_the_grid(same_end: pd.DataFrame) -> None:
     assert "the 1 best mechanism" in title and "1 boundary condition (dashed)" in title
 
 
-def test_a_new_headline_metric_appears_everywhere(
-    same_end: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_new_headline_metric_appears_everywhere(same_end: pd.DataFrame, tmp_path: Path) -> None:
+    """A headline metric a mechanism registers (one registry entry) reaches the summary, the definitions and the
+    readings."""
     extra = dataclasses.replace(
         registry.metric("policy_entropy"),
         name="kl_initial",
@@ -109,10 +111,10 @@ def test_a_new_headline_metric_appears_everywhere(
         unit="nats",
         definition="KL(π ‖ π₀) over all outputs",
     )
-    monkeypatch.setattr(registry, "METRICS", (*registry.METRICS, extra))
-    monkeypatch.setattr(registry, "HEADLINE_METRICS", (*registry.HEADLINE_METRICS, extra))
     metrics = same_end.assign(kl_initial=same_end["iteration"] * 0.5)
-    write_report(metrics, tmp_path)
+    with mechanism_registry.restored_catalog():
+        mechanism_registry.register(Mechanism(name="kl_probe", summary="a headline metric", metrics=(extra,)))
+        write_report(metrics, tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert "KL to the initial policy (nats)" in report.split("## Summary")[1].splitlines()[4]  # a table column
     assert "**KL to the initial policy** (nats; column `kl_initial`): KL(π ‖ π₀) over all outputs." in report

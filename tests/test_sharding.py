@@ -13,9 +13,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from harness.engine.knobs import Knobs
 from harness.engine.world import World
 from harness.grid.conditions import load_grid
+from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings, group_membership, layout_grid
 from harness.grid.pretrain import pretrain_program
 from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
@@ -129,7 +129,7 @@ def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridTrai
     assert (whole.plan.devices, whole.plan.n_shards) == (1, 2) and whole.plan.fillers > 0
     assert (split.plan.devices, split.plan.n_shards) == (2, 2) and split.plan.fillers > 0
     # The anchor counts (3 and 16 pairs) were padded to one width across the shards.
-    assert split.shard_shape.max_anchor_pairs == 16
+    assert split.shard_shape.size("anchor_pairs") == 16
     numeric = whole_table.select_dtypes("number").columns
     pd.testing.assert_frame_equal(whole_table.drop(columns=numeric), split_table.drop(columns=numeric))
     np.testing.assert_allclose(

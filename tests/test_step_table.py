@@ -1,59 +1,49 @@
-"""The inner step's table: every scheduled mechanism is a row, every row a scheduled mechanism.
-
-A schedule without a row would lay out work groups the step never applies; a row without a
-schedule would never find a group to apply to. Both would pass silently, so they are checked here.
-"""
+"""The inner step's table, as the built-in mechanisms declare it: every row in its stage, in order, replacing a field
+that its stage's networks have, built from the step with the contract's signatures."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 
-from harness.engine import mechanisms
-from harness.engine.state import SlotState
-from harness.grid.schedules import SCHEDULES
-from harness.grid.step_table import STEP_TABLE, PairSides, StepRow
-
-# The networks each stage's rows replace a field of (what `apply_rows` is given by the step).
-STAGE_NETWORKS = {"sides": PairSides, "judge_updates": SlotState, "meta_correction": SlotState}
+from harness.grid import registry
+from harness.grid.contract import STAGES, PairSides
+from harness.mechanisms import BUILT_IN, judge_ema
 
 
-def _rows() -> list[StepRow]:
-    return [row for rows in STEP_TABLE.values() for row in rows]
-
-
-def test_every_schedule_has_a_row_and_every_row_a_schedule() -> None:
-    mechanisms_of_rows = [row.mechanism for row in _rows()]
-    assert sorted(mechanisms_of_rows) == sorted(SCHEDULES)
-    assert len(set(mechanisms_of_rows)) == len(mechanisms_of_rows)  # one row each
-
-
-def test_stages_run_sides_then_judge_updates_then_meta_correction() -> None:
-    assert list(STEP_TABLE) == ["sides", "judge_updates", "meta_correction"]
-    assert [row.mechanism for row in STEP_TABLE["sides"]] == ["rejected_side", "lookahead"]
-    # The judge's own update comes first: the anchor and meta-judging ride on it, and the average follows it.
-    judge_rows = [row.mechanism for row in STEP_TABLE["judge_updates"]]
-    assert judge_rows[0] == "judge_update"
-    assert judge_rows[-1] == "judge_ema"
+def test_stages_run_sides_then_updates_then_corrections_in_mechanism_order() -> None:
+    order = {stage: [row.name for row in registry.stage_rows(BUILT_IN, stage)] for stage in STAGES}
+    assert order == {
+        "sides": ["rejected_side", "lookahead"],
+        # The judge's own update comes first: the anchor and meta-judging ride on it, and the average follows it.
+        "updates": ["judge_update", "anchor", "referee", "judge_ema"],
+        "corrections": ["meta_correction"],
+    }
 
 
 def test_every_row_replaces_a_field_of_its_stage_networks() -> None:
-    for stage, rows in STEP_TABLE.items():
-        fields = {field.name for field in dataclasses.fields(STAGE_NETWORKS[stage])}
-        for row in rows:
-            assert row.networks in fields, (stage, row.mechanism)
-            assert row.per == ("run" if stage == "sides" else "slot"), (stage, row.mechanism)
+    slot_fields = {"judge"} | {m.name for m in BUILT_IN if m.slot_state is not None}
+    side_fields = {field.name for field in dataclasses.fields(PairSides)}
+    for row in registry.rows(BUILT_IN):
+        assert row.replaces in (side_fields if row.stage == "sides" else slot_fields), row.name
+
+
+def test_row_names_are_unique_and_every_row_has_a_schedule() -> None:
+    names = [row.name for row in registry.rows(BUILT_IN)]
+    assert len(set(names)) == len(names)
+    for row in registry.rows(BUILT_IN):
+        assert len(inspect.signature(row.schedule).parameters) == 2, row.name
 
 
 def test_every_row_builds_its_pieces_from_the_step() -> None:
     """unit takes the step; arguments and due take (step, group, networks)."""
-    for row in _rows():
-        assert len(inspect.signature(row.unit).parameters) == 1, row.mechanism
-        assert len(inspect.signature(row.arguments).parameters) == 3, row.mechanism
-        assert len(inspect.signature(row.due).parameters) == 3, row.mechanism
+    for row in registry.rows(BUILT_IN):
+        assert len(inspect.signature(row.unit).parameters) == 1, row.name
+        assert len(inspect.signature(row.arguments).parameters) == 3, row.name
+        assert len(inspect.signature(row.due).parameters) == 3, row.name
 
 
 def test_the_average_row_applies_the_mechanism_of_one_judge() -> None:
-    (row,) = [row for row in _rows() if row.mechanism == "judge_ema"]
-    assert row.networks == "judge_ema"
-    assert row.unit(None) is mechanisms.ema_update  # its unit reads nothing of the step
+    (row,) = [row for row in registry.rows(BUILT_IN) if row.name == "judge_ema"]
+    assert row.replaces == "judge_ema"
+    assert row.unit(None) is judge_ema.ema_update  # its unit reads nothing of the step

@@ -17,7 +17,7 @@ import pytest
 
 from harness import cli
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
-from harness.engine.metrics import METRICS
+from harness.engine.metrics import all_metrics
 from harness.experiment import until_decided
 from harness.experiment.blocks import (
     BLOCK_FILE,
@@ -205,9 +205,9 @@ def synthetic_rows(conditions: Sequence[str], seeds: Sequence[int], iterations: 
     for condition, seed, iteration in itertools.product(conditions, seeds, range(iterations + 1)):
         draws = np.random.default_rng([zlib.crc32(condition.encode()), seed, iteration])
         row: dict[str, object] = {"condition": condition, "seed": seed, "iteration": iteration}
-        row |= {metric.name: draws.random() for metric in METRICS if metric.kind == "float"}
-        row |= {metric.name: iteration for metric in METRICS if metric.kind == "int"}
-        row |= {metric.name: True for metric in METRICS if metric.kind == "bool"}
+        row |= {metric.name: draws.random() for metric in all_metrics() if metric.kind == "float"}
+        row |= {metric.name: iteration for metric in all_metrics() if metric.kind == "int"}
+        row |= {metric.name: True for metric in all_metrics() if metric.kind == "bool"}
         quality = _quality(condition, seed)
         row |= {"policy_quality": quality, "mode_quality": quality, "mode_index": int(quality > 0)}
         rows.append(row | {"mode_sequence": "↑ ↑" if quality > 0 else "↓ ↓", "boundary": False, "diverged": False})

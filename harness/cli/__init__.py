@@ -154,11 +154,20 @@ def main(argv: list[str] | None = None) -> int:
     from harness.experiment.ray_backend import BlockLost, RaySetupError
     from harness.grid.conditions import ConditionFileError
     from harness.grid.memory import GridTooLarge
+    from harness.grid.registry import MechanismError
     from harness.grid.trainer import PretrainingFailed
 
     try:
         return args.handler(args)
-    except (ConditionFileError, UsageError, GridTooLarge, CheckpointMismatch, BlockError, RaySetupError) as error:
+    except (
+        ConditionFileError,
+        UsageError,
+        GridTooLarge,
+        CheckpointMismatch,
+        BlockError,
+        RaySetupError,
+        MechanismError,
+    ) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ArtifactWriteError as error:

@@ -91,7 +91,7 @@ def _knob_changes(knobs: dict, defaults: dict) -> str:
 def command_list(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.engine.knobs import Knobs
+    from harness.grid.knobs import Knobs
 
     spec = grid_and_warnings(conditions_path(args.conditions))
     if args.all:

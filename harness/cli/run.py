@@ -92,6 +92,14 @@ def _interrupted_message(run_dir: Path, how: str, block: int | None = None) -> s
     return f"\n{how} before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
 
 
+def _unchanged_mechanisms(spec: GridSpec) -> GridSpec:
+    """The grid, once its mechanisms' modules are found unchanged since it started (`grid_file.check_sources`)."""
+    from harness.grid.grid_file import check_sources
+
+    check_sources(spec)
+    return spec
+
+
 def _resumed(args: argparse.Namespace) -> tuple[Path, GridSpec]:
     """The run directory and grid of `--resume DIR` (grown to --seeds N if given; a flat run becomes blocks)."""
     from harness.experiment.blocks import adopt_flat_run, grown_spec
@@ -104,11 +112,11 @@ def _resumed(args: argparse.Namespace) -> tuple[Path, GridSpec]:
         )
     if args.seeds is None:
         run_dir = _prepare_run_dir(args, "")
-        return run_dir, load_spec(run_dir)
+        return run_dir, _unchanged_mechanisms(load_spec(run_dir))
     run_dir = existing_directory(Path(args.resume), "--resume")
     if not (run_dir / "grid.json").is_file():
         raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to grow")
-    spec = grown_spec(load_spec(run_dir), args.seeds)
+    spec = grown_spec(_unchanged_mechanisms(load_spec(run_dir)), args.seeds)
     adopt_flat_run(spec, run_dir)
     return run_dir, spec
 

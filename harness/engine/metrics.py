@@ -2,23 +2,29 @@
 
 Each `Metric` says what a column of metrics.csv is called, how people should read it
 (label, unit, one-line definition) and how it is computed from one run's exact view of
-the world (`RunView`). The compiled program evaluates every registered metric for every
-run; metrics.csv, the golden file, the report's tables and figures all iterate over
-`METRICS`, so a new diagnostic is one entry here.
+the world (`RunView`). The loop's own metrics are declared here; a mechanism declares its
+metrics in its own module (`harness.grid.contract.Mechanism.metrics`), and registering the
+mechanism registers them (`register_metrics`). The compiled program evaluates every metric
+of a grid's mechanisms for every run; metrics.csv, the golden file, the report's tables and
+figures all iterate over the registry, so a new diagnostic is one entry.
+
+Columns come in a fixed order (`columns`): the loop's measures, then each mechanism's measures
+(float metrics, in the order the mechanisms are registered), the end mode, each mechanism's
+counts (int and bool metrics), and whether the run stayed finite.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Literal
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from harness.engine.pair_audits import PairAudit
 from harness.engine.rank_stats import spearman
 
 
@@ -28,24 +34,17 @@ class RunView:
 
     q_star (N,): ground truth; log_pi (N,): log π(x) of the policy over every output;
     reward (N,): the run's reward table, its judges' scores aggregated as the policy sees
-    them; log_pi_initial (N,): log π₀(x) of the run's initial policy;
-    holdout_accuracy: mean held-out pairwise accuracy of the run's judges; meta_on: whether
-    the run has held-out pairs; judge_updates / meta_corrections: this iteration's counts;
-    finite: every parameter of the run is finite; pairs: the exact audit of the pairs its judges
-    train on, averaged over its judges (`harness.engine.pair_audits`); referee_on: the run has meta-judging.
+    them; log_pi_initial (N,): log π₀(x) of the run's initial policy; finite: every parameter
+    of the run is finite; mechanisms: mechanism name -> what that mechanism's view computed for
+    this run (`harness.grid.contract.Mechanism.view`), for the mechanisms that declare a view.
     """
 
     q_star: jax.Array
     log_pi: jax.Array
     log_pi_initial: jax.Array
     reward: jax.Array
-    holdout_accuracy: jax.Array
-    meta_on: jax.Array
-    judge_updates: jax.Array
-    meta_corrections: jax.Array
     finite: jax.Array
-    pairs: PairAudit
-    referee_on: jax.Array
+    mechanisms: dict[str, Any]
 
     @property
     def pi(self) -> jax.Array:
@@ -54,6 +53,10 @@ class RunView:
     @property
     def mode(self) -> jax.Array:
         return jnp.argmax(self.log_pi).astype(jnp.int32)
+
+    def of(self, mechanism: str) -> Any:
+        """What `mechanism`'s view computed for this run."""
+        return self.mechanisms[mechanism]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +93,8 @@ def _kl_from_initial(run: RunView) -> jax.Array:
     return jnp.sum(jax.scipy.special.rel_entr(run.pi, jnp.exp(run.log_pi_initial)))
 
 
-METRICS: tuple[Metric, ...] = (
+# The loop's own measures, first among the columns.
+LOOP_MEASURES: tuple[Metric, ...] = (
     Metric(
         "policy_quality",
         "real quality",
@@ -131,65 +135,10 @@ METRICS: tuple[Metric, ...] = (
         "how far the policy has moved from its initial self, KL(π_t ‖ π₀) = Σₓ π(x) log(π(x)/π₀(x)), exact",
         _kl_from_initial,
     ),
-    Metric(
-        "meta_accuracy",
-        "held-out accuracy",
-        "fraction",
-        "share of held-out q*-labelled pairs the run's judges order correctly, averaged over judges (empty: meta off)",
-        lambda run: jnp.where(run.meta_on, run.holdout_accuracy, jnp.nan),
-    ),
-    Metric(
-        "pair_label_error",
-        "pair label error",
-        "probability",
-        "P(the label of a judge training pair prefers the side of lower q*), exact over the pair distribution of "
-        "the run's pair source (for temporal pairs: how often 'newer is better' is wrong)",
-        lambda run: run.pairs.label_error,
-    ),
-    Metric(
-        "pair_label_error_distinct",
-        "pair label error, a ≠ b",
-        "probability",
-        "P(the label prefers the side of lower q* | the pair is two different outputs): pairs of one output are never "
-        "wrong and carry no signal, and after collapse they are most pairs (no two outputs share a q*)",
-        lambda run: run.pairs.label_error / (1.0 - run.pairs.identical),
-    ),
-    Metric(
-        "pair_quality_gap",
-        "pair q* gap",
-        "q*",
-        "E|q*(a) − q*(b)| over the judge's training pairs: how far apart in real quality chosen and rejected are",
-        lambda run: run.pairs.quality_gap,
-    ),
-    Metric(
-        "pair_judge_gap",
-        "pair judge gap",
-        "judge score",
-        "E|J(a) − J(b)| over the judge's training pairs: how far apart the judge itself sees them",
-        lambda run: run.pairs.judge_gap,
-        judge_scale=True,
-    ),
-    Metric(
-        "pair_identical",
-        "identical pairs",
-        "probability",
-        "P(a = b) over the judge's training pairs: pairs that carry no signal",
-        lambda run: run.pairs.identical,
-    ),
-    Metric(
-        "referee_share",
-        "re-judged share",
-        "probability",
-        "meta-judging: P(the referee re-judges a training pair), |J(a) − J(b)| below the margin (empty: off)",
-        lambda run: jnp.where(run.referee_on, run.pairs.referee_share, jnp.nan),
-    ),
-    Metric(
-        "referee_label_error",
-        "referee label error",
-        "probability",
-        "meta-judging: P(the referee's label prefers the side of lower q* | it re-judges the pair) (empty: off)",
-        lambda run: jnp.where(run.referee_on, run.pairs.referee_error, jnp.nan),
-    ),
+)
+
+# The end mode, after every mechanism's measures.
+END_MODE: tuple[Metric, ...] = (
     Metric(
         "mode_index",
         "end mode",
@@ -205,22 +154,10 @@ METRICS: tuple[Metric, ...] = (
         "ground-truth quality of the policy's most probable output",
         lambda run: run.q_star[run.mode],
     ),
-    Metric(
-        "judge_updates",
-        "judge updates",
-        "steps",
-        "inner steps of this outer iteration on which the run's judges took a self-labelled update",
-        lambda run: run.judge_updates,
-        kind="int",
-    ),
-    Metric(
-        "meta_corrections",
-        "meta-corrections",
-        "judge steps",
-        "held-out correction steps this outer iteration, summed over the run's judges",
-        lambda run: run.meta_corrections,
-        kind="int",
-    ),
+)
+
+# Whether the run stayed finite: the last column.
+HEALTH: tuple[Metric, ...] = (
     Metric(
         "finite",
         "finite",
@@ -238,18 +175,67 @@ METRICS: tuple[Metric, ...] = (
 # states q*'s range across outputs beside it).
 QUALITY_RESOLUTION = 0.01
 
-METRIC_NAMES: tuple[str, ...] = tuple(metric.name for metric in METRICS)
-HEADLINE_METRICS: tuple[Metric, ...] = tuple(metric for metric in METRICS if metric.headline)
+# Metrics that mechanisms declared, by mechanism, in the order the mechanisms were registered.
+_MECHANISM_METRICS: dict[str, tuple[Metric, ...]] = {}
+
+
+def register_metrics(mechanism: str, metrics: tuple[Metric, ...]) -> None:
+    """Add `mechanism`'s metrics to the registry (as registering the mechanism does). Raises ValueError naming the
+    clash if one of their names is taken by another metric."""
+    taken = {metric.name: owner for owner, own in _MECHANISM_METRICS.items() for metric in own if owner != mechanism}
+    taken |= {metric.name: "the loop" for metric in (*LOOP_MEASURES, *END_MODE, *HEALTH)}
+    for candidate in metrics:
+        if candidate.name in taken:
+            raise ValueError(
+                f"metric '{candidate.name}' of mechanism '{mechanism}' is taken by {taken[candidate.name]}"
+            )
+    names = [candidate.name for candidate in metrics]
+    if len(set(names)) != len(names):
+        raise ValueError(f"mechanism '{mechanism}' declares a metric twice: {names}")
+    _MECHANISM_METRICS[mechanism] = metrics
+
+
+def unregister_metrics(mechanism: str) -> None:
+    """Remove `mechanism`'s metrics from the registry (a mechanism unregistered, e.g. by a test)."""
+    _MECHANISM_METRICS.pop(mechanism, None)
+
+
+def columns(mechanisms: Sequence[str] | None = None) -> tuple[Metric, ...]:
+    """The metrics of a grid whose mechanisms are `mechanisms` (registered names; None: every registered one), in
+    metrics.csv's column order: the loop's measures, each mechanism's measures (float metrics), the end mode, each
+    mechanism's counts (int and bool metrics), whether the run stayed finite."""
+    chosen = [own for name, own in _MECHANISM_METRICS.items() if mechanisms is None or name in mechanisms]
+    measures = tuple(metric for own in chosen for metric in own if metric.kind == "float")
+    counts = tuple(metric for own in chosen for metric in own if metric.kind != "float")
+    return (*LOOP_MEASURES, *measures, *END_MODE, *counts, *HEALTH)
+
+
+def all_metrics() -> tuple[Metric, ...]:
+    """Every registered metric, in column order (the metrics of a grid of every registered mechanism)."""
+    _load_built_in_mechanisms()
+    return columns()
+
+
+def headline_metrics() -> tuple[Metric, ...]:
+    """The core curves every report shows per iteration."""
+    return tuple(metric for metric in all_metrics() if metric.headline)
 
 
 def metric(name: str) -> Metric:
     """The registered metric called `name`."""
-    for candidate in METRICS:
+    registered = all_metrics()
+    for candidate in registered:
         if candidate.name == name:
             return candidate
-    raise KeyError(f"no metric {name!r}; registered: {', '.join(METRIC_NAMES)}")
+    raise KeyError(f"no metric {name!r}; registered: {', '.join(m.name for m in registered)}")
 
 
-def evaluate(run: RunView) -> dict[str, jax.Array]:
-    """Every registered metric of one run (vmap over runs for a grid)."""
-    return {m.name: m.compute(run) for m in METRICS}
+def evaluate(run: RunView, metrics: Sequence[Metric]) -> dict[str, jax.Array]:
+    """Every metric of `metrics` of one run (vmap over runs for a grid)."""
+    return {m.name: m.compute(run) for m in metrics}
+
+
+def _load_built_in_mechanisms() -> None:
+    """The built-in mechanisms register their metrics when the mechanism catalog is first read; the catalog lives
+    above this layer, so it is found by name (it names every layer's mechanisms, this module none)."""
+    importlib.import_module("harness.grid.registry").catalog()

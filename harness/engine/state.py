@@ -3,10 +3,14 @@
 Every network (a policy or a judge) is one row of floats (`harness.engine.flat_params`) with its
 Adam state of the same width; models unravel a row only where they read it. The state
 splits into a per-run part (leading axis R) and a per-judge-slot part (leading axis J),
-so sharding, regrouping, checkpoints and resets are tree maps over those two parts.
+so sharding, regrouping, checkpoints and resets are tree maps over those two parts. Each
+part holds the loop's own networks and, by name, the state of every mechanism that keeps
+one: a mechanism declares its state in its own module, and it exists only there.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import flax.struct
 import jax
@@ -15,7 +19,7 @@ import optax
 
 # Bumped whenever the fields or row layouts below change: a checkpoint written under
 # another layout is refused instead of being misread.
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 
 
 @flax.struct.dataclass
@@ -28,25 +32,44 @@ class Network:
 
 @flax.struct.dataclass
 class RunState:
-    """Per run (leading axis R): its policy, its checkpoints, its random stream, and this outer iteration's counters."""
+    """Per run (leading axis R): its policy, its random stream, and each mechanism's own state.
+
+    mechanisms: mechanism name -> that mechanism's per-run state (a pytree of arrays with leading axis R), for the
+    mechanisms that keep one (`harness.grid.contract.Mechanism.run_state`).
+    """
 
     policy: Network
-    # float32 (R, D, P): the policy at the start of the last D outer iterations, latest first (π₀ before the
-    # first); what a past rejected side is drawn from. D = GridShape.history_depth, 0 where no run needs it.
-    policy_history: jax.Array
     stream_key: jax.Array  # uint32 (R, 2): the key its draws come from (`harness.engine.streams`)
-    judge_updates: jax.Array  # int32 (R,): steps with a judge update
-    meta_corrections: jax.Array  # int32 (R,): meta-correction steps, summed over the run's judges
+    mechanisms: dict[str, Any]
+
+    def of(self, mechanism: str) -> Any:
+        """The per-run state of `mechanism`."""
+        return self.mechanisms[mechanism]
+
+    def with_state(self, mechanism: str, value: Any) -> RunState:
+        """These runs with `mechanism`'s per-run state replaced by `value`."""
+        return self.replace(mechanisms={**self.mechanisms, mechanism: value})
 
 
 @flax.struct.dataclass
 class SlotState:
-    """Per judge slot (leading axis J): the judge. A run owns `n_judges` consecutive slots."""
+    """Per judge slot (leading axis J): the judge, and each mechanism's own per-judge state. A run owns `n_judges`
+    consecutive slots.
+
+    mechanisms: mechanism name -> that mechanism's per-judge state (leading axis J), for the mechanisms that keep one
+    (`harness.grid.contract.Mechanism.slot_state`).
+    """
 
     judge: Network
-    # float32 (J, P): the judge's exponential moving average (`Knobs.judge_ema`), what rewards the policy where
-    # the run keeps one; the pretrained row at the start and after a reset, and left so where the run keeps none.
-    judge_ema: jax.Array
+    mechanisms: dict[str, Any]
+
+    def of(self, mechanism: str) -> Any:
+        """The per-judge state of `mechanism`."""
+        return self.mechanisms[mechanism]
+
+    def with_state(self, mechanism: str, value: Any) -> SlotState:
+        """These slots with `mechanism`'s per-judge state replaced by `value`."""
+        return self.replace(mechanisms={**self.mechanisms, mechanism: value})
 
 
 @flax.struct.dataclass
@@ -78,20 +101,17 @@ def fresh_networks(rows: jax.Array) -> Network:
 
 
 def initial_state(
-    policies: jax.Array, judges: jax.Array, stream_keys: jax.Array, history_depth: int = 0
+    policies: jax.Array,
+    judges: jax.Array,
+    stream_keys: jax.Array,
+    run_states: dict[str, Any] | None = None,
+    slot_states: dict[str, Any] | None = None,
 ) -> CoevolutionState:
-    """Policy rows (R, Pp) and judge rows (J, Pj), each with fresh Adam, and stream keys (R, 2), at step 0;
-    `history_depth` checkpoints per run, all π₀."""
-    n_runs = policies.shape[0]
+    """Policy rows (R, Pp) and judge rows (J, Pj), each with fresh Adam, and stream keys (R, 2), at step 0; each
+    mechanism's per-run and per-judge state as given (leading axes R and J)."""
     return CoevolutionState(
-        runs=RunState(
-            policy=fresh_networks(policies),
-            policy_history=jnp.repeat(policies[:, None], history_depth, axis=1),
-            stream_key=stream_keys,
-            judge_updates=jnp.zeros(n_runs, jnp.int32),
-            meta_corrections=jnp.zeros(n_runs, jnp.int32),
-        ),
-        slots=SlotState(judge=fresh_networks(jnp.copy(judges)), judge_ema=jnp.copy(judges)),
+        runs=RunState(policy=fresh_networks(policies), stream_key=stream_keys, mechanisms=dict(run_states or {})),
+        slots=SlotState(judge=fresh_networks(jnp.copy(judges)), mechanisms=dict(slot_states or {})),
         step=jnp.int32(0),
     )
 

@@ -21,7 +21,7 @@ key bookkeeping so that the expensive draws run only for the runs that use them.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ class StepKeys(NamedTuple):
 
     policy: draws the policy batch; judge_pairs: the judge's pair batch; anchors (M, 2):
     member m's anchor pairs (M = the grid's largest ensemble); contrast: whether a judge
-    update uses contrast pairs (`Knobs.contrast_mix`) and the look-ahead copy's batches;
+    update uses contrast pairs (`contrast_mix`) and the look-ahead copy's batches;
     next: the run's stream key after the step.
     """
 
@@ -59,14 +59,14 @@ def step_keys(
     stream_key: jax.Array,
     step: jax.Array,
     update_due: jax.Array,
-    anchored: jax.Array,
-    n_judges: jax.Array,
+    knobs: Any,
     max_members: int,
 ) -> StepKeys:
     """The keys of one run's step `step` (global count) from its stream key.
 
-    update_due, anchored: whether this step updates the judge, and whether the run has
-    anchors; n_judges: its ensemble size. Only the original's keys depend on them.
+    update_due: whether this step updates the judge; knobs: the run's knobs (a `harness.grid.knobs.RunKnobs` of
+    one run). Only the original's keys depend on them: its chain splits once more per judge where the run has the
+    original's anchor (`anchor_fraction` > 0), for each of its `n_judges` judges.
     """
     if streams == "coevolab":
         keys = jax.random.split(jax.random.fold_in(stream_key, step), 4)
@@ -74,6 +74,7 @@ def step_keys(
         return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], anchors, keys[_CONTRAST], stream_key)
     if streams != "original":
         raise ValueError(f"unknown streams {streams!r}; expected one of {STREAMS}")
+    anchored, n_judges = knobs.anchor_fraction > 0, knobs.n_judges
     after_policy, policy = jax.random.split(stream_key)
     after_pairs = jax.random.split(after_policy, 3)[0]
 

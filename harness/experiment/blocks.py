@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_bytes, atomic_write_text
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import Progress, execute
+from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec
 
 # Runs per block from which a run's cost stops falling as a grid grows (artifacts/bench/bench.md: flat from ~360).
@@ -142,7 +143,7 @@ def block_run_dir(spec: GridSpec, block: int, run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     grid_file = run_dir / GRID_FILE
     try:
-        existing = GridSpec.model_validate_json(grid_file.read_text(encoding="utf-8")) if grid_file.is_file() else None
+        existing = read_grid_file(grid_file) if grid_file.is_file() else None
     except ValueError:
         raise BlockError(f"{run_dir}: its grid.json is not a grid; give this grid a directory of its own") from None
     if existing is not None and existing != spec:
@@ -157,7 +158,7 @@ def block_run_dir(spec: GridSpec, block: int, run_dir: Path) -> Path:
     try:
         (run_dir / BLOCKS_DIR).mkdir(parents=True, exist_ok=True)
         if existing is None:
-            atomic_write_text(grid_file, spec.model_dump_json(indent=2) + "\n")
+            write_grid_file(grid_file, spec)
     except OSError as error:
         raise BlockError(f"{run_dir}: cannot create or write it: {error.strerror or error}") from None
     return run_dir
@@ -177,7 +178,10 @@ def read_record(run_dir: Path, block: int) -> BlockRecord | None:
 
 
 def _block_grid(run_dir: Path, block: int) -> GridSpec | None:
-    return _read_model(block_dir(run_dir, block) / GRID_FILE, GridSpec)
+    try:
+        return read_grid_file(block_dir(run_dir, block) / GRID_FILE)
+    except (OSError, ValueError):
+        return None
 
 
 def ran_another_grid(spec: GridSpec, run_dir: Path, block: int) -> bool:
@@ -187,7 +191,7 @@ def ran_another_grid(spec: GridSpec, run_dir: Path, block: int) -> bool:
     if not path.is_file():
         return False
     try:
-        theirs = GridSpec.model_validate_json(path.read_text(encoding="utf-8"))
+        theirs = read_grid_file(path)
     except ValueError:
         return True
     ours = block_spec(spec, block)
@@ -287,7 +291,7 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
     run_dir = Path(run_dir)
     if uses_blocks(run_dir):
         return
-    flat = GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
+    flat = read_grid_file(run_dir / GRID_FILE)
     if has_checkpoint(run_dir) or not (run_dir / METRICS_FILE).is_file():
         raise BlockError(f"{run_dir} has not finished; finish it first (coevolab run --resume {run_dir}), then grow it")
     (run_dir / BLOCKS_DIR).mkdir()
@@ -297,7 +301,7 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
     directory.mkdir()
     for name in (METRICS_FILE, MANIFEST_FILE):
         atomic_write_bytes(directory / name, (run_dir / name).read_bytes())
-    atomic_write_text(directory / GRID_FILE, flat.model_dump_json(indent=2) + "\n")
+    write_grid_file(directory / GRID_FILE, flat)
     ran = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     attempt = Attempt(
         host="(a run before seed blocks)",

@@ -8,6 +8,7 @@ refused with `CheckpointMismatch` rather than misread.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from harness.common.run_files import CHECKPOINT_FILE, atomic_write_bytes
 from harness.engine.state import LAYOUT_VERSION, CoevolutionState
-from harness.grid.diagnostics import METRIC_NAMES, Diagnostics
+from harness.grid.diagnostics import Diagnostics
 from harness.grid.pretrain import PretrainResult
 
 
@@ -38,7 +39,9 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> None:
         "completed_iterations": checkpoint.completed_iterations,
         "pretrained": checkpoint.pretrained._asdict(),
         "state": flax.serialization.to_state_dict(jax.device_get(checkpoint.state)),
-        "records": {name: np.stack([np.asarray(r[name]) for r in checkpoint.records]) for name in METRIC_NAMES},
+        "records": {
+            name: np.stack([np.asarray(r[name]) for r in checkpoint.records]) for name in checkpoint.records[0]
+        },
     }
     atomic_write_bytes(run_dir / CHECKPOINT_FILE, flax.serialization.msgpack_serialize(jax.device_get(payload)))
 
@@ -67,8 +70,9 @@ def load_pretrained(payload: dict) -> PretrainResult:
     return PretrainResult(**payload["pretrained"])
 
 
-def load_checkpoint(payload: dict, like_state: CoevolutionState) -> Checkpoint:
-    """A checkpoint's contents; `like_state` gives the state's structure (e.g. a fresh initial state)."""
+def load_checkpoint(payload: dict, like_state: CoevolutionState, metric_names: Sequence[str]) -> Checkpoint:
+    """A checkpoint's contents; `like_state` gives the state's structure (e.g. a fresh initial state), metric_names
+    the grid's metrics (each must be recorded)."""
     records = payload["records"]
     n_records = len(next(iter(records.values())))
     try:
@@ -84,14 +88,14 @@ def load_checkpoint(payload: dict, like_state: CoevolutionState) -> Checkpoint:
     ]
     if mismatched:
         raise CheckpointMismatch(f"the checkpoint's state does not fit this grid: {'; '.join(mismatched[:3])}")
-    missing = set(METRIC_NAMES) - set(records)
+    missing = set(metric_names) - set(records)
     if missing:
         raise CheckpointMismatch(f"the checkpoint lacks metrics {sorted(missing)}")
     return Checkpoint(
         completed_iterations=int(payload["completed_iterations"]),
         pretrained=PretrainResult(**payload["pretrained"]),
         state=jax.tree.map(jax.numpy.asarray, state),
-        records=[{name: records[name][i] for name in METRIC_NAMES} for i in range(n_records)],
+        records=[{name: records[name][i] for name in metric_names} for i in range(n_records)],
     )
 
 

@@ -38,6 +38,7 @@ from harness.experiment.blocks import (
 )
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
+from harness.grid.grid_file import write_grid_file
 from harness.grid.layout import GridSpec
 
 # How the blocks of a run were run, as the manifest and the report name it.
@@ -147,7 +148,7 @@ def merge_blocks(
     started_at = dt.datetime.now(dt.UTC)
     text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
     records = [record for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None]
-    atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / METRICS_FILE, text)
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     line = how_run_line(records, how)
@@ -205,7 +206,7 @@ def run_in_blocks(
     grid.json is written first, so that an interrupted run resumes as this grid.
     """
     progress = progress or SilentProgress()
-    atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    write_grid_file(run_dir / GRID_FILE, spec)
     (run_dir / BLOCKS_DIR).mkdir(exist_ok=True)
     count = block_count(spec)
 

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.experiment.blocks import BlockRunner
-    from harness.grid.layout import GridSpec
+    from harness.grid.grid_file import grid_from_json
+from harness.grid.layout import GridSpec
 
 RAY = "Ray"  # how the blocks ran, as the manifest and the report name it
 LOCAL = "local"  # --ray without an address: a Ray instance of this machine alone, started and stopped by the run
@@ -191,7 +192,6 @@ def run_block_task(
 
     from harness.experiment.blocks import run_block
     from harness.grid.compile_cache import disable_compilation_cache, enable_compilation_cache, harness_source_digest
-    from harness.grid.layout import GridSpec
 
     host = socket.gethostname()
     if harness_source_digest() != source:
@@ -202,7 +202,7 @@ def run_block_task(
         enable_compilation_cache(Path(cache_dir) if cache_dir else None)
     else:
         disable_compilation_cache()
-    spec = GridSpec.model_validate_json(spec_json)
+    spec = grid_from_json(spec_json, Path(run_dir))
     with holding_block(Path(run_dir), block):
         record = run_block(spec, block, Path(run_dir))
     return record.model_dump_json()

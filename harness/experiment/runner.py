@@ -34,6 +34,7 @@ from harness.experiment.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
+from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec
 from harness.grid.trainer import GridTrainer
 
@@ -85,7 +86,8 @@ def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_spec(run_dir: Path) -> GridSpec:
-    return GridSpec.model_validate_json((run_dir / GRID_FILE).read_text(encoding="utf-8"))
+    """The grid a run directory records, its mechanisms loaded from their copies beside grid.json where needed."""
+    return read_grid_file(run_dir / GRID_FILE)
 
 
 def execute(
@@ -111,7 +113,7 @@ def execute(
     started = entered if started is None else started
     started_at = dt.datetime.now(dt.UTC)
     if not resume:
-        atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+        write_grid_file(run_dir / GRID_FILE, spec)
     program = GridTrainer(spec)
     total = spec.run.iterations
 
@@ -145,7 +147,7 @@ def execute(
         ),
     )
     state, initial = program.start(pretrained)
-    checkpoint = load_checkpoint(payload, state) if payload is not None else None
+    checkpoint = load_checkpoint(payload, state, program.metric_names) if payload is not None else None
     if checkpoint:
         state, records, done = checkpoint.state, checkpoint.records, checkpoint.completed_iterations
     else:

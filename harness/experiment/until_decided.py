@@ -49,6 +49,7 @@ from harness.common.run_files import (
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metrics_text, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
+from harness.grid.grid_file import write_grid_file
 from harness.grid.layout import GridSpec
 from harness.inference.claims import Claim
 from harness.inference.sequential import Spending, look_levels, planned_looks
@@ -176,7 +177,7 @@ def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spendin
     plan = SequentialPlan.planned(max(start, MIN_SEEDS), max_seeds, spending, alpha)
     if plan.looks[0] > start:
         spec = spec.model_copy(update={"run": spec.run.model_copy(update={"seeds": tuple(range(plan.looks[0]))})})
-    atomic_write_text(run_dir / GRID_FILE, spec.model_dump_json(indent=2) + "\n")
+    write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / PLAN_FILE, plan.model_dump_json(indent=2) + "\n")
     return spec, plan
 

@@ -1,6 +1,6 @@
 """One helper that applies a one-network mechanism to a group of networks of the grid.
 
-A mechanism is written for one network (see `harness.engine.mechanisms`); `apply_where_due`
+A mechanism is written for one network (see `harness.grid.contract.StepRow`); `apply_where_due`
 gathers the group's networks, vmaps the mechanism over them, keeps the old values where
 it is not due, and scatters the results back. Steps where no network of the group is
 due skip the work entirely.

@@ -23,9 +23,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from harness.engine.architecture import ModelConfig
-from harness.engine.knobs import Knobs
 from harness.engine.world import WorldConfig
-from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
+from harness.grid import registry
+from harness.grid.contract import Mechanism
+from harness.grid.knobs import Knobs, host_only, knob_fields, knob_owners
+from harness.grid.layout import Condition, GridSpec, MechanismSource, PretrainSettings, RunSettings
 from harness.inference.claims import Claim
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -36,6 +38,7 @@ _SECTIONS: dict[str, type[BaseModel]] = {
 }
 _CONDITION_FIELDS = ("description", "boundary", "original_script")
 _ZIP = "zip"
+_MECHANISMS, _MODULES = "mechanisms", "modules"
 _EXTENDS = "extends"
 _NAMED_TABLES = ("conditions", "claims")  # merged by name under `extends`
 _CLAIMS_SETTINGS = ("adjustment",)  # keys of [claims] itself that set every claim's field (not claim tables)
@@ -84,16 +87,39 @@ def _format_value(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Condition]:
-    """One condition table -> its conditions: a list-valued knob sweeps, several lists take the product."""
+def _knob_problem(key: str, valid: list[str]) -> str:
+    """Why `key` is not a knob of this file's grid, in words."""
+    owner = knob_owners().get(key)
+    if owner is not None:
+        return f"a knob of mechanism '{owner}', which this file does not load: add its module to [mechanisms] modules"
+    return _unknown_key_message(key, valid)
+
+
+def validated_knobs(values: Mapping[str, Any], file: str, condition: str) -> Knobs:
+    """`Knobs` from a condition's values, the first problem a ConditionFileError naming the knob."""
+    try:
+        return Knobs(**values)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        key = ".".join(str(part) for part in problem["loc"] if not isinstance(part, int)) or None
+        raise ConditionFileError(file, str(problem["msg"]).removeprefix("Value error, "), condition, key) from None
+
+
+def expand_condition(
+    name: str, table: Mapping[str, Any], file: str, mechanisms: Sequence[Mechanism] | None = None
+) -> list[Condition]:
+    """One condition table -> its conditions: a list-valued knob sweeps, several lists take the product.
+    `mechanisms`: the grid's (default: the built-in ones), whose knobs the table may set."""
     if not isinstance(table, Mapping):
         raise ConditionFileError(file, "a condition must be a table of knobs", name)
+    chosen = mechanisms if mechanisms is not None else registry.active()
+    knob_names = list(knob_fields([m.name for m in chosen]))
     extras = {k: table[k] for k in _CONDITION_FIELDS if k in table}
     knob_values = {k: v for k, v in table.items() if k not in (*_CONDITION_FIELDS, _ZIP)}
-    valid = [*Knobs.model_fields, *_CONDITION_FIELDS, _ZIP]
+    valid = [*knob_names, *_CONDITION_FIELDS, _ZIP]
     for key in knob_values:
-        if key not in Knobs.model_fields:
-            raise ConditionFileError(file, _unknown_key_message(key, valid), name, key)
+        if key not in knob_names:
+            raise ConditionFileError(file, _knob_problem(key, valid), name, key)
     swept = [k for k, v in knob_values.items() if isinstance(v, list)]
     for key in swept:
         if not knob_values[key]:
@@ -117,14 +143,37 @@ def expand_condition(name: str, table: Mapping[str, Any], file: str) -> list[Con
             if not swept
             else f"{name}[{','.join(f'{k}={_format_value(v)}' for k, v in zip(swept, combination, strict=True))}]"
         )
-        knobs = validated(Knobs, values, file, label)
+        knobs = validated_knobs(values, file, label)
         conditions.append(validated(Condition, {"name": label, "knobs": knobs, **extras}, file, label))
     return conditions
 
 
+def load_mechanisms(document: Mapping[str, Any], file: str) -> tuple[MechanismSource, ...]:
+    """Import and register the modules a document's [mechanisms] table names (`modules = [...]`: module names, or
+    files, already made absolute by `read_document`); the mechanisms they declare, in order."""
+    table = document.get(_MECHANISMS, {})
+    if not isinstance(table, Mapping):
+        raise ConditionFileError(file, "[mechanisms] must be a table with a list `modules`", key=_MECHANISMS)
+    for key in table:
+        if key != _MODULES:
+            raise ConditionFileError(file, _unknown_key_message(key, [_MODULES]), key=f"{_MECHANISMS}.{key}")
+    modules = table.get(_MODULES, [])
+    if not isinstance(modules, list) or not all(isinstance(module, str) for module in modules):
+        raise ConditionFileError(file, "modules must be a list of module names or files", key="mechanisms.modules")
+    sources = []
+    for module in modules:
+        try:
+            loaded = registry.load(module)
+        except registry.MechanismError as error:
+            raise ConditionFileError(file, str(error), key="mechanisms.modules") from None
+        names = registry.names_in(loaded.module) or [loaded.mechanism.name]
+        sources += [MechanismSource(name=n, module=module, digest=loaded.digest) for n in names]
+    return tuple(dict.fromkeys(sources))
+
+
 def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) -> GridSpec:
     """A parsed TOML document -> GridSpec."""
-    valid_sections = [*_SECTIONS, *_NAMED_TABLES]
+    valid_sections = [*_SECTIONS, *_NAMED_TABLES, _MECHANISMS]
     if "shapes" in document:  # harness.grid.study's tables
         raise ConditionFileError(
             file, "a study (it has [shapes]): run it with `coevolab run FILE`, or load it with harness.load_study"
@@ -138,10 +187,12 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
         if not isinstance(table, Mapping):
             raise ConditionFileError(file, f"[{section}] must be a table", key=section)
         settings[section] = validated(model, table, file, None, prefix=f"{section}.")
+    sources = load_mechanisms(document, file)
+    mechanisms = registry.active([source.name for source in sources])
     tables = document.get("conditions", {})
     if not isinstance(tables, Mapping) or not tables:
         raise ConditionFileError(file, "no conditions: add at least one [conditions.NAME] table", key="conditions")
-    conditions = [c for cname, table in tables.items() for c in expand_condition(cname, table, file)]
+    conditions = [c for cname, table in tables.items() for c in expand_condition(cname, table, file, mechanisms)]
     names = [c.name for c in conditions]
     for repeated in names:
         if names.count(repeated) > 1:
@@ -163,21 +214,49 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
             raise ConditionFileError(file, str(error), key=f"claims.{claim_name}") from None
         claims.append(claim)
     try:
-        return GridSpec(name=name or Path(file).stem, conditions=tuple(conditions), claims=tuple(claims), **settings)
+        return GridSpec(
+            name=name or Path(file).stem,
+            mechanisms=sources,
+            conditions=tuple(conditions),
+            claims=tuple(claims),
+            **settings,
+        )
     except ValidationError as error:
         # A rule across tables (e.g. the original lab's streams with a non-default [model]): one line, its message.
         raise ConditionFileError(file, str(error.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
 
 def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`override` over `base`: settings tables merged key by key, named tables (conditions, claims) by name."""
+    """`override` over `base`: settings tables merged key by key, named tables (conditions, claims) by name; the
+    [mechanisms] modules of both, the base's first."""
     merged = dict(base)
     for section, table in override.items():
         if isinstance(table, Mapping) and isinstance(base.get(section), Mapping):
             merged[section] = {**base[section], **table}
         else:
             merged[section] = table
+    modules = [
+        module
+        for document in (base, override)
+        if isinstance(document.get(_MECHANISMS), Mapping)
+        for module in document[_MECHANISMS].get(_MODULES, [])
+    ]
+    if modules:
+        merged[_MECHANISMS] = {**merged[_MECHANISMS], _MODULES: list(dict.fromkeys(modules))}
     return merged
+
+
+def _absolute_modules(document: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The document with each [mechanisms] module that names a file made absolute (files are relative to the
+    document that names them, which `extends` would otherwise lose)."""
+    table = document.get(_MECHANISMS)
+    if not isinstance(table, Mapping) or not isinstance(table.get(_MODULES), list):
+        return document
+    modules = [
+        str(registry.resolve_reference(m, directory)[1]) if isinstance(m, str) and registry.is_path(m) else m
+        for m in table[_MODULES]
+    ]
+    return {**document, _MECHANISMS: {**table, _MODULES: modules}}
 
 
 def _extended(document: Mapping[str, Any], file: str, directory: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
@@ -208,6 +287,10 @@ def read_document(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConditionFileError(file, f"cannot read: {reason}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConditionFileError(file, f"not valid TOML: {error}") from None
+    try:
+        document = _absolute_modules(document, path.parent)
+    except registry.MechanismError as error:
+        raise ConditionFileError(file, str(error), key="mechanisms.modules") from None
     return _extended(document, file, path.parent, (*seen, path.resolve()))
 
 
@@ -263,20 +346,46 @@ def grid_from_mapping(
     if not isinstance(document, Mapping):
         raise TypeError(f"a grid is a mapping of tables (run, conditions, ...), not {type(document).__name__}")
     source = source if source is not None else f"grid '{name}'"
-    expanded = _extended(_as_toml_values(document), source, Path(relative_to), ())
+    try:
+        values = _absolute_modules(_as_toml_values(document), Path(relative_to))
+    except registry.MechanismError as error:
+        raise ConditionFileError(source, str(error), key="mechanisms.modules") from None
+    expanded = _with_registered_modules(_extended(values, source, Path(relative_to), ()))
     return parse_grid(with_seeds(expanded, seeds), source, name=name)
+
+
+def _with_registered_modules(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with the module of every registered mechanism (not built in) whose knobs a condition sets added
+    to its [mechanisms] modules: a mechanism registered from Python (`harness.register_mechanism`) is used by
+    setting its knobs."""
+    owners, catalog = knob_owners(), registry.catalog()
+    tables = document.get("conditions", {})
+    set_knobs = (
+        {key for table in tables.values() if isinstance(table, Mapping) for key in table}
+        if isinstance(tables, Mapping)
+        else set()
+    )
+    modules = [
+        catalog[owners[key]].path
+        for key in set_knobs
+        if key in owners and not catalog[owners[key]].builtin and catalog[owners[key]].path
+    ]
+    if not modules:
+        return document
+    return _merged(document, {_MECHANISMS: {_MODULES: sorted(set(modules))}})
 
 
 def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:
     """(condition, earlier condition) for each condition whose resolved knobs equal an earlier one's.
 
-    Resolved: an unset judge_pretrain_target is the grid's [pretrain] target (the same judges as setting it).
+    Resolved: the knobs that act on the program, and the Spearman target its judges are pretrained to (an unset
+    target is the grid's [pretrain] one: the same judges as setting it).
     """
     seen: dict[str, str] = {}
     duplicates = []
     for condition in spec.conditions:
-        resolved = condition.knobs.model_copy(update={"judge_pretrain_target": spec.judge_target(condition)})
-        key = resolved.model_dump_json()
+        program = {name: value for name, value in condition.knobs if not host_only(name)}
+        key = repr((sorted(program.items()), spec.judge_target(condition)))
         if key in seen:
             duplicates.append((condition.name, seen[key]))
         else:

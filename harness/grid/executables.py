@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import jax
 from jax.sharding import PartitionSpec as P
 
-from harness.engine.knobs import RunKnobs
 from harness.engine.state import CoevolutionState
 from harness.grid import compile_cache
+from harness.grid.contract import GridConstants, GridShape
 from harness.grid.diagnostics import Diagnostics, diagnose
-from harness.grid.layout import GridShape
+from harness.grid.knobs import RunKnobs
 from harness.grid.sharding import SHARD_AXIS, shard_mesh
-from harness.grid.training_step import GridConstants, train_iteration
+from harness.grid.training_step import train_iteration
 
 
 @functools.cache

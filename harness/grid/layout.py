@@ -1,9 +1,10 @@
 """A grid of conditions × seeds, laid out as runs and judge slots for one compiled program.
 
-Runs are condition-major. Each run owns `n_judges` consecutive judge slots; slots of
-all runs are concatenated on one axis, so ensembles of different sizes share a grid
-without padding every run to the largest ensemble. Each scheduled mechanism
-(`harness.grid.schedules`) gets its work groups: the runs (and slots) it acts on, by cadence.
+Runs are condition-major. Each run owns its judges' consecutive slots (as many as the mechanism
+that sets a run's ensemble size says: `Mechanism.judges_per_run`); slots of all runs are
+concatenated on one axis, so ensembles of different sizes share a grid without padding every run
+to the largest ensemble. Each row of the step (`harness.grid.contract.StepRow`) gets its work
+groups: the runs (and slots) it acts on, by cadence.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
-from harness.engine.knobs import Knobs, RunKnobs, anchor_pair_count, holdout_pair_count, stack_knobs
+from harness.engine.architecture import ModelConfig
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
+from harness.grid import registry
 from harness.grid.batching import WorkGroup
-from harness.grid.schedules import CADENCES, SCHEDULES, Cadence
+from harness.grid.contract import CADENCES, Cadence, GridFacts, GridShape, Mechanism, WorkGroupShape
+from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
 
@@ -92,7 +94,7 @@ class Condition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
-    knobs: Knobs = Knobs()
+    knobs: Knobs = Field(default_factory=Knobs)
     description: str = ""
     boundary: bool = False
     original_script: OriginalScript = Field(
@@ -103,9 +105,27 @@ class Condition(BaseModel):
 
     @model_validator(mode="after")
     def _baseline_script_has_one_judge(self) -> Condition:
-        if self.original_script == "baseline" and self.knobs.n_judges != 1:
-            raise ValueError(f"the original's baseline script pretrains one judge, not n_judges={self.knobs.n_judges}")
+        judges = judges_per_run(self.knobs, registry.active())
+        if self.original_script == "baseline" and judges != 1:
+            raise ValueError(f"the original's baseline script pretrains one judge, not {judges}")
         return self
+
+
+class MechanismSource(BaseModel):
+    """A mechanism a grid loads beside the built-in ones: its name, its module as the condition file names it (a
+    module name, or a file relative to the condition file) and the SHA-256 of its source when the grid was read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    module: str
+    digest: str
+
+
+def judges_per_run(knobs: Knobs, mechanisms: Sequence[Mechanism]) -> int:
+    """How many judges a run of these knobs has: what the mechanism that sets it says, else one."""
+    hook = registry.single_hook(mechanisms, "judges_per_run")
+    return 1 if hook is None else int(hook(knobs))
 
 
 class GridSpec(BaseModel):
@@ -114,6 +134,9 @@ class GridSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "grid"
+    mechanisms: tuple[MechanismSource, ...] = Field(
+        (), description="mechanisms the grid loads beside the built-in ones (harness.grid.registry)"
+    )
     world: WorldConfig = WorldConfig()
     model: ModelConfig = ModelConfig()
     run: RunSettings = RunSettings()
@@ -122,6 +145,21 @@ class GridSpec(BaseModel):
     claims: tuple[Claim, ...] = Field(
         (), description="statements about the grid's metrics to test (harness.inference.claims)"
     )
+
+    @field_validator("mechanisms")
+    @classmethod
+    def _mechanisms_loaded(cls, sources: tuple[MechanismSource, ...]) -> tuple[MechanismSource, ...]:
+        loaded = registry.catalog()
+        for source in sources:
+            entry = loaded.get(source.name)
+            if entry is None or entry.builtin:
+                raise ValueError(f"mechanism '{source.name}' ({source.module}) is not loaded")
+            if entry.digest != source.digest:
+                raise ValueError(
+                    f"mechanism '{source.name}' ({source.module}) is loaded from another source than this grid's "
+                    f"(sha256 {entry.digest[:12]}, not {source.digest[:12]})"
+                )
+        return sources
 
     @field_validator("conditions")
     @classmethod
@@ -143,6 +181,29 @@ class GridSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _knobs_of_loaded_mechanisms(self) -> GridSpec:
+        loaded = {entry.mechanism.name for entry in registry.catalog().values() if entry.builtin}
+        loaded |= {source.name for source in self.mechanisms}
+        for condition in self.conditions:
+            foreign = [name for name in condition.knobs.mechanisms() if name not in loaded]
+            if foreign:
+                raise ValueError(
+                    f"condition '{condition.name}' sets knobs of mechanism '{foreign[0]}', which this grid does not "
+                    "load: add its module to [mechanisms] modules"
+                )
+        return self
+
+    @property
+    def mechanism_names(self) -> tuple[str, ...]:
+        """The names of the mechanisms the grid loads beside the built-in ones."""
+        return tuple(source.name for source in self.mechanisms)
+
+    @property
+    def active_mechanisms(self) -> tuple[Mechanism, ...]:
+        """Every mechanism of the grid, built-in and loaded, in catalog order."""
+        return registry.active(self.mechanism_names)
+
+    @model_validator(mode="after")
     def _claims_fit_the_grid(self) -> GridSpec:
         for claim in self.claims:
             claim.check_against([c.name for c in self.conditions], self.run.iterations)
@@ -152,9 +213,11 @@ class GridSpec(BaseModel):
         return next(c for c in self.conditions if c.name == name)
 
     def judge_target(self, condition: Condition) -> float:
-        """The Spearman target `condition`'s judges are pretrained to: its knob, or else the grid's [pretrain] one."""
-        target = condition.knobs.judge_pretrain_target
-        return self.pretrain.target_spearman if target is None else target
+        """The Spearman target `condition`'s judges are pretrained to: what the mechanism that sets it says of the
+        condition's knobs, else the grid's [pretrain] one."""
+        hook = registry.single_hook(self.active_mechanisms, "pretrain_target")
+        default = self.pretrain.target_spearman
+        return default if hook is None else float(hook(condition.knobs, default))
 
     def only(self, names: Sequence[str]) -> GridSpec:
         """The same grid restricted to some conditions (in the given order), keeping the claims that still apply."""
@@ -169,81 +232,24 @@ class GridSpec(BaseModel):
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkGroupShape:
-    """Static sizes of one work group: a scheduled mechanism's runs of one cadence and their judge slots.
-
-    holdout_pairs: the largest held-out pair count of the group's runs (every run's are padded
-    to it), for meta-correction groups; 0 for others. Padding per group rather than per grid
-    keeps a run's masked held-out sums, and so its results, independent of other groups.
-    """
-
-    mechanism: str
-    cadence: Cadence
-    runs: int
-    slots: int
-    holdout_pairs: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class GridShape:
-    """The static sizes of a grid: the only things that select a compiled program.
-
-    groups: the non-empty work groups, mechanism by mechanism in `SCHEDULES` order, then by cadence.
-    max_anchor_pairs: the largest anchor pair count, to which every run's are padded (its draws
-    do not depend on the padding); max_holdout_pairs: the largest over the meta groups.
-    history_depth: policy checkpoints each run keeps, the largest temporal gap of runs with a past
-    rejected side (0: none kept); max_lookahead_steps: the longest look-ahead (0: no run looks ahead).
-    model: the policy's and the judge's architecture (the grid's `[model]`), which decide every row's width.
-    """
-
-    n_runs: int
-    n_slots: int
-    n_seeds: int
-    max_members: int
-    max_anchor_pairs: int
-    groups: tuple[WorkGroupShape, ...]
-    batch_size: int
-    steps_per_iteration: int
-    vocab_size: int
-    seq_len: int
-    streams: Streams = "coevolab"
-    history_depth: int = 0
-    max_lookahead_steps: int = 0
-    model: ModelConfig = DEFAULT_MODEL
-
-    @property
-    def contrast(self) -> bool:
-        """Whether some run's judge trains on pairs with a side other than the policy."""
-        return bool(self.groups_of("rejected_side") or self.groups_of("lookahead"))
-
-    @property
-    def max_holdout_pairs(self) -> int:
-        return max((group.holdout_pairs for group in self.groups), default=0)
-
-    def groups_of(self, mechanism: str) -> list[int]:
-        """Positions in `groups` of a mechanism's work groups."""
-        return [i for i, group in enumerate(self.groups) if group.mechanism == mechanism]
-
-    def slots_of(self, mechanism: str) -> int:
-        return sum(self.groups[i].slots for i in self.groups_of(mechanism))
-
-
-@dataclasses.dataclass(frozen=True)
 class GridLayout:
     """Runs and judge slots of a grid, as host arrays.
 
-    run_condition, run_seed_index: int (R,). slot_run, slot_member: int (J,).
-    groups: one `WorkGroup` (of numpy arrays) per `shape.groups` entry. knobs: `RunKnobs` (R,).
+    run_condition, run_seed_index, run_judges: int (R,) (run_judges: how many judges each run has).
+    slot_run, slot_member: int (J,). groups: one `WorkGroup` (of numpy arrays) per `shape.groups` entry.
+    knobs: `RunKnobs` (R,); run_knobs: each run's `Knobs`.
     """
 
     spec: GridSpec
     shape: GridShape
     run_condition: np.ndarray
     run_seed_index: np.ndarray
+    run_judges: np.ndarray
     slot_run: np.ndarray
     slot_member: np.ndarray
     groups: tuple[WorkGroup, ...]
     knobs: RunKnobs
+    run_knobs: tuple[Knobs, ...]
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -255,14 +261,14 @@ class GridLayout:
         return [(names[c], self.seeds[s]) for c, s in zip(self.run_condition, self.run_seed_index, strict=True)]
 
 
-# What of a run's knobs decides the grid's shape: its ensemble size and its work group in
-# every schedule. Runs of one kind are interchangeable for padding (see `harness.grid.sharding`);
-# anchor and held-out pair counts are not part of it: the grid pads those to their maximum.
+# What of a run's knobs decides the grid's shape: its ensemble size and its work group in every row's schedule.
+# Runs of one kind are interchangeable for padding (see `harness.grid.sharding`); the static sizes mechanisms
+# declare (pair counts, depths) are not part of it: the grid pads those to their maximum.
 GroupMembership = tuple[int, tuple[Cadence | None, ...]]
 
 
-def group_membership(knobs: Knobs, n_outputs: int) -> GroupMembership:
-    return knobs.n_judges, tuple(schedule(knobs, n_outputs) for schedule in SCHEDULES.values())
+def group_membership(knobs: Knobs, n_outputs: int, mechanisms: Sequence[Mechanism]) -> GroupMembership:
+    return judges_per_run(knobs, mechanisms), tuple(row.schedule(knobs, n_outputs) for row in registry.rows(mechanisms))
 
 
 def layout_grid(spec: GridSpec) -> GridLayout:
@@ -273,16 +279,16 @@ def layout_grid(spec: GridSpec) -> GridLayout:
 
 def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.ndarray) -> GridLayout:
     """Lay out the given runs of `spec`: condition index and seed index (into spec.run.seeds) of each, (R,)."""
-    run_knobs = [spec.conditions[c].knobs for c in run_condition]
-    members = np.array([k.n_judges for k in run_knobs])
+    mechanisms = spec.active_mechanisms
+    run_knobs = tuple(spec.conditions[c].knobs for c in run_condition)
+    members = np.array([judges_per_run(k, mechanisms) for k in run_knobs])
     slot_run = np.repeat(np.arange(len(run_knobs)), members)
     slot_member = np.concatenate([np.arange(m) for m in members])
     n_outputs = spec.world.n_outputs
-    holdout_pairs = np.asarray(holdout_pair_count(np.array([k.meta_holdout_fraction for k in run_knobs]), n_outputs))
 
     groups, group_shapes = [], []
-    for mechanism, schedule in SCHEDULES.items():
-        condition_cadence = [schedule(c.knobs, n_outputs) for c in spec.conditions]
+    for row in registry.rows(mechanisms):
+        condition_cadence = [row.schedule(c.knobs, n_outputs) for c in spec.conditions]
         cadence = np.array([condition_cadence[c] for c in run_condition], dtype=object)
         for name in CADENCES:
             run_ids = np.flatnonzero(cadence == name)
@@ -291,35 +297,39 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
                 groups.append(
                     WorkGroup(run_ids, slot_ids, slot_run[slot_ids], np.searchsorted(run_ids, slot_run[slot_ids]))
                 )
-                held_out = int(np.max(holdout_pairs[run_ids])) if mechanism == "meta_correction" else 0
-                group_shapes.append(WorkGroupShape(mechanism, name, run_ids.size, slot_ids.size, held_out))
+                size = row.group_size([run_knobs[r] for r in run_ids], n_outputs) if row.group_size else 0
+                group_shapes.append(WorkGroupShape(row.name, name, run_ids.size, slot_ids.size, int(size)))
 
-    anchor_pairs = anchor_pair_count(np.array([k.anchor_fraction for k in run_knobs]), spec.run.batch_size)
-    past_gaps = [k.temporal_gap for k in run_knobs if k.rejected_from == "past"]
-    lookaheads = [k.lookahead_steps for k in run_knobs if k.chosen_from == "lookahead"]
+    facts = GridFacts(batch_size=spec.run.batch_size, n_outputs=n_outputs)
+    sizes: dict[str, int] = {}
+    for mechanism in mechanisms:
+        if mechanism.sizes is not None:
+            sizes |= {name: int(value) for name, value in mechanism.sizes(run_knobs, facts).items()}
     shape = GridShape(
+        mechanisms=mechanisms,
         n_runs=len(run_knobs),
         n_slots=len(slot_run),
         n_seeds=len(spec.run.seeds),
         max_members=int(members.max()),
-        max_anchor_pairs=int(np.max(anchor_pairs)),
         groups=tuple(group_shapes),
         batch_size=spec.run.batch_size,
         steps_per_iteration=spec.run.steps_per_iteration,
         vocab_size=spec.world.vocab_size,
         seq_len=spec.world.seq_len,
         streams=spec.run.streams,
-        history_depth=max(past_gaps, default=0),
-        max_lookahead_steps=max(lookaheads, default=0),
+        sizes=tuple(sorted(sizes.items())),
         model=spec.model,
+        plugins=registry.plugins_of(spec.mechanism_names),
     )
     return GridLayout(
         spec=spec,
         shape=shape,
         run_condition=run_condition,
         run_seed_index=run_seed_index,
+        run_judges=members,
         slot_run=slot_run,
         slot_member=slot_member,
         groups=tuple(groups),
-        knobs=stack_knobs(run_knobs),
+        knobs=stack_knobs(run_knobs, [m.name for m in mechanisms]),
+        run_knobs=run_knobs,
     )

@@ -10,7 +10,8 @@ import numpy as np
 
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig, NetworkConfig
 from harness.engine.state import initial_state
-from harness.grid.layout import GridShape
+from harness.grid.contract import GridShape
+from harness.grid.training_step import mechanism_states
 
 FLOAT_BYTES = 4
 # Live copies of the training state during a step: the state itself, gradients, the updated
@@ -60,7 +61,9 @@ def state_bytes(shape: GridShape) -> int:
     field counts, so a new piece of state needs no term here."""
     policy, judge = parameter_count(shape.vocab_size, shape.seq_len, shape.model)
     state = jax.eval_shape(
-        lambda policies, judges, keys: initial_state(policies, judges, keys, shape.history_depth),
+        lambda policies, judges, keys: initial_state(
+            policies, judges, keys, *mechanism_states(shape, policies, judges)
+        ),
         jax.ShapeDtypeStruct((shape.n_runs, policy), jnp.float32),
         jax.ShapeDtypeStruct((shape.n_slots, judge), jnp.float32),
         jax.ShapeDtypeStruct((shape.n_runs, 2), jnp.uint32),
@@ -82,12 +85,6 @@ def estimate_bytes(shape: GridShape) -> int:
         * shape.batch_size
         * (shape.n_runs * policy_width + shape.n_slots * judge_width)
     )
-    holdout = (
-        shape.slots_of("meta_correction")
-        * (n_outputs // shape.vocab_size + 2 * shape.max_holdout_pairs)
-        * judge_width
-        * 3
-    )
     # Exact diagnostics: every run's distribution and every judge's score table over all outputs, plus the
     # activations behind them: a GRU's prefix-tree hidden states (2H per output), an attention network's
     # L positions per output (the policy's pass over prefixes is K times smaller; counted as the judge's).
@@ -95,7 +92,8 @@ def estimate_bytes(shape: GridShape) -> int:
         shape.n_runs * (4 + 2 * _table_width(shape.model.policy, shape.seq_len))
         + shape.n_slots * (4 + 2 * _table_width(shape.model.judge, shape.seq_len))
     )
-    return STATE_COPIES * state_bytes(shape) + FLOAT_BYTES * (constants + per_step + holdout + diagnostics)
+    mechanisms = sum(m.extra_bytes(shape) for m in shape.mechanisms if m.extra_bytes is not None)
+    return STATE_COPIES * state_bytes(shape) + FLOAT_BYTES * (constants + per_step + diagnostics) + mechanisms
 
 
 def _table_width(network: NetworkConfig, seq_len: int) -> int:

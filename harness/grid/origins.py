@@ -1,4 +1,4 @@
-"""Where every run starts: its pretrained judges, initial policy, stream key and held-out pairs.
+"""Where every run starts: its pretrained judges, initial policy and stream key.
 
 Under the harness's streams (`harness.engine.keys`) a run's origin depends only on its seed: every
 condition of a seed starts from the same policy and judges (paired comparisons). Under
@@ -23,8 +23,7 @@ import numpy as np
 
 from harness.engine import keys
 from harness.engine.models import init_policies
-from harness.engine.world import World
-from harness.grid.layout import GridLayout, GridSpec
+from harness.grid.layout import GridLayout, GridSpec, judges_per_run
 from harness.original import streams as original_streams
 
 
@@ -72,7 +71,7 @@ class GridOrigins:
         """Each run's policy source, int (R,)."""
         index = {source: v for v, source in enumerate(self.policy_sources)}
         seeds = np.asarray(layout.seeds)[layout.run_seed_index]
-        n_judges = np.asarray(layout.knobs.n_judges)
+        n_judges = layout.run_judges
         original = self.spec.run.streams == "original"
         return np.array(
             [
@@ -117,12 +116,12 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
     members up to the largest ensemble of a condition with that target.
     """
     vocab, seq_len = spec.world.vocab_size, spec.world.seq_len
-    seeds = spec.run.seeds
+    seeds, mechanisms = spec.run.seeds, spec.active_mechanisms
     if spec.run.streams == "coevolab":
         members_of: dict[float, int] = {}
         for condition in spec.conditions:
             target = spec.judge_target(condition)
-            members_of[target] = max(members_of.get(target, 0), condition.knobs.n_judges)
+            members_of[target] = max(members_of.get(target, 0), judges_per_run(condition.knobs, mechanisms))
         judges = tuple(
             sorted(
                 (
@@ -142,7 +141,9 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
         stream_keys = jax.vmap(keys.training_key)(seed_array)
         return GridOrigins(spec, judges, init_keys, data_keys, _targets(judges), policies, policy_params, stream_keys)
 
-    conditions = [(c.original_script, c.knobs.n_judges, spec.judge_target(c)) for c in spec.conditions]
+    conditions = [
+        (c.original_script, judges_per_run(c.knobs, mechanisms), spec.judge_target(c)) for c in spec.conditions
+    ]
     runs = sorted({(script, seed, n_judges) for script, n_judges, _ in conditions for seed in seeds}, key=_order)
     # The targets each (script, ensemble size) is pretrained to: its seeds' members, once per target.
     targets_of: dict[tuple[str, int], set[float]] = {}
@@ -173,27 +174,3 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
 
 def _targets(judges: tuple[JudgeSource, ...]) -> jax.Array:
     return jnp.asarray([source.target for source in judges], jnp.float32)
-
-
-def holdout_tables(layout: GridLayout, world: World) -> tuple[jax.Array, jax.Array]:
-    """Each run's held-out meta pairs int32 (R, H, 2) and labels 1[q*(a) > q*(b)] (R, H), H = the grid's largest count.
-
-    Which draw a run uses is its `meta_holdout_seed`; the pairs a run uses are the first
-    floor(outputs * meta_holdout_fraction) of that draw. Harness streams: distinct pairs
-    from PRNGKey(keys.HOLDOUT_KEY + seed). Original streams: the original's draw with
-    replacement from PRNGKey(seed) (its own is seed 0).
-    """
-    count = max(layout.shape.max_holdout_pairs, 1)
-    n_outputs = world.n_outputs
-    draws = {}
-    for seed in sorted({int(s) for s in np.asarray(layout.knobs.meta_holdout_seed)}):
-        if layout.spec.run.streams == "coevolab":
-            # A prefix of any longer draw (threefry's bits are partitionable), so drawing `count` is exact.
-            draws[seed] = keys.distinct_pairs(jax.random.PRNGKey(keys.HOLDOUT_KEY + seed), count, n_outputs)
-        else:
-            draws[seed] = original_streams.holdout_pairs(count, n_outputs, seed)
-    # On the host: device gathers would compile for every grid's run count.
-    pairs = np.stack([np.asarray(draws[int(s)]) for s in np.asarray(layout.knobs.meta_holdout_seed)])
-    q_star = np.asarray(world.q_star)
-    labels = (q_star[pairs[..., 0]] > q_star[pairs[..., 1]]).astype(np.float32)
-    return jnp.asarray(pairs), jnp.asarray(labels)

@@ -9,8 +9,8 @@ and `shard_map` runs the same per-shard program on every device at once.
 Shards need identical shapes. Runs are dealt to shards kind by kind (`GroupMembership`: runs of
 one kind are interchangeable for shape), and a shard that is short of a run of some kind
 gets a filler: a copy of a real run of that kind, computed alongside and then ignored.
-Anchor and held-out pair counts, history depth and look-ahead length are padded to the largest
-shard's, as within a grid.
+The static sizes mechanisms declare (pair counts, a history's depth, a look-ahead's length) are
+padded to the largest shard's, as within a grid.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ class ShardPlan:
 
 def _runs_of_kind(layout: GridLayout) -> dict[GroupMembership, list[int]]:
     """The grid's runs grouped by work kind, in run order."""
-    condition_kinds = [group_membership(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions]
+    mechanisms, n_outputs = layout.shape.mechanisms, layout.spec.world.n_outputs
+    condition_kinds = [group_membership(c.knobs, n_outputs, mechanisms) for c in layout.spec.conditions]
     runs_of_kind: dict[GroupMembership, list[int]] = {}
     for run, condition in enumerate(layout.run_condition):
         runs_of_kind.setdefault(condition_kinds[condition], []).append(run)
@@ -180,7 +181,7 @@ def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> 
     shards = [dataclasses.replace(s, shape=shape) for s in shards]
 
     first_slot = np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs))
-    members = np.asarray(layout.knobs.n_judges)
+    members = layout.run_judges
     slots = np.asarray([np.concatenate([first_slot[r] + np.arange(members[r]) for r in ids]) for ids in runs])
     run_at = np.array([placed_at[r][0] * shape.n_runs + placed_at[r][1] for r in range(layout.shape.n_runs)])
     shard_first_slot = [np.searchsorted(s.slot_run, np.arange(shape.n_runs)) for s in shards]
@@ -194,19 +195,19 @@ def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> 
 
 
 def _common_shape(shapes: list[GridShape]) -> GridShape:
-    """Pad shard shapes that differ only in pair counts, history depth or look-ahead length to their maximum."""
+    """Pad shard shapes that differ only in the mechanisms' static sizes (a grid's and its groups') to their
+    maximum."""
+    names = sorted({name for shape in shapes for name, _ in shape.sizes})
     padding = {
-        "max_anchor_pairs": max(s.max_anchor_pairs for s in shapes),
-        "history_depth": max(s.history_depth for s in shapes),
-        "max_lookahead_steps": max(s.max_lookahead_steps for s in shapes),
+        "sizes": tuple((name, max(shape.size(name) for shape in shapes)) for name in names),
         "groups": tuple(
-            dataclasses.replace(groups[0], holdout_pairs=max(g.holdout_pairs for g in groups))
+            dataclasses.replace(groups[0], size=max(g.size for g in groups))
             for groups in zip(*(s.groups for s in shapes), strict=True)
         ),
     }
     padded = dataclasses.replace(shapes[0], **padding)
     for shape in shapes:
-        assert dataclasses.replace(shape, **padding) == padded, f"shards differ in more than pair counts: {shape}"
+        assert dataclasses.replace(shape, **padding) == padded, f"shards differ in more than static sizes: {shape}"
     return padded
 
 

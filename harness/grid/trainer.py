@@ -20,19 +20,21 @@ import numpy as np
 import pandas as pd
 
 from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows, unravel_rows
-from harness.engine.knobs import RunKnobs
 from harness.engine.models import Params, policy_log_prob_tables
 from harness.engine.state import CoevolutionState
 from harness.engine.state import initial_state as initial_run_states
 from harness.engine.world import LARGE_WORLD_OUTPUTS, World
-from harness.grid.diagnostics import METRIC_NAMES, Diagnostics
+from harness.grid import registry
+from harness.grid.contract import GridConstants, HostRuns
+from harness.grid.diagnostics import Diagnostics
 from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
+from harness.grid.knobs import RunKnobs
 from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
 from harness.grid.memory import check_fits
-from harness.grid.origins import GridOrigins, grid_origins, holdout_tables
+from harness.grid.origins import GridOrigins, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
 from harness.grid.sharding import ShardPlan, from_shards, plan_shards, to_shards
-from harness.grid.training_step import GridConstants
+from harness.grid.training_step import mechanism_states
 
 
 class PretrainingFailed(RuntimeError):
@@ -57,19 +59,19 @@ def grid_constants(
 ) -> GridConstants:
     """The constants of a layout's runs: the pretrained judges (one per judge source of `origins`)
     placed in its slots as rows, the initial policies' log-probability tables log_pi (one per
-    policy source, (V, N)) placed by run, work groups, and each run's held-out pairs."""
+    policy source, (V, N)) placed by run, work groups, and each mechanism's constants."""
     slot_run = jnp.asarray(layout.slot_run, jnp.int32)
-    holdout_pairs, holdout_labels = holdout_tables(layout, world)
+    host = HostRuns(layout.shape, layout.knobs, layout.spec.run.streams, world)
     return GridConstants(
         q_star=world.q_star,
         slot_run=slot_run,
         run_first_slot=jnp.asarray(np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs)), jnp.int32),
+        run_judges=jnp.asarray(layout.run_judges, jnp.int32),
         groups=tuple(jax.tree.map(lambda ids: jnp.asarray(ids, jnp.int32), group) for group in layout.groups),
-        holdout_pairs=holdout_pairs,
-        holdout_labels=holdout_labels,
         pretrained_judges=rows_at(ravel_rows(judges), origins.slot_judge(layout)),
         initial_policies=rows_at(ravel_rows(origins.policy_params), origins.run_policy(layout)),
         initial_log_pi=rows_at(log_pi, origins.run_policy(layout)),
+        mechanisms={m.name: m.constants(host) for m in layout.shape.mechanisms if m.constants is not None},
     )
 
 
@@ -231,11 +233,11 @@ class GridTrainer:
         )
         self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
         run_policy = origins.run_policy(layout)
+        policies, judges_rows = self.constants.initial_policies, self.constants.pretrained_judges
+        # Each mechanism's state sized by the shards' shape (its static sizes padded to the largest shard's).
+        run_states, slot_states = mechanism_states(self.shard_shape, policies, judges_rows)
         state = initial_run_states(
-            self.constants.initial_policies,
-            self.constants.pretrained_judges,
-            rows_at(origins.stream_keys, run_policy),
-            self.shard_shape.history_depth,
+            policies, judges_rows, rows_at(origins.stream_keys, run_policy), run_states, slot_states
         )
         chex.assert_tree_shape_prefix(state.runs, (self.shape.n_runs,))
         chex.assert_tree_shape_prefix(state.slots, (self.shape.n_slots,))
@@ -300,12 +302,17 @@ class GridTrainer:
         self.final_state = state
         return self.metrics_table(records)
 
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The grid's metrics (its mechanisms'), in metrics.csv's column order."""
+        return tuple(metric.name for metric in registry.metric_columns(self.shape.mechanisms))
+
     def metrics_table(self, records: list[Diagnostics]) -> pd.DataFrame:
         """Tidy metrics: one row per condition × seed × iteration (record k = after iteration k; 0 = start)."""
         labels = self.layout.run_labels()
         frames = []
         for iteration, record in enumerate(records):
-            columns = {name: np.asarray(record[name]) for name in METRIC_NAMES}
+            columns = {name: np.asarray(record[name]) for name in self.metric_names}
             frame = pd.DataFrame(columns)
             frame.insert(0, "iteration", iteration)
             frame.insert(0, "seed", [seed for _, seed in labels])

@@ -27,12 +27,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.engine.metrics import METRICS, QUALITY_RESOLUTION
+from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics
 from harness.inference.multiplicity import Adjustment
 
 Iteration = int | Literal["last"]
-# Metrics a claim may compare: the continuous ones (counts and the mode index are not effects).
-COMPARABLE_METRICS = tuple(m.name for m in METRICS if m.kind == "float")
+
+
+def comparable_metrics() -> tuple[str, ...]:
+    """Metrics a claim may compare: the continuous ones of every registered mechanism (counts and the mode index are
+    not effects)."""
+    return tuple(m.name for m in all_metrics() if m.kind == "float")
 
 
 class Claim(BaseModel):
@@ -70,8 +74,8 @@ class Claim(BaseModel):
 
     @model_validator(mode="after")
     def _one_other_side(self) -> Claim:
-        if self.metric not in COMPARABLE_METRICS:
-            raise ValueError(f"metric must be one of {', '.join(COMPARABLE_METRICS)}, got {self.metric!r}")
+        if self.metric not in comparable_metrics():
+            raise ValueError(f"metric must be one of {', '.join(comparable_metrics())}, got {self.metric!r}")
         paired = self.than_condition is not None or self.than_iteration is not None
         if paired == (self.than_value is not None):
             raise ValueError("give than_value, or than_condition and/or than_iteration (exactly one kind)")

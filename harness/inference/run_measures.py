@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.engine.metrics import METRICS, QUALITY_RESOLUTION
+from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics
 from harness.engine.world import World, WorldConfig
 
 # The entropy, in nats, below which a policy counts as collapsed (the published lab's "below 1 nat").
@@ -80,7 +80,7 @@ DERIVED_MEASURES = {
 
 def measure_names() -> tuple[str, ...]:
     """What a study's across claims may compare: every float metric (at the final iteration) and DERIVED_MEASURES."""
-    return (*(metric.name for metric in METRICS if metric.kind == "float"), *DERIVED_MEASURES)
+    return (*(metric.name for metric in all_metrics() if metric.kind == "float"), *DERIVED_MEASURES)
 
 
 def run_measures(metrics: pd.DataFrame, world: WorldConfig) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.common.run_files import GRID_FILE, METRICS_FILE, atomic_write_bytes
 from harness.common.wording import plural
+from harness.grid.grid_file import read_grid_file
 from harness.grid.layout import GridSpec
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
@@ -170,7 +171,7 @@ def report_title(grid_name: str) -> str:
 def read_run_grid(run_dir: Path) -> GridSpec | None:
     """The grid a run directory records in its grid.json (None without one); ValueError if it does not validate."""
     path = Path(run_dir) / GRID_FILE
-    return GridSpec.model_validate_json(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_grid_file(path) if path.is_file() else None
 
 
 def write_run_report(

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.common.wording import plural
-from harness.engine.knobs import Knobs, knob_unit
 from harness.engine.world import World
+from harness.grid.knobs import Knobs, knob_fields, knob_unit
 from harness.grid.layout import GridSpec
 from harness.report.metrics_table import num
 
@@ -71,8 +71,9 @@ def set_knobs(grid: GridSpec, names: list[str]) -> dict[str, list[object]]:
     """Knobs that some of the named conditions set away from their defaults, each with the distinct values the named
     conditions take (defaults included: "1, 10, 200" where one condition leaves the knob at 1), in order."""
     knobs = [condition.knobs.model_dump() for condition in map(grid.condition, names)]
-    changed = [k for k in type(DEFAULTS).model_fields if any(values[k] != getattr(DEFAULTS, k) for values in knobs)]
-    return {k: list(dict.fromkeys(values[k] for values in knobs)) for k in changed}
+    names = list(dict.fromkeys(k for values in knobs for k in values))
+    changed = [k for k in names if any(values.get(k, getattr(DEFAULTS, k)) != getattr(DEFAULTS, k) for values in knobs)]
+    return {k: list(dict.fromkeys(values.get(k, getattr(DEFAULTS, k)) for values in knobs)) for k in changed}
 
 
 def condition_lines(grid: GridSpec, role: dict[str, str]) -> list[str]:
@@ -109,8 +110,9 @@ def knob_lines(grid: GridSpec, names: list[str]) -> list[str]:
     )
     steps = plural(grid.run.steps_per_iteration, "inner policy step")
     lines = [
-        f"- **Knobs** this grid sets (the rest keep their defaults; documented in `harness/engine/knobs.py`). An outer "
-        f"iteration is {steps}" + (f"; {counts}." if counts else ".")
+        "- **Knobs** this grid sets (the rest keep their defaults; documented in the mechanisms' modules, "
+        f"`harness/mechanisms/`). An outer iteration is {steps}" + (f"; {counts}." if counts else ".")
     ]
-    lines += [f"  - `{knob}`: {Knobs.model_fields[knob].description}." for knob in knobs]
+    fields = knob_fields()
+    lines += [f"  - `{knob}`: {fields[knob].description}." for knob in knobs]
     return lines

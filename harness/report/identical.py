@@ -24,7 +24,7 @@ HOLDOUT = "meta_accuracy"
 
 
 def _columns(prepared: pd.DataFrame) -> list[str]:
-    return [x.name for x in registry.METRICS if x.name in prepared.columns] + [
+    return [x.name for x in registry.all_metrics() if x.name in prepared.columns] + [
         c for c in ("mode_sequence", "diverged") if c in prepared.columns
     ]
 
@@ -97,7 +97,8 @@ def _meta_fired(prepared: pd.DataFrame, condition: str, grid: GridSpec | None) -
 
 def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
     first, second = grid.condition(a).knobs, grid.condition(b).knobs
-    changed = [k for k in type(first).model_fields if getattr(first, k) != getattr(second, k)]
+    names = dict.fromkeys([*first.model_dump(), *second.model_dump()])
+    changed = [k for k in names if getattr(first, k) != getattr(second, k)]
     if not changed:
         return "same knobs: one configuration under two names"
     listed = [f"`{k}` ({knob_value(getattr(first, k))} vs {knob_value(getattr(second, k))})" for k in changed]

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from harness.common.wording import plural
-from harness.engine.knobs import Knobs
 from harness.engine.metrics import QUALITY_RESOLUTION
+from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec
 from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table

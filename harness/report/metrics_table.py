@@ -2,9 +2,10 @@
 number formatting.
 
 A metrics table has one row per condition × seed × iteration (0 = before training) with a column per registered
-metric (`harness.engine.metrics.METRICS`) and optionally boundary (the condition is a reference bound, not a practical
-method), diverged (the run's parameters were non-finite at or before this iteration) and mode_sequence (the glyphs of
-the policy's most probable output). Rows with diverged == True are left out of every mean and plot but still counted;
+metric (`harness.engine.metrics.all_metrics`) and optionally boundary (the condition is a reference bound, not a
+practical method), diverged (the run's parameters were non-finite at or before this iteration) and mode_sequence (the
+glyphs of the policy's most probable output). Rows with diverged == True are left out of every mean and plot but still
+counted;
 other non-finite values are treated as missing.
 """
 
@@ -37,17 +38,17 @@ PERCEIVED: Metric = metric("judge_perceived_quality")
 
 def float_metrics(prepared: pd.DataFrame) -> tuple[Metric, ...]:
     """Registered float metrics present in the table, registry order: what summaries are computed over."""
-    return tuple(x for x in registry.METRICS if x.kind == "float" and x.name in prepared.columns)
+    return tuple(x for x in registry.all_metrics() if x.kind == "float" and x.name in prepared.columns)
 
 
 def headline_metrics(prepared: pd.DataFrame) -> tuple[Metric, ...]:
     """Headline metrics present in the table (all are, after prepare())."""
-    return tuple(x for x in registry.HEADLINE_METRICS if x.name in prepared.columns)
+    return tuple(x for x in registry.headline_metrics() if x.name in prepared.columns)
 
 
 def prepare(metrics: pd.DataFrame) -> pd.DataFrame:
     """A validated copy: flags as bool, float metrics with non-finite -> NaN, rows in grid order."""
-    required = ("condition", "seed", "iteration", *(x.name for x in registry.HEADLINE_METRICS))
+    required = ("condition", "seed", "iteration", *(x.name for x in registry.headline_metrics()))
     missing = [c for c in required if c not in metrics.columns]
     if missing:
         raise ValueError(f"metrics table lacks columns {missing}")

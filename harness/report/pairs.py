@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.engine.knobs import Knobs
 from harness.engine.metrics import QUALITY_RESOLUTION, metric
+from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec
 from harness.inference.verdicts import paired_bootstrap_ci
 from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap

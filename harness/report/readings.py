@@ -194,7 +194,7 @@ def how_to_read(
 ) -> list[str]:
     """The "How to read this" section: every metric in one line from the registry, q*'s scale, the difference rule,
     the derived quantities, and (with the grid) the conditions' mechanisms and the knobs they set."""
-    shown = [x for x in registry.METRICS if x.headline or x.name == "mode_quality"]
+    shown = [x for x in registry.all_metrics() if x.headline or x.name == "mode_quality"]
     steps = f"; an outer iteration is {plural(grid.run.steps_per_iteration, 'inner policy step')}" if grid else ""
     lines = [
         "## How to read this",
@@ -230,7 +230,7 @@ def how_to_read(
         "0–7). A run's end mode is the policy's most probable output at the last iteration; q* is its ground-truth "
         "quality (mode quality)."
     )
-    others = [x for x in registry.METRICS if x not in shown and x.name in prepared.columns]
+    others = [x for x in registry.all_metrics() if x not in shown and x.name in prepared.columns]
     if others:
         listed = "; ".join(f"`{x.name}` ({x.definition})" for x in others)
         lines.append(f"- metrics.csv also records: {listed}.")

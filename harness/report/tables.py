@@ -231,7 +231,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     with its CI and its verdict (difference_verdict), the runs that fell from their peak (fell_from_peak), and a
     Diverged column when any run diverged. Boundary rows read "boundary" in the Role column.
     """
-    headline = [x for x in registry.HEADLINE_METRICS if f"{x.name}_mean" in summary.columns]
+    headline = [x for x in registry.headline_metrics() if f"{x.name}_mean" in summary.columns]
     any_diverged = int(summary["diverged_runs"].sum()) > 0
     header = ["Condition", "Role"]
     for x in headline:

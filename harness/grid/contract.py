@@ -1,0 +1,340 @@
+"""What a mechanism is: the one contract that every mechanism module fills, built in or a lab's own.
+
+A mechanism is one module that defines `MECHANISM = Mechanism(...)`: its knobs, the rows it adds to
+the inner step (each a function of one run or one judge, and when it is due), the state it keeps,
+its static sizes and constants, its metrics and the view of a run they read, and any of the loop's
+hooks it takes (where the policy's reward comes from, what happens at an outer iteration's start
+and end). The grid (`harness.grid`) builds its knobs, state, step and metrics from the mechanisms
+it is given and names none of them; `harness/mechanisms/` holds the built-in ones, and a condition
+file loads others (`[mechanisms] modules = [...]`, `harness.grid.registry`).
+
+The inner step of every run, in order:
+
+1. ``judge_update_due``: whether the run's judge update is due on this step (the mechanism that sets
+   the judge's cadence; every step where none does); the step's keys (`harness.engine.streams`).
+2. The policy's REINFORCE step, rewarded by its judges: each judge's rows (``reward_rows``), their
+   scores aggregated over the run's judges (``aggregate``), shaped per sample (``shape_reward``),
+   with weights on mean log π (``log_prob_weight``).
+3. Stage ``sides`` (rows over runs, replacing `PairSides`): where the two sides of the judge's
+   training pairs are drawn from (the policy, unless a row replaces a side; ``contrast`` says which
+   runs label their pairs chosen > rejected instead of by the judge).
+4. Stage ``updates`` (rows over judge slots, replacing fields of `SlotState`): the judge's update and
+   whatever rides on it.
+5. Stage ``corrections`` (rows over judge slots): steps on a cadence of their own, after the updates.
+6. ``after_step``: bookkeeping (counters) from what the rows did.
+
+Around the inner steps of an outer iteration: ``start_iteration`` before the first, ``end_iteration``
+after the last. A stage's rows run in the order the mechanisms were registered (built-ins first, in
+`harness.mechanisms.BUILT_IN` order), except where a mechanism's ``after`` / ``before`` say otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+import flax.struct
+import jax
+from pydantic import BaseModel
+
+from harness.engine import streams
+from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
+from harness.engine.metrics import Metric
+from harness.engine.state import CoevolutionState
+from harness.engine.streams import Streams
+from harness.engine.world import World
+from harness.grid.batching import WorkGroup
+from harness.grid.knobs import Knobs, RunKnobs
+
+Cadence = Literal["every_step", "slower"]
+CADENCES: tuple[Cadence, ...] = ("every_step", "slower")
+Stage = Literal["sides", "updates", "corrections"]
+STAGES: tuple[Stage, ...] = ("sides", "updates", "corrections")
+# What each stage's rows act on: the runs' pair sides, or the judge slots.
+STAGE_MEMBERS: dict[Stage, Literal["run", "slot"]] = {"sides": "run", "updates": "slot", "corrections": "slot"}
+
+
+def cadence_of(every: int) -> Cadence:
+    """The cadence class of a mechanism that acts every `every` inner steps: runs due on every step are kept apart
+    from slower ones, so that a slower group skips its work (behind a `lax.cond`) on steps where none of it is due.
+    Grouping decides cost, never results: every group still masks by its runs' own due flags."""
+    return "every_step" if every == 1 else "slower"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkGroupShape:
+    """Static sizes of one work group: a row's runs of one cadence and their judge slots.
+
+    size: the static size the row's `group_size` gives for the group's runs (e.g. the largest held-out pair count,
+    to which every run's are padded); 0 for rows without one. Padding per group rather than per grid keeps a run's
+    masked sums, and so its results, independent of other groups.
+    """
+
+    row: str
+    cadence: Cadence
+    runs: int
+    slots: int
+    size: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GridShape:
+    """The static sizes of a grid: the only things that select a compiled program.
+
+    mechanisms: every mechanism of the grid, built-in and loaded, in catalog order (left out of the shape's repr,
+    which names the loaded ones with their source digests in `plugins`).
+    groups: the non-empty work groups, row by row in the order the step runs them, then by cadence.
+    sizes: (name, value) of every static size the mechanisms declared (`Mechanism.sizes`, e.g. the largest anchor
+    pair count, to which every run's are padded), sorted by name; `size(name)` reads one.
+    model: the policy's and the judge's architecture (the grid's `[model]`), which decide every row's width.
+    plugins: (name, source digest) of each mechanism the grid loads beside the built-in ones, so that a changed
+    mechanism selects another program (the built-ins are covered by the package's source).
+    """
+
+    mechanisms: tuple[Mechanism, ...] = dataclasses.field(repr=False)
+    n_runs: int
+    n_slots: int
+    n_seeds: int
+    max_members: int
+    groups: tuple[WorkGroupShape, ...]
+    batch_size: int
+    steps_per_iteration: int
+    vocab_size: int
+    seq_len: int
+    streams: Streams = "coevolab"
+    sizes: tuple[tuple[str, int], ...] = ()
+    model: ModelConfig = DEFAULT_MODEL
+    plugins: tuple[tuple[str, str], ...] = ()
+
+    def size(self, name: str) -> int:
+        """A static size a mechanism declared (0 where the grid has none of that name)."""
+        return dict(self.sizes).get(name, 0)
+
+    def groups_of(self, row: str) -> list[int]:
+        """Positions in `groups` of a row's work groups."""
+        return [i for i, group in enumerate(self.groups) if group.row == row]
+
+    def slots_of(self, row: str) -> int:
+        return sum(self.groups[i].slots for i in self.groups_of(row))
+
+
+@flax.struct.dataclass
+class GridConstants:
+    """Arrays fixed for the life of a grid.
+
+    q_star (N,); slot_run int32 (J,) the run of each judge slot; run_first_slot int32 (R,) its first slot (a run's
+    slots are consecutive); run_judges int32 (R,) how many judges each run has; groups: one `WorkGroup` per
+    shape.groups entry; pretrained_judges float32 (J, P) rows; initial_policies float32 (R, P) rows, π₀ of each run;
+    initial_log_pi float32 (R, N): log π₀ of each run's initial
+    policy over every output (what the diagnostics measure drift from); mechanisms: mechanism name -> the constants
+    it declared (`Mechanism.constants`, leading axis R).
+    """
+
+    q_star: jax.Array
+    slot_run: jax.Array
+    run_first_slot: jax.Array
+    run_judges: jax.Array
+    groups: tuple[WorkGroup, ...]
+    pretrained_judges: jax.Array
+    initial_policies: jax.Array
+    initial_log_pi: jax.Array
+    mechanisms: dict[str, Any]
+
+    def of(self, mechanism: str) -> Any:
+        """The constants `mechanism` declared."""
+        return self.mechanisms[mechanism]
+
+
+@flax.struct.dataclass
+class PairSides:
+    """The policy rows (R, P) each run draws the chosen and the rejected side of its judge's pairs from."""
+
+    chosen: jax.Array
+    rejected: jax.Array
+
+
+class StepContext(NamedTuple):
+    """What one inner step's hooks and rows read: the grid's static shape, constants and knobs, the state as the
+    step left it so far, the step's keys (`streams.StepKeys`, each with a leading run axis), counter (the step's
+    1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due), and, from
+    the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected) and
+    sides (the `PairSides` each run draws its judge's pairs from)."""
+
+    shape: GridShape
+    constants: GridConstants
+    knobs: RunKnobs
+    state: CoevolutionState
+    keys: streams.StepKeys
+    counter: jax.Array
+    update_due: jax.Array
+    contrast: jax.Array | None = None
+    sides: PairSides | None = None
+
+
+class Group(NamedTuple):
+    """One work group of a row: its runs and slots (device arrays) and its static sizes."""
+
+    ids: WorkGroup
+    sizes: WorkGroupShape
+
+
+class StepRow(NamedTuple):
+    """One row of the inner step: a function of one network, applied to each of the row's work groups where due.
+
+    name: names the row's work groups (`GridShape.groups_of`), unique over every mechanism's rows;
+    stage: where in the step it runs (`STAGES`); schedule: (a condition's `Knobs`, the world's output count) ->
+    the cadence class of the runs it acts on (`cadence_of`), None for runs it never acts on; replaces: the field of
+    the stage's networks it replaces: "chosen" or "rejected" of `PairSides`, or "judge" or a mechanism's name (its
+    per-judge state) of `SlotState`; unit: (step) -> the one-network function, its shared arguments bound from the
+    step; arguments: (step, group, networks) -> the per-member arguments, each with the group's members on its
+    leading axis (built only on steps where some member is due); due: (step, group, networks) -> bool per member,
+    where the row acts on this step; group_size: (the `Knobs` of a group's runs, the world's output count) -> a
+    static size the group's arrays are padded to (`WorkGroupShape.size`; padded to the largest over shards too).
+    `arguments` and `due` read the stage's networks as they stand when the row reaches the group.
+    """
+
+    name: str
+    stage: Stage
+    schedule: Callable[[Knobs, int], Cadence | None]
+    replaces: str
+    unit: Callable[[StepContext], Callable[..., Any]]
+    arguments: Callable[[StepContext, Group, Any], tuple]
+    due: Callable[[StepContext, Group, Any], jax.Array]
+    group_size: Callable[[Sequence[Knobs], int], int] | None = None
+
+
+@flax.struct.dataclass
+class PolicyBatch:
+    """One run's policy batch, as the reward hooks see it: tokens int32 (B, L); log_pi (B,) the policy's log π of
+    each sample (no gradient flows through it); initial_policy (P,) the row of the run's π₀; vocab and model
+    (static), to evaluate other rows on the tokens."""
+
+    tokens: jax.Array
+    log_pi: jax.Array
+    initial_policy: jax.Array
+    vocab: int = flax.struct.field(pytree_node=False)
+    model: Any = flax.struct.field(pytree_node=False)
+
+
+class DiagnosticsContext(NamedTuple):
+    """What a mechanism's view reads after an outer iteration: the grid's shape, constants, knobs and state;
+    log_pi float32 (R, N), every run's log π over all outputs; judge_tables float32 (J, N), every judge's scores of
+    all outputs; reward float32 (R, N), every run's reward table (its judges as the policy sees them); run_slots
+    int32 (R, M) and members bool (R, M), each run's judge slots padded to the largest ensemble and which are real;
+    score_table: judge rows (J', P) -> their score tables (J', N)."""
+
+    shape: GridShape
+    constants: GridConstants
+    knobs: RunKnobs
+    state: CoevolutionState
+    log_pi: jax.Array
+    judge_tables: jax.Array
+    reward: jax.Array
+    run_slots: jax.Array
+    members: jax.Array
+    score_table: Callable[[jax.Array], jax.Array]
+
+
+class GridFacts(NamedTuple):
+    """What a mechanism's static sizes may depend on beside its runs' knobs: the batch size and the world's size."""
+
+    batch_size: int
+    n_outputs: int
+
+
+class HostRuns(NamedTuple):
+    """Runs of a grid (or of one shard) on the host, for a mechanism's constants: shape (`GridShape`), knobs (their
+    `RunKnobs`, (R,) each), streams (whose random streams the grid follows) and world (`World`: q* and the
+    outputs)."""
+
+    shape: GridShape
+    knobs: RunKnobs
+    streams: Streams
+    world: World
+
+
+# (group, due mask per member) of every group a stage's rows acted on, by row name.
+AppliedRows = Mapping[str, tuple[tuple[Group, jax.Array], ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """One mechanism: everything it is, declared in its own module. Every field but `name` and `summary` is
+    optional; a mechanism fills what it needs.
+
+    Knobs and place:
+        knobs: a pydantic model of its knobs (each field documented, validated, with a default that leaves every
+            grid as it was); a field with json_schema_extra={HOST_ONLY: True} acts only before the program runs.
+            Knob names are one namespace over all mechanisms.
+        rows: its rows of the inner step (`StepRow`).
+        after / before: mechanisms whose rows, in a stage both have rows in, come before / after its own.
+    State (each mechanism's state exists once, in `CoevolutionState`'s per-run or per-judge part, by its name):
+        run_state: (shape, one run's initial policy row (P,)) -> its per-run state for one run (no leading axis).
+        slot_state: (shape, one judge's pretrained row (P,)) -> its per-judge state for one judge; also what a
+            judge reset returns it to.
+    Sizes and constants:
+        sizes: (the `Knobs` of the grid's runs, `GridFacts`) -> named static sizes the program needs
+            (`GridShape.size`), padded to their largest over a grid's shards.
+        constants: (`HostRuns`) -> host arrays with a leading run axis, fixed for the grid (`GridConstants.of`).
+        extra_bytes: (shape) -> working memory its rows need beyond the loop's, for the memory estimate.
+    The loop's hooks, each taken by at most one mechanism:
+        judges_per_run: (knobs) -> how many judges a run has (its ensemble size; one where none says).
+        pretrain_target: (knobs, the grid's target) -> the Spearman its judges are pretrained to.
+        judge_update_due: (knobs, counter) -> bool (R,), the runs whose judge update is due on the step of 1-based
+            count `counter` in its outer iteration (every step where none says).
+        contrast: (step) -> bool (R,), the runs whose pairs on this step are labelled chosen > rejected (none where
+            none says).
+        aggregate: (scores (M, X), members bool (M,), one run's knobs) -> (X,), one run's reward from its judges'
+            scores.
+        policy_learning_rate: (one run's knobs) -> its policy's Adam learning rate.
+    The loop's hooks, any number, applied in mechanism order:
+        reward_rows: (shape, constants, knobs, slots (`SlotState`), rows (J, P)) -> the judge rows that reward each
+            run's policy, from the rows the mechanisms before it chose (at first every judge's own).
+        shape_reward: (rewards (B,), `PolicyBatch`, one run's knobs) -> rewards (B,), per sample.
+        log_prob_weight: (one run's knobs) -> the weight of mean log π in its policy's loss (summed over mechanisms).
+        start_iteration / end_iteration: (shape, constants, knobs, state, iteration) -> state, before an outer
+            iteration's first inner step and after its last.
+        after_step: (step, state, applied rows) -> state, after each inner step's stages.
+    Metrics:
+        metrics: its metrics (`harness.engine.metrics.Metric`); their `compute` reads `run.of(name)`, what `view`
+            computed for the run.
+        view: (`DiagnosticsContext`) -> a pytree with a leading run axis (R, ...), computed inside the program.
+    """
+
+    name: str
+    summary: str
+    knobs: type[BaseModel] | None = None
+    rows: tuple[StepRow, ...] = ()
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    run_state: Callable[[GridShape, jax.Array], Any] | None = None
+    slot_state: Callable[[GridShape, jax.Array], Any] | None = None
+    sizes: Callable[[Sequence[Knobs], GridFacts], Mapping[str, int]] | None = None
+    constants: Callable[[HostRuns], Any] | None = None
+    extra_bytes: Callable[[GridShape], int] | None = None
+    judges_per_run: Callable[[Knobs], int] | None = None
+    pretrain_target: Callable[[Knobs, float], float] | None = None
+    judge_update_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
+    contrast: Callable[[StepContext], jax.Array] | None = None
+    aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
+    policy_learning_rate: Callable[[RunKnobs], jax.Array] | None = None
+    reward_rows: Callable[..., jax.Array] | None = None
+    shape_reward: Callable[[jax.Array, PolicyBatch, RunKnobs], jax.Array] | None = None
+    log_prob_weight: Callable[[RunKnobs], jax.Array] | None = None
+    start_iteration: Callable[..., CoevolutionState] | None = None
+    end_iteration: Callable[..., CoevolutionState] | None = None
+    after_step: Callable[[StepContext, CoevolutionState, AppliedRows], CoevolutionState] | None = None
+    metrics: tuple[Metric, ...] = ()
+    view: Callable[[DiagnosticsContext], Any] | None = None
+
+
+# The hooks at most one mechanism takes (`Mechanism`'s docstring).
+SINGLE_HOOKS = (
+    "judges_per_run",
+    "pretrain_target",
+    "judge_update_due",
+    "contrast",
+    "aggregate",
+    "policy_learning_rate",
+)

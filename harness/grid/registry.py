@@ -1,0 +1,333 @@
+"""The mechanisms a grid can use, by name: the built-in ones and those a lab loads from its own modules.
+
+The catalog is filled on first use with the built-in mechanisms (the package `harness.mechanisms`, found by name: the
+grid's code imports no mechanism), then with every mechanism registered later, by `register` (Python) or `load` (a
+module name or a file, as a condition file's `[mechanisms] modules` gives it). A grid uses the built-in mechanisms
+and the ones it names (`GridSpec.mechanisms`); what the grid's program is built from (its knobs, state, rows, hooks
+and metrics) follows from that list, in catalog order (`active`).
+
+Registering checks the mechanism against every other: its name, its knobs' names, its rows' names and metrics' names
+are its own; `after` / `before` name registered mechanisms; a hook that one mechanism takes is taken once. Any clash
+is a `MechanismError` naming the mechanism and what clashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.engine import metrics as metric_registry
+from harness.grid import knobs as knob_registry
+from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, Stage, StepRow
+from harness.grid.knobs import field_choices, field_host_only
+
+# The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.
+CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
+# The package of the built-in mechanisms; its BUILT_IN lists them in order.
+BUILT_IN_PACKAGE = "harness.mechanisms"
+# Modules loaded from files are imported under names of this prefix, their stem and digest: two files of one name do
+# not collide.
+LOADED_PREFIX = "coevolab_mechanism_"
+
+
+class MechanismError(ValueError):
+    """A mechanism that cannot be loaded or registered; the message is one line naming it and the problem."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """A registered mechanism and where it came from: module (its module's name, or the file as given), path (the
+    file it was read from) and digest (SHA-256 of that file; empty for built-ins, which the package's own source
+    digest covers)."""
+
+    mechanism: Mechanism
+    builtin: bool
+    module: str = ""
+    path: str = ""
+    digest: str = ""
+
+
+_CATALOG: dict[str, Registered] = {}
+_LOADING = False
+
+
+def _ensure_built_ins() -> None:
+    global _LOADING
+    if any(entry.builtin for entry in _CATALOG.values()):
+        return
+    if _LOADING:
+        raise MechanismError("a built-in mechanism module reads the mechanism catalog while it is being imported")
+    _LOADING = True
+    try:
+        package = importlib.import_module(BUILT_IN_PACKAGE)
+        for mechanism in package.BUILT_IN:
+            register(mechanism, builtin=True, module=BUILT_IN_PACKAGE)
+    finally:
+        _LOADING = False
+
+
+def catalog() -> dict[str, Registered]:
+    """Every registered mechanism by name: built-ins first (in `harness.mechanisms.BUILT_IN` order), then the others
+    in the order they were registered."""
+    _ensure_built_ins()
+    return dict(_CATALOG)
+
+
+def mechanism(name: str) -> Mechanism:
+    """The registered mechanism called `name`."""
+    registered = catalog()
+    if name not in registered:
+        raise MechanismError(f"no mechanism '{name}' is loaded; loaded: {', '.join(registered)}")
+    return registered[name].mechanism
+
+
+def _check_knobs(mechanism: Mechanism) -> None:
+    if mechanism.knobs is None:
+        return
+    for name, field in mechanism.knobs.model_fields.items():
+        if field.is_required():
+            raise MechanismError(f"mechanism '{mechanism.name}': knob '{name}' has no default")
+        if name in CONDITION_KEYS:
+            raise MechanismError(f"mechanism '{mechanism.name}': knob '{name}' is a condition key, not a knob name")
+        if not field_host_only(field) and not field_choices(field) and type(field.default) not in (bool, int, float):
+            raise MechanismError(
+                f"mechanism '{mechanism.name}': knob '{name}' enters the program, so its default must be a bool, an "
+                f"int, a float or one of a Literal's strings (or mark it host-only), not {field.default!r}"
+            )
+
+
+def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
+    """What of `mechanism` another registered mechanism already has, in words; None if nothing."""
+    for other in others:
+        if other.name == mechanism.name:
+            return "the name is taken by another mechanism"
+        for name in _own_knobs(mechanism) & _own_knobs(other):
+            return f"knob '{name}' is taken by mechanism '{other.name}'"
+        for row in {row.name for row in mechanism.rows} & {row.name for row in other.rows}:
+            return f"row '{row}' is taken by mechanism '{other.name}'"
+        for hook in SINGLE_HOOKS:
+            if getattr(mechanism, hook) is not None and getattr(other, hook) is not None:
+                return f"hook '{hook}' is taken by mechanism '{other.name}'"
+    names = {other.name for other in others}
+    for named in (*mechanism.after, *mechanism.before):
+        if named not in names:
+            return f"its order names mechanism '{named}', which is not loaded"
+    return None
+
+
+def _own_knobs(mechanism: Mechanism) -> set[str]:
+    return set(mechanism.knobs.model_fields) if mechanism.knobs is not None else set()
+
+
+def register(
+    mechanism: Mechanism, *, builtin: bool = False, module: str = "", path: str = "", digest: str = ""
+) -> None:
+    """Add `mechanism` to the catalog. Registering the same mechanism from the same source again does nothing.
+
+    Raises:
+        MechanismError: it is not a `Mechanism`, its knobs are malformed, or it clashes with a registered one.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise MechanismError(f"{module or 'register'}: expected a harness.grid.contract.Mechanism, got {mechanism!r}")
+    if not builtin:
+        _ensure_built_ins()
+    previous = _CATALOG.get(mechanism.name)
+    if previous is not None and (previous.mechanism is mechanism or (digest and previous.digest == digest)):
+        return
+    _check_knobs(mechanism)
+    problem = _clashes(mechanism, [entry.mechanism for entry in _CATALOG.values()])
+    if problem:
+        where = f" ({module})" if module else ""
+        raise MechanismError(f"mechanism '{mechanism.name}'{where}: {problem}")
+    try:
+        metric_registry.register_metrics(mechanism.name, mechanism.metrics)
+    except ValueError as error:
+        raise MechanismError(str(error)) from None
+    if mechanism.knobs is not None:
+        knob_registry.register_knobs(mechanism.name, mechanism.knobs, builtin)
+    _CATALOG[mechanism.name] = Registered(mechanism, builtin, module, path, digest)
+    _clear_caches()
+
+
+def unregister(name: str) -> None:
+    """Remove a mechanism that is not built in from the catalog (e.g. after a test)."""
+    entry = _CATALOG.get(name)
+    if entry is None:
+        return
+    if entry.builtin:
+        raise MechanismError(f"mechanism '{name}' is built in and cannot be unregistered")
+    del _CATALOG[name]
+    metric_registry.unregister_metrics(name)
+    knob_registry.unregister_knobs(name)
+    _clear_caches()
+
+
+@contextmanager
+def restored_catalog() -> Iterator[None]:
+    """Whatever is registered inside the block is unregistered when it ends (for tests and scratch sessions)."""
+    before = set(catalog())
+    try:
+        yield
+    finally:
+        for name in [name for name in _CATALOG if name not in before]:
+            unregister(name)
+
+
+def source_digest(path: Path) -> str:
+    """SHA-256 of a module's source file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def is_path(reference: str) -> bool:
+    return reference.endswith(".py") or "/" in reference or "\\" in reference
+
+
+def resolve_reference(reference: str, relative_to: Path | None = None) -> tuple[str, Path]:
+    """(module reference as given, the file it names or imports) of a mechanism module, without importing a file.
+
+    A reference ending in .py (or holding a path separator) is a file, relative to `relative_to` (the condition
+    file's folder) unless absolute; anything else is a module name imported as Python would.
+    """
+    if is_path(reference):
+        path = Path(reference).expanduser()
+        if not path.is_absolute() and relative_to is not None:
+            path = relative_to / path
+        if not path.is_file():
+            raise MechanismError(f"mechanism module {reference}: no such file ({path})")
+        return reference, path.resolve()
+    spec = importlib.util.find_spec(reference) if reference.strip() else None
+    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+        raise MechanismError(f"mechanism module {reference}: no such module")
+    return reference, Path(spec.origin).resolve()
+
+
+def load(reference: str, relative_to: Path | None = None, path: Path | None = None) -> Registered:
+    """Import a mechanism module and register every mechanism it declares (`MECHANISM`, or a tuple `MECHANISMS`).
+
+    reference: a module name, or a file (see `resolve_reference`); path: read the module from this file instead
+    (a run directory's copy of it). Returns the registration of its (first) mechanism.
+
+    Raises:
+        MechanismError: no such module, it fails to import (the error in one line), declares no mechanism, or a
+            mechanism clashes with a registered one.
+    """
+    from_file = path is not None
+    if path is None:
+        reference, path = resolve_reference(reference, relative_to)
+        from_file = is_path(reference)
+    digest = source_digest(path)
+    try:
+        if from_file:
+            name = f"{LOADED_PREFIX}{path.stem}_{digest[:16]}"
+            module = sys.modules.get(name)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(name, path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
+        else:
+            module = importlib.import_module(reference)
+    except MechanismError:
+        raise
+    except Exception as error:  # an error in the lab's module: its first line, named
+        first = str(error).splitlines()[0] if str(error) else ""
+        raise MechanismError(f"mechanism module {reference}: {type(error).__name__}: {first}") from None
+    declared = getattr(module, "MECHANISMS", None) or (getattr(module, "MECHANISM", None),)
+    if not declared or declared[0] is None:
+        raise MechanismError(f"mechanism module {reference}: it defines no MECHANISM (a harness.grid.Mechanism)")
+    for mechanism in declared:
+        register(mechanism, module=reference, path=str(path), digest=digest)
+    return catalog()[declared[0].name]
+
+
+def names_in(reference_module: str) -> list[str]:
+    """The names of the registered mechanisms a module reference declared."""
+    return [name for name, entry in catalog().items() if entry.module == reference_module]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A grid's mechanisms, and what follows from them
+
+
+def active(names: Sequence[str] = ()) -> tuple[Mechanism, ...]:
+    """The mechanisms of a grid that loads `names` (beside the built-ins), in catalog order."""
+    return _active(tuple(names))
+
+
+@functools.cache
+def _active(names: tuple[str, ...]) -> tuple[Mechanism, ...]:
+    registered = catalog()
+    missing = [name for name in names if name not in registered]
+    if missing:
+        raise MechanismError(f"mechanism {missing[0]} is not loaded")
+    return tuple(entry.mechanism for name, entry in registered.items() if entry.builtin or name in names)
+
+
+def plugins_of(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """(name, source digest) of each mechanism `names` loads: what, beside the package's source, selects a program."""
+    registered = catalog()
+    return tuple((name, registered[name].digest) for name in names)
+
+
+def single_hook(mechanisms: Sequence[Mechanism], hook: str) -> Any:
+    """The function of the one mechanism that takes `hook` (`contract.SINGLE_HOOKS`), or None."""
+    found = [getattr(m, hook) for m in mechanisms if getattr(m, hook) is not None]
+    return found[0] if found else None
+
+
+def hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[Any]:
+    """The functions of every mechanism that takes `hook`, in mechanism order."""
+    return [getattr(m, hook) for m in mechanisms if getattr(m, hook) is not None]
+
+
+def stage_rows(mechanisms: Sequence[Mechanism], stage: Stage) -> tuple[StepRow, ...]:
+    """A stage's rows in the order they run: mechanism order, except that a mechanism with `before` runs just before
+    the first of those it names (and after those its `after` names)."""
+    return _stage_rows(tuple(mechanisms), stage)
+
+
+@functools.cache
+def _stage_rows(mechanisms: tuple[Mechanism, ...], stage: Stage) -> tuple[StepRow, ...]:
+    assert stage in STAGES, stage
+    # Each mechanism, in mechanism order, joins the stage at the end, or just before the first of those it must come
+    # before; it must still come after those it names in `after` (each was registered before it, so is placed).
+    order: list[Mechanism] = []
+    for mechanism in (m for m in mechanisms if any(row.stage == stage for row in m.rows)):
+        placed = [m.name for m in order]
+        earliest = max((placed.index(name) + 1 for name in mechanism.after if name in placed), default=0)
+        position = min((placed.index(name) for name in mechanism.before if name in placed), default=len(order))
+        if position < earliest:
+            raise MechanismError(
+                f"stage '{stage}': mechanism '{mechanism.name}' cannot come after {', '.join(mechanism.after)} and "
+                f"before {', '.join(mechanism.before)}, which run the other way"
+            )
+        order.insert(position, mechanism)
+    return tuple(row for m in order for row in m.rows if row.stage == stage)
+
+
+def rows(mechanisms: Sequence[Mechanism]) -> tuple[StepRow, ...]:
+    """Every row of the mechanisms, stage by stage, in the order the step runs them."""
+    return tuple(row for stage in STAGES for row in stage_rows(mechanisms, stage))
+
+
+def metric_columns(mechanisms: Sequence[Mechanism]) -> tuple[metric_registry.Metric, ...]:
+    """The metrics of a grid of `mechanisms`, in metrics.csv's column order."""
+    return metric_registry.columns([m.name for m in mechanisms])
+
+
+def _clear_caches() -> None:
+    _active.cache_clear()
+    _stage_rows.cache_clear()

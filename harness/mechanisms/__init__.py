@@ -1,0 +1,38 @@
+"""The built-in mechanisms, one module each (`harness.grid.contract.Mechanism`).
+
+`BUILT_IN` is their order: the order of their knobs, of their rows within a stage, of their hooks and of
+their metrics' columns. A mechanism of a lab's own is a module of the same form, loaded by a condition file
+(`[mechanisms] modules = [...]`) or registered from Python (`harness.register_mechanism`); it comes after these.
+"""
+
+from __future__ import annotations
+
+from harness.mechanisms import (
+    anchor,
+    ensemble,
+    entropy_bonus,
+    judge_ema,
+    judge_strength,
+    judge_update,
+    learning_rates,
+    meta_correction,
+    pair_audit,
+    pair_sources,
+    referee,
+    reset,
+)
+
+BUILT_IN = (
+    judge_update.MECHANISM,
+    ensemble.MECHANISM,
+    reset.MECHANISM,
+    anchor.MECHANISM,
+    meta_correction.MECHANISM,
+    pair_sources.MECHANISM,
+    pair_audit.MECHANISM,
+    referee.MECHANISM,
+    judge_ema.MECHANISM,
+    entropy_bonus.MECHANISM,
+    learning_rates.MECHANISM,
+    judge_strength.MECHANISM,
+)

@@ -1,0 +1,111 @@
+"""The oracle anchor: on every judge update, one more Bradley–Terry step on random pairs labelled by q*.
+
+The published lab's upper reference: a share of each judge batch, max(1, floor(B·f)) pairs of distinct
+outputs drawn uniformly, labelled by ground truth. It rides on the judge's update (its cadence, and none for
+a frozen judge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.engine import streams
+from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
+from harness.engine.learning import pair_bce
+from harness.engine.state import Network, adam_step
+from harness.grid.contract import Cadence, GridFacts, Group, Mechanism, StepContext, StepRow
+from harness.grid.knobs import Knobs
+from harness.grid.step_table import with_judge_update
+from harness.mechanisms.judge_update import judge_cadence
+
+# The static size every run's anchor pairs are padded to: the grid's largest count.
+ANCHOR_PAIRS = "anchor_pairs"
+
+
+class AnchorKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    anchor_fraction: float = Field(
+        0.0, ge=0.0, le=1.0, description="extra q*-labelled step on max(1, floor(batch*f)) random pairs (0: off)"
+    )
+
+
+def anchor_pair_count(anchor_fraction: jnp.ndarray | np.ndarray, batch_size: int) -> jnp.ndarray:
+    """Anchor pairs per judge update: max(1, floor(batch * f)) where f > 0, else 0."""
+    fraction = jnp.asarray(anchor_fraction, jnp.float32)
+    count = jnp.maximum(1, jnp.floor(batch_size * fraction).astype(jnp.int32))
+    return jnp.where(fraction > 0, count, 0).astype(jnp.int32)
+
+
+def anchor_update(
+    judge: Network,
+    pairs: jax.Array,
+    count: jax.Array,
+    lr: jax.Array,
+    *,
+    q_star: jax.Array,
+    vocab: int,
+    seq_len: int,
+    model: ModelConfig = DEFAULT_MODEL,
+) -> Network:
+    """One q*-labelled step of one judge on the first `count` of `pairs` (int32 (P, 2) output indices,
+    drawn uniformly by `harness.engine.streams.anchor_pairs`; the rest is padding)."""
+    labels = (q_star[pairs[:, 0]] > q_star[pairs[:, 1]]).astype(jnp.float32)
+    mask = (jnp.arange(pairs.shape[0]) < count).astype(jnp.float32)
+    grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len, model)
+    return adam_step(judge, grads, lr)
+
+
+def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """The anchor rides on the judge update: runs with anchor pairs, on their judge's cadence."""
+    return None if knobs.anchor_fraction == 0 else judge_cadence(knobs)
+
+
+def _arguments(step: StepContext, group: Group, slots: object) -> tuple[jax.Array, ...]:
+    shape, constants, knobs, runs = step.shape, step.constants, step.knobs, group.ids.slot_run
+    members = group.ids.slot_ids - constants.run_first_slot[runs]
+    draw = partial(
+        streams.anchor_pairs,
+        shape.streams,
+        batch=shape.batch_size,
+        max_pairs=shape.size(ANCHOR_PAIRS),
+        n_outputs=constants.q_star.shape[0],
+    )
+    pairs = jax.vmap(draw)(step.keys.anchors[runs, members])
+    return pairs, anchor_pair_count(knobs.anchor_fraction[runs], shape.batch_size), knobs.lr_judge[runs]
+
+
+def _sizes(knobs: Sequence[Knobs], facts: GridFacts) -> Mapping[str, int]:
+    counts = anchor_pair_count(np.array([k.anchor_fraction for k in knobs]), facts.batch_size)
+    return {ANCHOR_PAIRS: int(np.max(counts))}
+
+
+MECHANISM = Mechanism(
+    name="anchor",
+    summary="an extra q*-labelled step on a share of each judge batch (the oracle anchor)",
+    knobs=AnchorKnobs,
+    rows=(
+        StepRow(
+            name="anchor",
+            stage="updates",
+            schedule=_schedule,
+            replaces="judge",
+            unit=lambda step: partial(
+                anchor_update,
+                q_star=step.constants.q_star,
+                vocab=step.shape.vocab_size,
+                seq_len=step.shape.seq_len,
+                model=step.shape.model,
+            ),
+            arguments=_arguments,
+            due=with_judge_update,
+        ),
+    ),
+    sizes=_sizes,
+)

@@ -1,0 +1,63 @@
+"""An ensemble of judges per run, and how their scores become the policy's reward (Coste et al. 2024).
+
+Each run owns `n_judges` judges, each pretrained from its own keys and updated on the run's pairs; the
+policy is rewarded by their mean, their minimum (the worst case over the ensemble), or their mean less
+λ times their spread.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.grid.contract import Mechanism
+from harness.grid.knobs import Knobs, RunKnobs
+
+# Upper bound on ensemble size: each member is a pretrained judge per seed.
+MAX_JUDGES = 16
+EnsembleAggregation = Literal["mean", "min", "mean_minus_std"]
+_AGGREGATIONS: tuple[str, ...] = ("mean", "min", "mean_minus_std")
+
+
+class EnsembleKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    n_judges: int = Field(1, ge=1, le=MAX_JUDGES, description="ensemble size: judges per run")
+    ensemble_aggregation: EnsembleAggregation = Field(
+        "mean",
+        description="how an ensemble's scores become the reward: mean; min (worst case, Coste et al. 2024); "
+        "mean_minus_std (mean − λ·std over members, λ = ensemble_std_weight)",
+    )
+    ensemble_std_weight: float = Field(1.0, ge=0.0, description="λ of mean_minus_std aggregation")
+
+
+def aggregate_scores(scores: jax.Array, members: jax.Array, knobs: RunKnobs) -> jax.Array:
+    """One run's reward from its judges' scores (M, X); members bool (M,) marks real judges (the rest is padding).
+
+    By the code of the run's `ensemble_aggregation`: the members' mean, their minimum (the worst case over the
+    ensemble), or mean − ensemble_std_weight · std (population std).
+    """
+    rule, std_weight = knobs.ensemble_aggregation, knobs.ensemble_std_weight
+    weight = members.astype(scores.dtype)[:, None]
+    count = jnp.sum(weight)
+    mean = jnp.sum(weight * scores, axis=0) / count
+    minimum = jnp.min(jnp.where(members[:, None], scores, jnp.inf), axis=0)
+    std = jnp.sqrt(jnp.sum(weight * (scores - mean) ** 2, axis=0) / count)
+    by_rule = {"mean": mean, "min": minimum, "mean_minus_std": mean - std_weight * std}
+    return jnp.select([rule == code for code in range(len(_AGGREGATIONS))], [by_rule[n] for n in _AGGREGATIONS])
+
+
+def _judges_per_run(knobs: Knobs) -> int:
+    return knobs.n_judges
+
+
+MECHANISM = Mechanism(
+    name="ensemble",
+    summary="several judges per run; their scores aggregated by mean, minimum or mean − λ·std",
+    knobs=EnsembleKnobs,
+    judges_per_run=_judges_per_run,
+    aggregate=aggregate_scores,
+)

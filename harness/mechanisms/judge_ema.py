@@ -1,0 +1,78 @@
+"""The judges' moving average: the policy is rewarded by an exponential moving average of each judge's weights.
+
+After every judge update, ema ← d·ema + (1 − d)·judge, from (and reset with) the pretrained judge; where a run
+keeps an average it rewards the policy (and the diagnostics score it) instead of the live judge.
+"""
+
+from __future__ import annotations
+
+import jax
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.engine.state import SlotState, select
+from harness.grid.contract import Cadence, GridConstants, GridShape, Group, Mechanism, StepContext, StepRow
+from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.step_table import with_judge_update
+from harness.mechanisms.judge_update import judge_cadence
+
+NAME = "judge_ema"
+
+
+class JudgeEmaKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    judge_ema: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="the policy is rewarded by an exponential moving average of each judge's weights, "
+        "ema ← d·ema + (1 − d)·judge after every judge update, starting from (and reset with) the pretrained "
+        "judge; d is this decay (0: off, the live judges reward the policy)",
+    )
+
+
+def ema_update(average: jax.Array, judge: jax.Array, decay: jax.Array) -> jax.Array:
+    """One step of a judge's exponential moving average (rows (P,)): decay · average + (1 − decay) · judge."""
+    return decay * average + (1.0 - decay) * judge
+
+
+def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """A judge's moving average follows its updates: runs with a decay, on their judge's cadence."""
+    return None if knobs.judge_ema == 0 else judge_cadence(knobs)
+
+
+def _arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:
+    """Each judge as the rows before this one left it (its update, anchor and referee steps), and its run's decay."""
+    return slots.judge.params[group.ids.slot_ids], step.knobs.judge_ema[group.ids.slot_run]
+
+
+def reward_rows(
+    shape: GridShape, constants: GridConstants, knobs: RunKnobs, slots: SlotState, rows: jax.Array
+) -> jax.Array:
+    """Each slot's moving average where its run keeps one, else the rows it is given; those rows themselves where no
+    run of the grid averages."""
+    if not shape.groups_of(NAME):
+        return rows
+    return select(knobs.judge_ema[constants.slot_run] > 0, slots.of(NAME), rows)
+
+
+MECHANISM = Mechanism(
+    name=NAME,
+    summary="the policy is rewarded by an exponential moving average of each judge's weights",
+    knobs=JudgeEmaKnobs,
+    rows=(
+        StepRow(
+            name=NAME,
+            stage="updates",
+            schedule=_schedule,
+            replaces=NAME,
+            unit=lambda step: ema_update,
+            arguments=_arguments,
+            due=with_judge_update,
+        ),
+    ),
+    # float32 (P,) per judge: its average, the pretrained row at the start and after a reset, and left so where the
+    # run keeps none.
+    slot_state=lambda shape, pretrained: pretrained,
+    reward_rows=reward_rows,
+)

@@ -1,0 +1,108 @@
+"""The exact audit of the pairs every judge trains on: how often their labels prefer the worse side, how far apart
+the sides are, how often they are one output, and what a referee re-judges (`harness.engine.pair_audits`).
+
+It has no knobs and changes nothing: its view measures, after every outer iteration, the pair distribution a
+judge update would draw from the state as it stands (the pair sources' sides, contrast pairs with probability
+contrast_mix where a run has them, else self-labelled; the referee's re-judging where the grid has a referee).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from harness.engine.flat_params import policy_layout
+from harness.engine.metrics import Metric
+from harness.engine.models import policy_log_prob_table
+from harness.engine.pair_audits import PairAudit, audit_pairs
+from harness.grid.contract import DiagnosticsContext, Mechanism, StepContext
+from harness.grid.training_step import pair_sides, step_keys
+from harness.mechanisms import pair_sources, referee
+
+
+def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The distributions (R, N) of each run's two sides, as the next step would draw them where it drew contrast
+    pairs (the look-ahead drawn with that step's keys)."""
+    shape, constants, knobs, state = context.shape, context.constants, context.knobs, context.state
+    if not (shape.groups_of("rejected_side") or shape.groups_of("lookahead")):
+        return pi, pi
+    due = jnp.ones(shape.n_runs, bool)
+    keys = step_keys(shape, knobs, state, due)
+    contrast = pair_sources.contrast_runs(knobs)
+    sides = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, due, contrast))
+    unravel = policy_layout(shape.vocab_size, shape.seq_len, shape.model.policy).unravel
+    table = jax.vmap(lambda row: jnp.exp(policy_log_prob_table(unravel(row), shape.vocab_size, shape.seq_len)))
+    return table(sides.chosen), table(sides.rejected)
+
+
+def audit_view(context: DiagnosticsContext) -> PairAudit:
+    """Every run's audit, (R,) per field: the mean over its judges (a referee's error over the judges that re-judge
+    any pair) of each judge's exact audit."""
+    shape, constants, knobs = context.shape, context.constants, context.knobs
+    share = jnp.where(pair_sources.contrast_runs(knobs), knobs.contrast_mix, 0.0)
+    pi = jnp.exp(context.log_pi)
+    chosen, rejected = _sides(context, pi)
+    with_referee = referee.in_grid(shape)
+    referees = context.score_table(constants.pretrained_judges) if with_referee else context.judge_tables
+    run = constants.slot_run
+    audit = partial(audit_pairs, q_star=constants.q_star, with_referee=with_referee)
+    margins = knobs.referee_margin[run]
+    slot_pairs = jax.lax.map(
+        lambda slot: audit(*slot),
+        (chosen[run], rejected[run], pi[run], share[run], context.judge_tables, referees, margins),
+    )
+    real = jnp.where(context.members, 1.0, jnp.nan)
+    return jax.tree.map(lambda leaf: jnp.nanmean(leaf[context.run_slots] * real, axis=1), slot_pairs)
+
+
+def _audit(run: object) -> PairAudit:
+    return run.of("pair_audit")  # type: ignore[attr-defined]
+
+
+MECHANISM = Mechanism(
+    name="pair_audit",
+    summary="exact audit of every judge's training pairs: label error, q* and judge gaps, identical pairs",
+    metrics=(
+        Metric(
+            "pair_label_error",
+            "pair label error",
+            "probability",
+            "P(the label of a judge training pair prefers the side of lower q*), exact over the pair distribution of "
+            "the run's pair source (for temporal pairs: how often 'newer is better' is wrong)",
+            lambda run: _audit(run).label_error,
+        ),
+        Metric(
+            "pair_label_error_distinct",
+            "pair label error, a ≠ b",
+            "probability",
+            "P(the label prefers the side of lower q* | the pair is two different outputs): pairs of one output are "
+            "never wrong and carry no signal, and after collapse they are most pairs (no two outputs share a q*)",
+            lambda run: _audit(run).label_error / (1.0 - _audit(run).identical),
+        ),
+        Metric(
+            "pair_quality_gap",
+            "pair q* gap",
+            "q*",
+            "E|q*(a) − q*(b)| over the judge's training pairs: how far apart in real quality chosen and rejected are",
+            lambda run: _audit(run).quality_gap,
+        ),
+        Metric(
+            "pair_judge_gap",
+            "pair judge gap",
+            "judge score",
+            "E|J(a) − J(b)| over the judge's training pairs: how far apart the judge itself sees them",
+            lambda run: _audit(run).judge_gap,
+            judge_scale=True,
+        ),
+        Metric(
+            "pair_identical",
+            "identical pairs",
+            "probability",
+            "P(a = b) over the judge's training pairs: pairs that carry no signal",
+            lambda run: _audit(run).identical,
+        ),
+    ),
+    view=audit_view,
+)

@@ -1,0 +1,243 @@
+"""Where a judge's training pairs come from: temporal contrast, anchored rejection, a look-ahead chosen side.
+
+By default both sides of a judge's pair are samples of the current policy, labelled by the judge. The
+follow-up work replaces a side and labels the pair chosen > rejected instead:
+- temporal contrast (EvoLM; `rejected_from = "past"`): the rejected side from the policy's checkpoint
+  `temporal_gap` outer iterations back (a checkpoint is kept at the start of every outer iteration);
+- anchored rejection (Temporal Self-Rewarding; `rejected_from = "initial"`): the rejected side from π₀;
+- future-guided chosen (Temporal Self-Rewarding; `chosen_from = "lookahead"`): the chosen side from a copy of
+  the policy trained `lookahead_steps` more steps against the current judges, then thrown away.
+`contrast_mix` is the share of judge updates that use these pairs; the rest stay self-labelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any, Literal
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.engine import streams
+from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
+from harness.engine.state import CoevolutionState, Network, take
+from harness.grid.contract import (
+    Cadence,
+    GridConstants,
+    GridFacts,
+    GridShape,
+    Group,
+    Mechanism,
+    PairSides,
+    StepContext,
+    StepRow,
+)
+from harness.grid.knobs import INNER_STEPS, OUTER_ITERATIONS, UNIT, Knobs, RunKnobs, choices
+from harness.grid.reward import reward_judges, run_policy_step
+from harness.grid.step_table import run_judge_slots
+from harness.mechanisms.judge_update import judge_cadence
+
+# Upper bounds on the look-ahead and the temporal gap: each bounds a scan or a stored history.
+MAX_LOOKAHEAD_STEPS = 64
+MAX_TEMPORAL_GAP = 10
+ChosenSide = Literal["policy", "lookahead"]
+RejectedSide = Literal["policy", "past", "initial"]
+# Static sizes: the checkpoints each run keeps (the largest gap of runs with a past side) and the longest look-ahead.
+HISTORY_DEPTH, LOOKAHEAD_STEPS = "history_depth", "lookahead_steps"
+
+
+class PairSourceKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    chosen_from: ChosenSide = Field(
+        "policy",
+        description="where the first (chosen) side of the judge's training pairs comes from: the policy; or "
+        "lookahead, a copy of the policy trained lookahead_steps more steps against the current judges, then "
+        "discarded (future-guided chosen, Temporal Self-Rewarding)",
+    )
+    rejected_from: RejectedSide = Field(
+        "policy",
+        description="where the second (rejected) side comes from: the policy; past, the policy temporal_gap "
+        "checkpoints ago (temporal contrast, EvoLM); or initial, π₀ (anchored rejection). Unless both sides are "
+        "the policy, pairs are labelled chosen > rejected instead of by the judge",
+    )
+    temporal_gap: int = Field(
+        1,
+        ge=0,
+        le=MAX_TEMPORAL_GAP,
+        description="which checkpoint the past side is drawn from: checkpoints are taken at the start of every "
+        "outer iteration, 1 is the latest, 0 is the live policy (π₀ before the first)",
+        json_schema_extra={UNIT: OUTER_ITERATIONS},
+    )
+    lookahead_steps: int = Field(
+        5,
+        ge=1,
+        le=MAX_LOOKAHEAD_STEPS,
+        description="REINFORCE steps the look-ahead copy takes before it draws the chosen side",
+        json_schema_extra={UNIT: INNER_STEPS},
+    )
+    contrast_mix: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="probability that a judge update uses the chosen_from/rejected_from pairs rather than two "
+        "judge-labelled policy samples (1: always)",
+    )
+
+
+def rejected_side(
+    current: jax.Array, history: jax.Array, initial: jax.Array, rejected_from: jax.Array, gap: jax.Array
+) -> jax.Array:
+    """The policy row (P,) one run draws the rejected side of contrast pairs from: its current row, its checkpoint
+    `gap` ago (history (D, P), latest first; gap 0 is the current row) or its initial row, by the code of
+    `rejected_from`."""
+    past = current if history.shape[0] == 0 else jnp.where(gap > 0, history[jnp.clip(gap - 1, 0)], current)
+    codes = {name: code for code, name in enumerate(choices("rejected_from"))}
+    return jnp.select([rejected_from == codes["past"], rejected_from == codes["initial"]], [past, initial], current)
+
+
+def lookahead_side(
+    current: jax.Array,
+    policy: Network,
+    judges: jax.Array,
+    members: jax.Array,
+    noise: jax.Array,
+    steps: jax.Array,
+    knobs: RunKnobs,
+    initial_policy: jax.Array,
+    *,
+    vocab: int,
+    model: ModelConfig = DEFAULT_MODEL,
+    mechanisms: tuple[Mechanism, ...],
+) -> jax.Array:
+    """The chosen side's policy row for future-guided pairs: a copy of one run's policy (with its Adam state)
+    trained `steps` more REINFORCE steps against the run's current judges (rows (M, P), members marking the real
+    ones), step i with noise[i] (S, L, B, K), S ≥ steps, as the loop trains the policy (`run_policy_step`); the
+    copy's row is returned, the run's policy is untouched."""
+    del current  # the side it replaces: always the policy's own row
+    train = partial(run_policy_step, vocab=vocab, model=model, mechanisms=mechanisms)
+
+    def step(copy: Network, inputs: tuple[jax.Array, jax.Array]) -> tuple[Network, None]:
+        index, step_noise = inputs
+        stepped = train(copy, judges, members, step_noise, knobs, initial_policy)
+        return jax.tree.map(lambda new, old: jnp.where(index < steps, new, old), stepped, copy), None
+
+    copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))
+    return copy.params
+
+
+def contrast_runs(knobs: RunKnobs) -> jax.Array:
+    """bool (R,): runs whose pairs, when contrast is drawn, have a side other than the policy."""
+    policy_chosen, policy_rejected = choices("chosen_from").index("policy"), choices("rejected_from").index("policy")
+    return (knobs.chosen_from != policy_chosen) | (knobs.rejected_from != policy_rejected)
+
+
+def contrast(step: StepContext) -> jax.Array:
+    """bool (R,): runs whose judge update on this step uses contrast pairs: due, with a side other than the policy,
+    and drawn with probability contrast_mix (uniform in [0, 1): always at 1)."""
+    drawn = jax.vmap(lambda key: jax.random.uniform(jax.random.fold_in(key, 0)))(step.keys.contrast)
+    return step.update_due & contrast_runs(step.knobs) & (drawn < step.knobs.contrast_mix)
+
+
+def contrast_due(step: StepContext, group: Group, sides: PairSides) -> jax.Array:
+    """A run's side is replaced where its judge update is due and draws contrast pairs (`contrast`)."""
+    return step.contrast[group.ids.run_ids]
+
+
+def _rejected_arguments(step: StepContext, group: Group, sides: PairSides) -> tuple[jax.Array, ...]:
+    runs = group.ids.run_ids
+    history, initial = step.state.runs.of("pair_sources").history[runs], step.constants.initial_policies[runs]
+    return history, initial, step.knobs.rejected_from[runs], step.knobs.temporal_gap[runs]
+
+
+def _lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> tuple[Any, ...]:
+    shape, knobs, runs = step.shape, step.knobs, group.ids.run_ids
+    slots, members = run_judge_slots(shape, step.constants)
+    step_keys = jax.vmap(lambda key: jax.random.split(key, shape.size(LOOKAHEAD_STEPS)))(step.keys.contrast[runs])
+    sampling_noise = partial(
+        streams.sampling_noise, shape.streams, batch=shape.batch_size, vocab=shape.vocab_size, seq_len=shape.seq_len
+    )
+    noise = jax.vmap(jax.vmap(sampling_noise))(step_keys)
+    run_knobs = jax.tree.map(lambda leaf: leaf[runs], knobs)
+    # The copy trains as the policy does: against the judges the policy is rewarded by.
+    judges = reward_judges(shape, step.constants, knobs, step.state.slots)[slots[runs]]
+    policies = take(step.state.runs.policy, runs)
+    initial = step.constants.initial_policies[runs]
+    return policies, judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs, initial
+
+
+def _rejected_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """A rejected side other than the policy (past or initial) rides on the judge update, on its cadence."""
+    return None if knobs.rejected_from == "policy" else judge_cadence(knobs)
+
+
+def _lookahead_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
+    """The look-ahead copy that draws the chosen side is trained for each judge update of runs that use it."""
+    return None if knobs.chosen_from != "lookahead" else judge_cadence(knobs)
+
+
+def _sizes(knobs: Sequence[Knobs], facts: GridFacts) -> Mapping[str, int]:
+    past_gaps = [k.temporal_gap for k in knobs if k.rejected_from == "past"]
+    lookaheads = [k.lookahead_steps for k in knobs if k.chosen_from == "lookahead"]
+    return {HISTORY_DEPTH: max(past_gaps, default=0), LOOKAHEAD_STEPS: max(lookaheads, default=0)}
+
+
+@flax.struct.dataclass
+class PolicyHistory:
+    """Per run: float32 (D, P), its policy at the start of the last D outer iterations, latest first (π₀ before the
+    first); what a past rejected side is drawn from. D = the grid's HISTORY_DEPTH, 0 where no run needs it."""
+
+    history: jax.Array
+
+
+def _initial_history(shape: GridShape, policy: jax.Array) -> PolicyHistory:
+    return PolicyHistory(jnp.repeat(policy[None], shape.size(HISTORY_DEPTH), axis=0))
+
+
+def _checkpoint(
+    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+) -> CoevolutionState:
+    """A checkpoint at the start of every outer iteration, latest first: what a past rejected side is drawn from."""
+    runs = state.runs
+    history = jnp.concatenate([runs.policy.params[:, None], runs.of("pair_sources").history[:, :-1]], axis=1)
+    history = history[:, : shape.size(HISTORY_DEPTH)]
+    return state.replace(runs=runs.with_state("pair_sources", PolicyHistory(history)))
+
+
+MECHANISM = Mechanism(
+    name="pair_sources",
+    summary="the judge's pairs from a past checkpoint, from π₀ or from a look-ahead copy, labelled chosen > rejected",
+    knobs=PairSourceKnobs,
+    rows=(
+        StepRow(
+            name="rejected_side",
+            stage="sides",
+            schedule=_rejected_schedule,
+            replaces="rejected",
+            unit=lambda step: rejected_side,
+            arguments=_rejected_arguments,
+            due=contrast_due,
+        ),
+        StepRow(
+            name="lookahead",
+            stage="sides",
+            schedule=_lookahead_schedule,
+            replaces="chosen",
+            unit=lambda step: partial(
+                lookahead_side,
+                vocab=step.shape.vocab_size,
+                model=step.shape.model,
+                mechanisms=step.shape.mechanisms,
+            ),
+            arguments=_lookahead_arguments,
+            due=contrast_due,
+        ),
+    ),
+    run_state=_initial_history,
+    sizes=_sizes,
+    contrast=contrast,
+    start_iteration=_checkpoint,
+)

@@ -1,0 +1,273 @@
+"""A mechanism of a lab's own, loaded from outside the package: examples/mechanisms/judge_tether.py through the
+command line, the Python API and seed blocks; its clashes refused in one line; its source recorded, copied into the
+run directory, and recompiled when it changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+import harness
+from harness import cli
+from harness.grid import registry
+from harness.grid.contract import Mechanism, StepRow
+from harness.grid.knobs import Knobs
+from harness.mechanisms import BUILT_IN
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "mechanisms" / "judge_tether.py"
+# The tether beside the baseline and a frozen judge, in a world of two positions (tests/worlds.py).
+GRID = """
+[mechanisms]
+modules = ["judge_tether.py"]
+
+[run]
+seeds = 2
+iterations = 2
+steps_per_iteration = 10
+batch_size = 16
+{block}
+
+[world]
+vocab_size = 4
+seq_len = 2
+
+[conditions.baseline]
+[conditions.frozen]
+freeze_judge = true
+[conditions.tethered]
+tether = [0.0, 0.5, 1.0]
+"""
+FLOAT_COLUMNS = ["policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality", "judge_drift"]
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache(subprocess_compile_cache: Path) -> Path:
+    """Commands cache compiled programs in the session's shared directory."""
+    return subprocess_compile_cache
+
+
+def coevolab(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def lab_folder(root: Path, block: str = "") -> Path:
+    """A lab's folder outside the package: its own copy of the tether and a condition file that loads it."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLE, root / "judge_tether.py")
+    (root / "tether.toml").write_text(GRID.format(block=block))
+    return root / "tether.toml"
+
+
+@pytest.fixture(scope="module")
+def tethered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    """The tether's grid run by `coevolab run` from a lab folder: (run directory, metrics)."""
+    grid = lab_folder(tmp_path_factory.mktemp("lab"))
+    out = grid.parent / "run"
+    result = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
+    assert result.returncode == 0, result.stderr
+    return out, pd.read_csv(out / "metrics.csv")
+
+
+def by_condition(metrics: pd.DataFrame, name: str) -> pd.DataFrame:
+    return metrics[metrics["condition"] == name].reset_index(drop=True)
+
+
+def test_the_tether_runs_from_a_condition_file_outside_the_package(tethered) -> None:
+    out, metrics = tethered
+    columns = list(metrics.columns)
+    assert columns.index("referee_label_error") < columns.index("judge_drift") < columns.index("mode_index")
+    final = metrics[metrics["iteration"] == 2].set_index(["condition", "seed"])["judge_drift"]
+    assert (final.loc["frozen"] == 0).all()  # a frozen judge never leaves its pretrained weights
+    assert (final.loc["tethered[tether=1]"] < 1e-5).all()  # pulled all the way back after every update
+    assert (final.loc["tethered[tether=0.5]"] < final.loc["baseline"]).all()
+    assert (final.loc["baseline"] > 0.05).all()
+    # A pull of 0 acts on no run (no work group): every number is the baseline's.
+    off, baseline = by_condition(metrics, "tethered[tether=0]"), by_condition(metrics, "baseline")
+    pd.testing.assert_frame_equal(off[FLOAT_COLUMNS], baseline[FLOAT_COLUMNS])
+    # The run directory records the module and carries its source.
+    grid = (out / "grid.json").read_text()
+    assert registry.source_digest(EXAMPLE) in grid
+    assert (out / "mechanisms" / "judge_tether.py").read_bytes() == EXAMPLE.read_bytes()
+
+
+def test_report_reads_the_run_from_its_own_copy_of_the_mechanism(tethered, tmp_path: Path) -> None:
+    """The lab's module gone (moved, renamed): `coevolab report` re-renders the run, byte for byte, from the copy."""
+    out, _ = tethered
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (out.parent / "judge_tether.py").rename(tmp_path / "elsewhere.py")
+    try:
+        result = coevolab("report", str(copy), "--no-figures")
+        assert result.returncode == 0, result.stderr
+        assert (copy / "report.md").read_bytes() == (out / "report.md").read_bytes()
+    finally:
+        (tmp_path / "elsewhere.py").rename(out.parent / "judge_tether.py")
+
+
+def test_the_api_runs_a_registered_mechanism_to_the_same_numbers(tethered, tmp_path: Path) -> None:
+    """`harness.register_mechanism`, then a grid from a dict that sets its knob: the command line's numbers."""
+    _, metrics = tethered
+    with registry.restored_catalog():
+        assert harness.register_mechanism(EXAMPLE) == ("judge_tether",)
+        assert Knobs(tether=0.5).tether == 0.5
+        document = {
+            "run": {"seeds": 2, "iterations": 2, "steps_per_iteration": 10, "batch_size": 16},
+            "world": {"vocab_size": 4, "seq_len": 2},
+            "conditions": {"baseline": {}, "frozen": {"freeze_judge": True}, "tethered": {"tether": [0.0, 0.5, 1.0]}},
+        }
+        grid = harness.grid_from_dict(document, name="tether")
+        assert [source.name for source in grid.mechanisms] == ["judge_tether"]
+        result = harness.run_grid(grid, run_dir=tmp_path / "api", figures=False)
+    pd.testing.assert_frame_equal(result.metrics[FLOAT_COLUMNS], metrics[FLOAT_COLUMNS])
+
+
+def test_a_changed_mechanism_is_compiled_afresh_and_refused_by_resume(tethered, tmp_path: Path) -> None:
+    """The same grid, the module edited (the pull applied twice): the compile cache serves no stale program (the
+    numbers follow the edit), and `--resume` of the first run refuses the edited module in one line."""
+    out, metrics = tethered
+    module = out.parent / "judge_tether.py"
+    original = module.read_text()
+    edited = original.replace("judge.params - pull * (judge.params - pretrained)", "judge.params - 2 * pull * (0.0)")
+    assert edited != original
+    grid = lab_folder(tmp_path / "lab")
+    (tmp_path / "lab" / "judge_tether.py").write_text(edited)
+    again = coevolab("run", str(grid), "--out", str(tmp_path / "run"), "--no-figures", "--quiet")
+    assert again.returncode == 0, again.stderr
+    changed = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    tethered_rows = metrics["condition"].str.startswith("tethered[tether=0.5")
+    assert not np.allclose(changed.loc[tethered_rows, "judge_drift"], metrics.loc[tethered_rows, "judge_drift"])
+    pd.testing.assert_frame_equal(by_condition(changed, "baseline"), by_condition(metrics, "baseline"))
+
+    module.write_text(edited)
+    try:
+        refused = coevolab("run", "--resume", str(out), "--seeds", "3", "--no-figures", "--quiet")
+    finally:
+        module.write_text(original)
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("coevolab: error: mechanism 'judge_tether'") and "has changed since this run started" in line
+
+
+def test_seed_blocks_run_the_mechanism_in_their_own_processes(tethered, tmp_path: Path) -> None:
+    """The grid as two seed blocks, each a `coevolab run --block` process, merged: the whole run's numbers."""
+    _, metrics = tethered
+    grid = lab_folder(tmp_path / "lab", block="block_seeds = 1")
+    out = tmp_path / "blocks"
+    for block in ("0", "1"):
+        result = coevolab("run", str(grid), "--out", str(out), "--block", block, "--no-figures", "--quiet")
+        assert result.returncode == 0, result.stderr
+    merged = coevolab("merge", str(out), "--no-figures", "--quiet")
+    assert merged.returncode == 0, merged.stderr
+    blocks = pd.read_csv(out / "metrics.csv")
+    np.testing.assert_allclose(blocks[FLOAT_COLUMNS], metrics[FLOAT_COLUMNS], rtol=0, atol=1e-4)
+    assert (blocks["mode_index"] == metrics["mode_index"]).all()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What a mechanism may not do, each refused in one line
+
+
+class _ClashingKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    anchor_fraction: float = Field(0.0, description="taken by the anchor")
+
+
+class _OwnKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    pull: float = Field(0.0, description="a knob of its own")
+
+
+def _row(name: str) -> StepRow:
+    """A row of the updates stage that does nothing (for what registering checks)."""
+    return StepRow(
+        name=name,
+        stage="updates",
+        schedule=lambda knobs, n_outputs: None,
+        replaces="judge",
+        unit=lambda step: None,
+        arguments=lambda step, group, networks: (),
+        due=lambda step, group, networks: None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "problem"),
+    [
+        (Mechanism("anchor", "a name taken"), "the name is taken by another mechanism"),
+        (
+            Mechanism("mine", "a knob taken", knobs=_ClashingKnobs),
+            "knob 'anchor_fraction' is taken by mechanism 'anchor'",
+        ),
+        (Mechanism("mine", "a row taken", rows=(_row("referee"),)), "row 'referee' is taken by mechanism 'referee'"),
+        (
+            Mechanism("mine", "a hook taken", aggregate=lambda scores, members, knobs: scores[0]),
+            "hook 'aggregate' is taken by mechanism 'ensemble'",
+        ),
+        (Mechanism("mine", "an unknown order", after=("nowhere",)), "its order names mechanism 'nowhere'"),
+        (
+            Mechanism("mine", "a metric taken", metrics=(BUILT_IN[0].metrics[0],)),
+            "metric 'judge_updates' of mechanism 'mine' is taken by judge_update",
+        ),
+    ],
+)
+def test_a_clash_is_refused_naming_the_mechanism(mechanism: Mechanism, problem: str) -> None:
+    with registry.restored_catalog(), pytest.raises(registry.MechanismError) as caught:
+        registry.register(mechanism)
+    assert problem in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert "mine" not in registry.catalog()
+
+
+def test_a_mechanism_runs_where_its_order_says_and_a_contradiction_is_refused() -> None:
+    first = Mechanism("first", "just before meta-judging", rows=(_row("first_row"),), before=("referee",))
+    second = Mechanism("second", "after the referee, before the first", rows=(_row("second_row"),), after=("referee",))
+    with registry.restored_catalog():
+        registry.register(first)
+        registry.register(dataclasses.replace(second, before=("first",)))
+        order = [row.name for row in registry.stage_rows(registry.active(["first"]), "updates")]
+        assert order == ["judge_update", "anchor", "first_row", "referee", "judge_ema"]
+        with pytest.raises(registry.MechanismError, match="which run the other way"):
+            registry.stage_rows(registry.active(["first", "second"]), "updates")
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("import no_such_package\n", "ModuleNotFoundError: No module named 'no_such_package'"),
+        ("VALUE = 1\n", "it defines no MECHANISM"),
+        (
+            "from harness.grid.contract import Mechanism\nMECHANISM = Mechanism('anchor', 'taken')\n",
+            "the name is taken by another mechanism",
+        ),
+    ],
+)
+def test_a_condition_file_whose_module_fails_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, source: str, problem: str
+) -> None:
+    (tmp_path / "mine.py").write_text(source)
+    (tmp_path / "grid.toml").write_text('[mechanisms]\nmodules = ["mine.py"]\n[conditions.baseline]\n')
+    with registry.restored_catalog():
+        assert cli.main(["list", str(tmp_path / "grid.toml")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"coevolab: error: {tmp_path / 'grid.toml'}, key 'mechanisms.modules'") and problem in line
+
+
+def test_knobs_of_a_mechanism_the_grid_does_not_load_are_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with registry.restored_catalog():
+        registry.register(Mechanism("pulling", "a knob of its own", knobs=_OwnKnobs), module="mine.py")
+        assert Knobs(pull=0.1).pull == 0.1
+        (tmp_path / "grid.toml").write_text("[conditions.pulled]\npull = 0.5\n")
+        assert cli.main(["list", str(tmp_path / "grid.toml")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "key 'pull': a knob of mechanism 'pulling', which this file does not load" in line
