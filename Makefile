@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-all bench reference reference-100 reference-until-decided reference-temporal reference-scale lint format clean
 
-$(STAMP): requirements.lock pyproject.toml
+# The version file too: the editable install's metadata (a manifest's package list) carries the version.
+$(STAMP): requirements.lock pyproject.toml harness/common/version.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.lock
