@@ -25,6 +25,7 @@ from pathlib import Path
 
 import annotated_types
 import mkdocs_gen_files
+from pydantic.fields import FieldInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tools.readme_tables, whatever directory mkdocs was started from
@@ -37,9 +38,12 @@ from harness.report.markdown import markdown_table  # noqa: E402
 from tools import ray_projection, readme_tables  # noqa: E402
 
 REFERENCE = Path("artifacts") / "reference"  # relative: the blocks name their sources as the README does
-# The layers' API pages (mkdocs.yml's nav names each): the package's folders, and its top (harness, harness.api).
-API_PAGES = ("cli", "common", "engine", "original", "inference", "grid", "report", "experiment")
 HELP_WIDTH = "100"
+
+
+def knob_fields() -> dict[str, FieldInfo]:
+    """Every knob of a condition -> its pydantic field (documentation, default, constraints, extras)."""
+    return dict(Knobs.model_fields)
 
 
 def _plain(text: str) -> str:
@@ -56,9 +60,8 @@ def _constraint(constraint: object) -> str | None:
     return None
 
 
-def knob_range(name: str, unit: str | None = None) -> str:
+def knob_range(field: FieldInfo, unit: str | None = None) -> str:
     """A knob's allowed values, read from its field: its choices, or its bounds and type (and what it counts)."""
-    field = Knobs.model_fields[name]
     annotation = field.annotation
     optional = False
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -84,10 +87,10 @@ def _default(value: object) -> str:
 
 def knobs_page() -> str:
     rows = []
-    for name, field in Knobs.model_fields.items():
+    for name, field in knob_fields().items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         where = "host only (before the program)" if extra.get(HOST_ONLY) else "in the compiled program"
-        allowed = knob_range(name, extra.get(UNIT))
+        allowed = knob_range(field, extra.get(UNIT))
         rows.append([f"`{name}`", _plain(field.description or ""), _default(field.default), allowed, where])
     table = markdown_table(["Knob", "What it does", "Default", "Allowed", "Acts"], rows)
     return (
@@ -172,13 +175,15 @@ def condition_files_page() -> str:
 
 
 def api_pages() -> dict[str, str]:
-    """One page per layer: every module of its folder, rendered from its docstrings by mkdocstrings."""
+    """One page per folder of the package (its layers; mkdocs.yml's nav names each, and a strict build fails on a
+    page it leaves out): every module of the folder, rendered from its docstrings by mkdocstrings; and the top."""
     package = ROOT / "harness"
     pages = {
         "harness": "# harness\n\nThe public Python API: `import harness` (re-exported from `harness.api` and the "
         "modules named below; see [The Python API](../../tutorials/python-api.md)).\n\n::: harness\n\n::: harness.api\n"
     }
-    for layer in API_PAGES:
+    layers = sorted(folder.name for folder in package.iterdir() if (folder / "__init__.py").is_file())
+    for layer in layers:
         modules = sorted(
             ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
             for path in (package / layer).rglob("*.py")
