@@ -6,9 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all bench reference reference-100 reference-until-decided reference-temporal reference-scale lint format clean
+.PHONY: run test test-all bench docs docs-serve reference reference-100 reference-until-decided reference-temporal reference-scale lint format clean
 
-$(STAMP): requirements.lock pyproject.toml
+# The version file too: the editable install's metadata (a manifest's package list) carries the version.
+$(STAMP): requirements.lock pyproject.toml harness/common/version.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.lock
@@ -35,6 +36,16 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-enable -q -p no:xdist
+
+# The documentation site, into site/ (ignored). --strict: a broken link, a stale name in the API reference or a page
+# missing from the navigation fails the build; tests/test_docs.py runs the same build in make test.
+# Both variables silence a notice about MkDocs 2.0 that mkdocs-material and mkdocs-gen-files print at every build.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+docs: $(STAMP)
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(DOCS_ENV) $(BIN)/mkdocs serve
 
 # Regenerates the committed reference reports that the README quotes: the published grid under our
 # streams and under the original lab's.
@@ -70,7 +81,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site
 
 # The scale study: the published conditions in larger worlds, a rugged q*, a larger judge and attention networks
 # (conditions/scale.toml, about an hour on two cores), and the README's "Does it survive scale?" block.

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from harness.common.version import __version__ as __version__  # re-exported: harness.__version__
+
 if TYPE_CHECKING:
     from harness.api import (
         FIGURE_KEYS,

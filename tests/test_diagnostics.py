@@ -156,7 +156,7 @@ def test_counters_and_meta_off(ensemble) -> None:
 def test_meta_accuracy_is_held_out_pairwise_accuracy(meta) -> None:
     program, _, diagnostics, reference = meta
     n_pairs = int(np.floor(4096 * 0.05))
-    pairs = np.asarray(program.constants.holdout_pairs)[0]  # every run draws the default set
+    pairs = np.asarray(program.constants.of("meta_correction").pairs)[0]  # every run draws the default set
     assert pairs.shape[0] >= n_pairs
     pairs = pairs[:n_pairs]
     assert np.all(pairs[:, 0] != pairs[:, 1])

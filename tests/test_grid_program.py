@@ -235,7 +235,7 @@ def test_work_groups_of_the_published_grid() -> None:
     every group lists exactly its runs' judge slots."""
     layout = layout_grid(load_grid(ROOT / "conditions" / "paper.toml"))
     knobs = [layout.spec.conditions[c].knobs for c in layout.run_condition]
-    groups = {(g.mechanism, g.cadence): ids for g, ids in zip(layout.shape.groups, layout.groups, strict=True)}
+    groups = {(g.row, g.cadence): ids for g, ids in zip(layout.shape.groups, layout.groups, strict=True)}
     for ids in groups.values():
         np.testing.assert_array_equal(ids.slot_ids, np.flatnonzero(np.isin(layout.slot_run, ids.run_ids)))
         np.testing.assert_array_equal(ids.slot_run, layout.slot_run[ids.slot_ids])
@@ -255,7 +255,7 @@ def test_work_groups_of_the_published_grid() -> None:
     assert {knobs[r].meta_update_every for r in every_step_meta.run_ids} == {1}
     assert {knobs[r].meta_update_every for r in slower_meta.run_ids} == {10, 200}
     # Each meta group is padded only to its own held-out count.
-    meta_shapes = [(g.slots, g.holdout_pairs) for g in layout.shape.groups if g.mechanism == "meta_correction"]
+    meta_shapes = [(g.slots, g.size) for g in layout.shape.groups if g.row == "meta_correction"]
     assert meta_shapes == [(10, 4096 // 20), (25, 4096 // 10)]
     assert (every_step_meta.slot_ids.size, slower_meta.slot_ids.size) == (10, 25)
 

@@ -142,7 +142,7 @@ def test_holdout_seed_changes_the_pairs_and_nothing_else(streams: str) -> None:
     log_pi = policy_log_prob_tables(program.origins.policy_params, VOCAB, SEQ_LEN)
     constants = grid_constants(program.layout, program.world, program.origins, program.pretrained.params, log_pi)
     runs = {label: run for run, label in enumerate(program.layout.run_labels())}
-    pairs = np.asarray(constants.holdout_pairs)
+    pairs = np.asarray(constants.of("meta_correction").pairs)
     count = original_streams.holdout_pair_count(0.05, N_OUTPUTS)
     for seed in (0, 1):
         first, second, third = (runs[(f"draw-{s}", seed)] for s in (0, 1, 7))

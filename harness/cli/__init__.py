@@ -11,12 +11,11 @@ resumable.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import sys
 import time
 
 from harness.cli.arguments import (
-    DEFAULT_CONDITIONS,
+    DEFAULT_GRID,
     DEFAULT_RUNS_ROOT,
     EXIT_BAD_INPUT,
     EXIT_DIVERGED,
@@ -27,11 +26,13 @@ from harness.cli.arguments import (
     SEEDS_HELP,
     Parser,
     UsageError,
+    builtin_grids,
     seed_count,
     seed_list,
 )
 from harness.cli.commands import command_list, command_merge, command_report
 from harness.cli.run import Terminated, command_run
+from harness.common.version import __version__
 from harness.experiment.ray_backend import add_ray_arguments
 from harness.grid.compile_cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR
 from harness.inference.sequential import SPENDING_FUNCTIONS
@@ -52,13 +53,6 @@ __all__ = [
 ]
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("coevolab")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def _add_figures_argument(parser: argparse.ArgumentParser, later: str) -> None:
     parser.add_argument(
         "--no-figures",
@@ -68,9 +62,13 @@ def _add_figures_argument(parser: argparse.ArgumentParser, later: str) -> None:
     )
 
 
+def _conditions_help() -> str:
+    return f"a condition file, or a built-in grid's name ({', '.join(builtin_grids())}; default {DEFAULT_GRID})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="coevolab", description="Judge–policy co-evolution grids as one compiled JAX program.")
-    parser.add_argument("--version", action="version", version=f"coevolab {_version()}")
+    parser.add_argument("--version", action="version", version=f"coevolab {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     run = commands.add_parser(
@@ -79,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SEEDS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("conditions", nargs="?", help=f"condition file (default {DEFAULT_CONDITIONS})")
+    run.add_argument("conditions", nargs="?", help=_conditions_help())
     chosen = run.add_mutually_exclusive_group()
     chosen.add_argument("--seeds", type=seed_count, metavar="N", help="run seeds 0..N-1")
     chosen.add_argument("--seed-list", type=seed_list, metavar="SEEDS", help='run these seeds, e.g. "3", "0-4,7"')
@@ -135,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(handler=command_report)
 
     listing = commands.add_parser("list", help="show the conditions a file defines and the knobs they change")
-    listing.add_argument("conditions", nargs="?", help=f"condition file (default {DEFAULT_CONDITIONS})")
+    listing.add_argument("conditions", nargs="?", help=_conditions_help())
     listing.add_argument("--all", action="store_true", help="every resolved knob of every condition (wide)")
     listing.set_defaults(handler=command_list)
     return parser

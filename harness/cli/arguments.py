@@ -14,9 +14,15 @@ if TYPE_CHECKING:
     from harness.grid.layout import GridSpec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
-# The published grid, found beside the package (this repository), so `coevolab list` works from any directory.
-REPOSITORY = Path(__file__).resolve().parents[2]
-DEFAULT_CONDITIONS = REPOSITORY / "conditions" / "paper.toml"
+# The built-in grids (the repository's conditions/*.toml), found beside the package so that a name works from any
+# directory: an installed wheel ships them as package data in harness/conditions/ (pyproject's package-dir), a
+# checkout or editable install reads the repository's conditions/ folder itself.
+_PACKAGE = Path(__file__).resolve().parents[1]
+BUILTIN_GRIDS = next(
+    (folder for folder in (_PACKAGE / "conditions", _PACKAGE.parent / "conditions") if folder.is_dir()),
+    _PACKAGE / "conditions",
+)
+DEFAULT_GRID = "paper"
 DEFAULT_RUNS_ROOT = Path("artifacts/runs")
 LIST_WIDTH = 100
 # A seed list longer than this is a typo (0-99999), not a grid: refuse it rather than build it.
@@ -94,12 +100,26 @@ def grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) ->
     return spec
 
 
+def builtin_grids() -> list[str]:
+    """The names of the built-in grids (their files' stems), sorted."""
+    return sorted(path.stem for path in BUILTIN_GRIDS.glob("*.toml"))
+
+
 def conditions_path(given: str | None) -> Path:
-    if given is not None:
-        return Path(given)
-    if not DEFAULT_CONDITIONS.is_file():
-        raise UsageError(f"no condition file given, and the default {DEFAULT_CONDITIONS} is absent; pass one")
-    return DEFAULT_CONDITIONS
+    """The condition file a command reads: `given` if it is a file, else the built-in grid of that name (a bare name
+    such as "paper"); without one, the published grid."""
+    if given is None:
+        name = DEFAULT_GRID
+    elif Path(given).is_file() or Path(given).name != given or Path(given).suffix:
+        return Path(given)  # a path (a folder or a suffix in it): read, or refused by the condition file's own error
+    else:
+        name = given
+    builtin = BUILTIN_GRIDS / f"{name}.toml"
+    if not builtin.is_file():
+        raise UsageError(
+            f"{name!r} is neither a condition file nor a built-in grid (built-in: {', '.join(builtin_grids())})"
+        )
+    return builtin
 
 
 def finished(run_dir: Path, diverged: pd.DataFrame) -> int:

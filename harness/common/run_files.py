@@ -15,6 +15,8 @@ from typing import Any
 
 import jax
 
+from harness.common.version import __version__
+
 PACKAGES = ("coevolab", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "scipy", "pandas", "seaborn", "pydantic")
 
 METRICS_FILE = "metrics.csv"
@@ -170,6 +172,7 @@ def manifest(grid: dict[str, Any], times: dict[str, float], started: dt.datetime
     """Everything needed to know how a run was made."""
     return {
         "grid": grid,
+        "coevolab_version": __version__,
         "packages": package_versions(),
         "git_commit": git_commit(),
         "jax_devices": [str(device) for device in jax.devices()],

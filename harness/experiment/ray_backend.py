@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.experiment.blocks import BlockRunner
-    from harness.grid.grid_file import grid_from_json
+from harness.grid.grid_file import grid_from_json
 from harness.grid.layout import GridSpec
 
 RAY = "Ray"  # how the blocks ran, as the manifest and the report name it
@@ -305,10 +305,11 @@ class RayBackend:
         `run_one` (the driver's progress around `run_block`) stays here: the workers run `run_block` itself.
 
         Raises:
-            what a block's task raised (BlockError, CheckpointMismatch, ...), the other tasks cancelled first;
-            BlockLost: a task's worker or node died more than `max_retries` times;
-            RaySetupError: no node fits a block.
             BlockError: a pending block is not one of the grid's (before any task starts).
+            BlockLost: a task's worker or node died more than `max_retries` times.
+            RaySetupError: no node fits a block.
+            Exception: what a block's task raised (BlockError, CheckpointMismatch, ...), the other tasks cancelled
+                first.
         """
         del run_one
         if not pending:

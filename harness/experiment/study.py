@@ -148,7 +148,8 @@ def run_study(
 
     Args:
         study: the study; None resumes the one run_dir holds (study.json).
-        backend, how: what runs each shape's seed blocks, and its name for the manifests and reports.
+        backend: what runs each shape's seed blocks.
+        how: the backend's name for the manifests and reports.
         figures: False: every report this call writes (the shapes' and the study's) is text and tables alone.
 
     Raises:

@@ -220,7 +220,8 @@ def run_until_decided(
             grid with claims, adopted as its first stage).
         max_seeds: the budget (the last look's seeds); None only where run_dir already holds a plan.
         spending: how α = 1 − confidence is spent over the looks (`harness.inference.sequential`).
-        backend, how: what runs each stage's seed blocks, and its name for the manifests and reports.
+        backend: what runs each stage's seed blocks.
+        how: the backend's name for the manifests and reports.
         figures: False: every report this call writes (the stages' and the merged grid's) is text and tables alone.
 
     Returns:

@@ -39,7 +39,7 @@ def apply_where_due(
     due: jax.Array,
     arguments: Callable[[], tuple] = tuple,
 ) -> Network:
-    """networks with networks[ids[i]] replaced by mechanism(networks[ids[i]], *arguments()[·][i]) where due[i].
+    """`networks` with `networks[ids[i]]` replaced by `mechanism(networks[ids[i]], *arguments()[·][i])` where `due[i]`.
 
     arguments: builds the per-member arguments (each with leading axis len(ids)); it is
     called only on steps where some member is due, so their cost is skipped too.
