@@ -142,7 +142,8 @@ def metrics_page() -> str:
         "(iteration 0 is before training), generated from the registry "
         "([`harness.engine.metrics`][harness.engine.metrics]: the loop's own, and each mechanism's). Each is "
         "computed exactly inside the compiled program from the run's view of every output of the world (no "
-        "sampling). Headline metrics are the curves every report draws. A new metric is one entry of the registry (see [Your mechanism in one file]"
+        "sampling). Headline metrics are the curves every report draws. A new metric is one entry of the registry "
+        "(see [Your mechanism in one file]"
         "(../tutorials/your-mechanism.md)).\n\n" + table
     )
 
