@@ -4,7 +4,9 @@ Gao, Schulman & Hilton (2022) found that at LLM scale the gold reward of an RL-o
 R(d) = d (α − β ln d) in d = √KL(π ‖ π₀): it rises, peaks at d* = exp(α/β − 1) and falls as optimisation
 overshoots. Here KL and q* are exact over all outputs (metric kl_from_initial), so the same curve can be fit per
 condition with no sampling noise in either axis. R is each run's real-quality gain since iteration 0; the fit is
-least squares (scipy.optimize.curve_fit) over every run × iteration of the condition, with standard errors.
+least squares (scipy.optimize.curve_fit) over every run × iteration of the condition, with standard errors. The
+curve is `harness.inference.overoptimization.rl_gold`, where the best-of-n form, intervals over seeds and held-out
+comparisons live.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import scipy.optimize
-import scipy.special
 
 from harness.engine.metrics import metric
+from harness.inference.overoptimization import rl_gold as gao_curve
 from harness.report.figures.common import new_figure, panels, save, wrap
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import QUALITY, GridFacts, conditions, live, num
@@ -37,11 +39,6 @@ FIT_COLUMNS = [
     "kl_peak",
     "peak_gain",
 ]
-
-
-def gao_curve(d: np.ndarray, alpha: float, beta: float) -> np.ndarray:
-    """R(d) = d (α − β ln d), with R(0) = 0 (xlogy)."""
-    return alpha * d - beta * scipy.special.xlogy(d, d)
 
 
 def frontier_points(prepared: pd.DataFrame) -> pd.DataFrame:

@@ -187,6 +187,21 @@ def num(value: object, digits: int = 3, signed: bool = False) -> str:
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
+def run_belief_gaps(prepared: pd.DataFrame) -> pd.DataFrame:
+    """The belief gap of every run and iteration (`belief_gap` averages it over seeds): columns condition, seed,
+    iteration, gap; empty without judge-perceived quality."""
+    columns = ["condition", "seed", "iteration", "gap"]
+    if PERCEIVED.name not in prepared.columns:
+        return pd.DataFrame(columns=columns)
+    ok = live(prepared).dropna(subset=[QUALITY.name, PERCEIVED.name]).sort_values(["condition", "seed", "iteration"])
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    runs = ok.groupby(["condition", "seed"], sort=False)
+    start_perceived, start_real = runs[PERCEIVED.name].transform("first"), runs[QUALITY.name].transform("first")
+    ok = ok.assign(gap=(ok[PERCEIVED.name] - start_perceived) - (ok[QUALITY.name] - start_real))
+    return ok[columns].reset_index(drop=True)
+
+
 def belief_gap(prepared: pd.DataFrame) -> pd.DataFrame:
     """The belief gap per condition × iteration: mean over seeds of (perceived(t) − perceived(0)) − (real(t) − real(0)).
 
@@ -197,15 +212,10 @@ def belief_gap(prepared: pd.DataFrame) -> pd.DataFrame:
     iteration, gap, gap_std (over seeds, NaN with one seed); empty without judge-perceived quality.
     """
     columns = ["condition", "iteration", "gap", "gap_std"]
-    if PERCEIVED.name not in prepared.columns:
+    gaps = run_belief_gaps(prepared)
+    if gaps.empty:
         return pd.DataFrame(columns=columns)
-    ok = live(prepared).dropna(subset=[QUALITY.name, PERCEIVED.name]).sort_values(["condition", "seed", "iteration"])
-    if ok.empty:
-        return pd.DataFrame(columns=columns)
-    runs = ok.groupby(["condition", "seed"], sort=False)
-    start_perceived, start_real = runs[PERCEIVED.name].transform("first"), runs[QUALITY.name].transform("first")
-    ok = ok.assign(gap=(ok[PERCEIVED.name] - start_perceived) - (ok[QUALITY.name] - start_real))
-    out = ok.groupby(["condition", "iteration"])["gap"].agg(gap="mean", gap_std=lambda g: g.std(ddof=1))
+    out = gaps.groupby(["condition", "iteration"])["gap"].agg(gap="mean", gap_std=lambda g: g.std(ddof=1))
     out = out.reset_index()
     order = {c: i for i, c in enumerate(conditions(prepared))}
     out = out.sort_values(["condition", "iteration"], key=lambda s: s.map(order) if s.name == "condition" else s)

@@ -186,7 +186,8 @@ def _figure(prepared: pd.DataFrame, out_dir: Path) -> Path:
             ax.set_title(wrap(name, 28), fontsize=8)
             integer_x(ax)
         subfigure.suptitle(
-            f"{audit.label} ({audit.unit}) over outer iterations: mean over seeds, band ±1 sd; grey: {ref}", fontsize=10
+            f"{audit.label} ({audit.unit}) over outer iterations: mean over seeds, 95% bootstrap band; grey: {ref}",
+            fontsize=10,
         )
     return save(fig, out_dir / FIGURE)
 

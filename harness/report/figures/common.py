@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.common.run_files import atomic_write_bytes
 from harness.engine.metrics import Metric
+from harness.report.figures.bands import bootstrap_bands
 
 DPI = 120
 # Fixed PNG metadata (no matplotlib version), so the same table renders to the same bytes.
@@ -78,11 +79,10 @@ def panels(fig: Figure, n: int, ncols: int, **kwargs: object) -> list[Axes]:
 def mean_band(
     ax: Axes, data: pd.DataFrame, column: str, colour: object, style: str = "-", lw: float = 2.0, alpha: float = 0.12
 ) -> None:
-    """Mean over seeds per iteration with a ±1 sd band."""
-    grouped = data.groupby("iteration")[column]
-    mean, sd = grouped.mean(), grouped.std(ddof=1).fillna(0.0)
-    ax.plot(mean.index, mean.to_numpy(), color=colour, ls=style, lw=lw, marker="o", markersize=3)
-    ax.fill_between(mean.index, (mean - sd).to_numpy(), (mean + sd).to_numpy(), color=colour, alpha=alpha, lw=0)
+    """Mean over seeds per iteration with its 95% bootstrap band over seeds (`bands.bootstrap_bands`)."""
+    band = bootstrap_bands(data, column, by=("iteration",)).sort_values("iteration")
+    ax.plot(band["iteration"], band["mean"], color=colour, ls=style, lw=lw, marker="o", markersize=3)
+    ax.fill_between(band["iteration"], band["low"], band["high"], color=colour, alpha=alpha, lw=0)
 
 
 def wrap(name: str, width: int) -> str:

@@ -39,7 +39,8 @@ TOP_MECHANISMS = 2
 
 
 def draw_headline(prepared: pd.DataFrame, facts: GridFacts, ref: str) -> Figure:
-    """A panel per headline metric: the reference's seeds (grey) and their mean ± 1 sd over iterations."""
+    """A panel per headline metric: the reference's seeds (grey) and their mean with its 95% bootstrap band over
+    seeds, over iterations."""
     metrics = headline_metrics(prepared)
     rows = live(prepared[prepared["condition"] == ref])
     fig = new_figure(11, 3.6 * math.ceil(len(metrics) / 2) + 0.6)
@@ -60,7 +61,7 @@ def draw_headline(prepared: pd.DataFrame, facts: GridFacts, ref: str) -> Figure:
     # Say so when seeds drop out: from a divergence on, the band is over the surviving seeds only.
     dropped = f", {n_diverged} diverged and dropped from then on" if n_diverged else ""
     fig.suptitle(
-        f"Reference '{ref}' ({facts.grid_text}): mean ± 1 sd over seeds{dropped}; grey: individual seeds",
+        f"Reference '{ref}' ({facts.grid_text}): mean, 95% bootstrap band over seeds{dropped}; grey: individual seeds",
         fontsize=12,
     )
     return fig
@@ -129,7 +130,7 @@ def draw_boundaries_and_best(prepared: pd.DataFrame, summary: pd.DataFrame, ref:
             ax.tick_params(labelsize=7.5)
             integer_x(ax)
     fig.suptitle(
-        f"{boundaries_title(summary).capitalize()}: mean ± 1 sd over seeds, one column per condition;\n"
+        f"{boundaries_title(summary).capitalize()}: mean and 95% bootstrap band over seeds, one column per condition;\n"
         f"thin grey line: the reference's mean{no_shared_line_note(metrics)}",
         fontsize=10.5,
     )
