@@ -236,6 +236,6 @@ def evaluate(run: RunView, metrics: Sequence[Metric]) -> dict[str, jax.Array]:
 
 
 def _load_built_in_mechanisms() -> None:
-    """The built-in mechanisms register their metrics when the mechanism catalog is first read; the catalog lives
-    above this layer, so it is found by name (it names every layer's mechanisms, this module none)."""
+    """The built-in mechanisms register their metrics when the mechanism catalog is first read. The catalog sits
+    above this layer (it holds whole mechanisms), so it is reached by name."""
     importlib.import_module("harness.grid.registry").catalog()
