@@ -86,7 +86,7 @@ def test_headings_name_grid_seeds_and_iteration(same_end_report: Path) -> None:
         report.count("3 conditions × 3 seeds (0–2); final iteration 1.") == 3
     )  # every table (summary, modes, escapes)
     assert "## How to read this" in report
-    for x in registry.HEADLINE_METRICS:
+    for x in registry.headline_metrics():
         assert f"**{x.label}** ({x.unit}; column `{x.name}`): {x.definition}." in report
     # No run diverged: no claim about a Diverged column, and no such column.
     assert "No run diverged." in report and "Diverged runs" not in report

@@ -87,7 +87,8 @@ def test_every_run_and_slot_computed_once_in_shards_of_one_shape(grid: str, n_sh
     best = plan_shards(layout, n_shards, pieces=1)
     assert best.shape.n_runs + best.shape.n_slots == min(s.n_runs + s.n_slots for s in costs.values())
     # Shards only add runs: never fewer than an even split, never more than one extra per kind.
-    kinds = {group_membership(c.knobs, layout.spec.world.n_outputs) for c in layout.spec.conditions}
+    mechanisms, n_outputs = layout.shape.mechanisms, layout.spec.world.n_outputs
+    kinds = {group_membership(c.knobs, n_outputs, mechanisms) for c in layout.spec.conditions}
     assert -(-layout.shape.n_runs // n_shards) <= plan.shape.n_runs <= layout.shape.n_runs // n_shards + len(kinds)
 
 
