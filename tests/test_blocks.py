@@ -204,7 +204,7 @@ def test_an_interrupted_block_resumes_from_its_checkpoint_to_the_same_bytes(
     assert result.returncode == cli.EXIT_FAILURE, result.stderr
     [line] = result.stderr.strip().splitlines()  # one line: the file, why, what is kept and how to go on
     assert line == (
-        f"coevolab: error: could not write {checkpoint}: File too large. the run stopped; finished iterations are "
+        f"coevolab: error: could not write {checkpoint}: File too large; the run stopped; finished iterations are "
         f"checkpointed. Resume with: coevolab run --resume {full}"
     ), result.stderr
     assert "Traceback" not in result.stderr

@@ -378,7 +378,7 @@ def _run_until_stopped(
         progress.close()
         what = f"could not write {error.filename}" if error.filename else "could not go on"
         kept = " ".join(interrupted("the run stopped").replace(":\n  ", ": ").split())
-        print(f"coevolab: error: {what}: {error.strerror or error}. {kept}", file=sys.stderr)
+        print(f"coevolab: error: {what}: {error.strerror or error}; {kept}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
