@@ -261,6 +261,15 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_run_in_process(
     assert int(read_checkpoint(block_dir(out, 0))["completed_iterations"]) >= 1
 
 
+def test_a_task_imports_no_jax_before_it_sets_the_device_count() -> None:
+    """A worker imports this module to run a block's task, which sets JAX's CPU device count before JAX starts: the
+    module itself imports nothing that imports JAX (the cluster here has 1-CPU nodes, JAX's default, so a task would
+    not notice; a local --ray on a machine of several cores would refuse every block)."""
+    code = "import sys, harness.experiment.ray_backend; print(sorted(m for m in sys.modules if m.startswith('jax')))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr)
+
+
 def test_no_module_of_the_package_imports_ray_when_it_is_imported() -> None:
     code = (
         "import importlib, pkgutil, sys, harness\n"

@@ -35,10 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # at run time these come after a worker has set JAX's device count (run_block_task)
     from harness.experiment.blocks import BlockRunner
-from harness.grid.grid_file import grid_from_json
-from harness.grid.layout import GridSpec
+    from harness.grid.layout import GridSpec
 
 RAY = "Ray"  # how the blocks ran, as the manifest and the report name it
 LOCAL = "local"  # --ray without an address: a Ray instance of this machine alone, started and stopped by the run
@@ -173,6 +172,7 @@ def run_block_task(
 
     from harness.experiment.blocks import run_block
     from harness.grid.compile_cache import disable_compilation_cache, enable_compilation_cache, harness_source_digest
+    from harness.grid.grid_file import grid_from_json
 
     host = socket.gethostname()
     if harness_source_digest() != source:
