@@ -16,7 +16,7 @@ wrote.
 from __future__ import annotations
 
 import dataclasses
-import json
+import numbers
 import shutil
 import tempfile
 import types
@@ -26,13 +26,18 @@ from pathlib import Path
 from typing import Any, cast
 
 import chex
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from pydantic import ValidationError
 
-from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE
+from harness.common.integrity import RunDirectoryError, discard_contents, run_entries
+from harness.common.locks import DirectoryBusy, holding_run_dir
+from harness.common.run_files import GRID_FILE, METRICS_FILE
 from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
 from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
+from harness.experiment.verify import check_finished, is_run_directory
 from harness.grid import registry
 from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import ConditionFileError, duplicate_conditions, grid_from_mapping, load_grid
@@ -49,11 +54,13 @@ from harness.report.tables import summarize
 __all__ = [
     "FIGURE_KEYS",
     "ConditionFileError",
+    "DirectoryBusy",
     "GridResult",
     "GridSpec",
     "Knobs",
     "Mechanism",
     "MechanismError",
+    "RunDirectoryError",
     "grid_from_dict",
     "load_grid",
     "load_result",
@@ -84,9 +91,33 @@ def grid_from_dict(
         The validated grid.
 
     Raises:
-        ConditionFileError: the first mistake (unknown knob, bad value, ...), worded as `coevolab` words it for a file.
+        ConditionFileError: the first mistake (unknown knob, bad value, ...), worded as `coevolab` words it for a file;
+            seeds that are neither a count nor a sequence of whole numbers.
     """
-    return grid_from_mapping(document, name=name, seeds=seeds)
+    return grid_from_mapping(document, name=name, seeds=_seeds_argument(seeds, f"grid '{name}'"))
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _seeds_argument(seeds: object, where: str) -> int | tuple[int, ...] | None:
+    """`seeds=` as the grid takes it: None, a count, or a tuple of seeds, numpy integers (and arrays) included.
+
+    Raises:
+        ConditionFileError: anything else (2.5, "3", [0, 1.5]), in one line.
+    """
+    if seeds is None:
+        return None
+    if _whole(seeds):
+        return int(cast(numbers.Integral, seeds))
+    if isinstance(seeds, Sequence | np.ndarray) and not isinstance(seeds, str | bytes):
+        values = list(cast(Sequence[object], seeds))
+        if all(_whole(value) for value in values):
+            return tuple(int(cast(numbers.Integral, value)) for value in values)
+    raise ConditionFileError(
+        where, f"seeds: expected a count of seeds (a whole number ≥ 1) or a sequence of whole numbers, got {seeds!r}"
+    )
 
 
 MechanismError = registry.MechanismError
@@ -117,13 +148,17 @@ def register_mechanism(module: str | Path | types.ModuleType) -> tuple[str, ...]
 
 def _as_grid(grid: GridSpec | Mapping[str, Any] | str | Path, seeds: int | Sequence[int] | None) -> GridSpec:
     if isinstance(grid, GridSpec):
-        if seeds is None:
+        given = _seeds_argument(seeds, f"grid '{grid.name}'")
+        if given is None:
             return grid
-        run = RunSettings.model_validate({**grid.run.model_dump(), "seeds": seeds})
+        try:
+            run = RunSettings.model_validate({**grid.run.model_dump(), "seeds": given})
+        except ValidationError as error:
+            raise ConditionFileError(f"grid '{grid.name}'", f"seeds: {error.errors()[0]['msg']}") from None
         return grid.model_copy(update={"run": run})
     if isinstance(grid, Mapping):
         return grid_from_dict(grid, seeds=seeds)
-    return load_grid(grid, seeds=seeds)
+    return load_grid(grid, seeds=_seeds_argument(seeds, str(grid)))
 
 
 class _CallbackProgress:
@@ -157,14 +192,18 @@ def _progress(progress: ProgressCallback | Progress | None) -> Progress | None:
 
 
 def _empty_run_dir(run_dir: Path | None, name: str, overwrite: bool) -> Path:
-    """The directory to run into: a fresh temporary one, or `run_dir` if it is empty or `overwrite` allows it."""
+    """The directory to run into: a fresh temporary one, or `run_dir` if it is empty or `overwrite` allows it (a run
+    directory only; its files are removed under its lock, by the caller: `discard_contents`)."""
     if run_dir is None:
         return Path(tempfile.mkdtemp(prefix=f"coevolab-{name}-"))
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise NotADirectoryError(f"{run_dir}: exists and is not a directory")
-    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{run_dir} already holds files; pass overwrite=True to write into it anyway")
+    if run_dir.exists() and run_entries(run_dir):
+        if not overwrite:
+            raise FileExistsError(f"{run_dir} already holds files; pass overwrite=True to replace the run in it")
+        if not is_run_directory(run_dir):
+            raise FileExistsError(f"{run_dir} holds files but no coevolab run; overwrite replaces a run directory only")
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
@@ -260,35 +299,45 @@ class GridResult:
             The result as read back from `run_dir` (its final state carried over).
 
         Raises:
-            FileExistsError: `run_dir` holds files and `overwrite` is False.
+            FileExistsError: `run_dir` holds files and `overwrite` is False, or holds files but no run.
+            DirectoryBusy: another process writes in `run_dir`.
         """
         target = _empty_run_dir(Path(run_dir), self.spec.name, overwrite)
-        shutil.copytree(self.run_dir, target, dirs_exist_ok=True)
+        with holding_run_dir(target):
+            discard_contents(target)  # every file of the run it held: nothing of it mixes with this one's
+            # Lock files are each directory's own, never copied (a held one would be open twice in this process).
+            shutil.copytree(self.run_dir, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
         return dataclasses.replace(load_result(target), final_state=self.final_state)
 
 
 def load_result(run_dir: str | Path) -> GridResult:
     """A finished run read back from its directory (one `coevolab run` or `run_grid` wrote); no training.
 
+    Checked before it is read, as `coevolab verify` checks it: every file against the manifest's size and SHA-256,
+    metrics.csv read back against grid.json.
+
     Args:
-        run_dir: a run directory holding at least metrics.csv and grid.json.
+        run_dir: a finished run directory of a grid (metrics.csv, grid.json, manifest.json, ...).
 
     Returns:
-        Its GridResult, with final_state None. Times and pretraining are empty if the directory has no manifest.
+        Its GridResult, with final_state None.
 
     Raises:
         FileNotFoundError: the directory lacks metrics.csv (the run has not finished) or grid.json.
+        RunDirectoryError: a file differs from the manifest (or the manifest is missing or edited), grid.json is not
+            a grid, metrics.csv does not read back as the grid's runs, or the directory holds a study (one line).
     """
     run_dir = Path(run_dir)
     for needed in (METRICS_FILE, GRID_FILE):
         if not (run_dir / needed).is_file():
             raise FileNotFoundError(f"{run_dir}: no {needed}; not a finished run directory")
+    checked = check_finished(run_dir)
     spec = load_spec(run_dir)
     # Read as `coevolab report` reads it, so the tables are those the report shows.
-    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    metrics = checked.metrics
+    assert metrics is not None  # read back beside the grid.json above
     prepared = prepare(metrics)
-    manifest_path = run_dir / MANIFEST_FILE
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    manifest = checked.manifest
     figures = sorted((run_dir / FIGURES_DIR).glob("*.png"))
     return GridResult(
         spec=spec,
@@ -336,6 +385,9 @@ def run_grid(
         ConditionFileError: the grid does not validate.
         harness.grid.memory.GridTooLarge: the grid would not fit in memory (checked before anything is written).
         harness.grid.trainer.PretrainingFailed: some judge never reached its pretraining target.
+        FileExistsError: `run_dir` holds files and `overwrite` is False, or holds files but no run.
+        DirectoryBusy: another process writes in `run_dir` (a run, a merge, a report).
+        OSError: nothing can be written in `run_dir`.
     """
     spec = _as_grid(grid, seeds)
     for condition, same_as in duplicate_conditions(spec):
@@ -346,7 +398,9 @@ def run_grid(
     directory = _empty_run_dir(None if run_dir is None else Path(run_dir), spec.name, overwrite)
     if compile_cache:
         enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
-    outcome = execute(spec, directory, _progress(progress), figures=figures)
+    with holding_run_dir(directory):
+        discard_contents(directory)  # with overwrite: the run it held, before anything of this one is written
+        outcome = execute(spec, directory, _progress(progress), figures=figures)
     result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
     chex.assert_tree_shape_prefix(outcome.final_state.runs, (len(result.run_labels),))
     return result

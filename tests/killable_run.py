@@ -2,9 +2,12 @@
 
     python tests/killable_run.py RUN_DIR GRID.toml [--cut-write-after K] [--block-after K]
     python tests/killable_run.py RUN_DIR --resume [--cut-write-after K] [--block-after K]
+    python tests/killable_run.py RUN_DIR GRID.toml --seed-block B [--block-after K]
 
-The run goes through harness.experiment.runner.execute, as the command line's does. After the checkpoint of
-iteration K (K complete iterations) it prints `checkpointed K` and then, as asked:
+The run goes through harness.experiment.runner.execute (with --seed-block, seed block B of the grid through
+harness.experiment.blocks.run_block), holding the run directory's lock as the command line's does (shared with other
+blocks for a seed block, which also holds its block's own lock). After the checkpoint of iteration K (K complete
+iterations) it prints `checkpointed K` and then, as asked:
 
 --block-after K: waits on its standard input, which the test never writes: the process sits between two iterations
   with checkpoint K complete until the test kills it.
@@ -27,7 +30,9 @@ from harness.grid.sharding import use_every_cpu_core
 # As the command line does, before JAX starts: the run's shards (and so its checkpoint's shapes) are the CLI's.
 use_every_cpu_core()
 
-from harness.common.run_files import CHECKPOINT_FILE  # noqa: E402  (after the device count is set)
+from harness.common.locks import holding_run_dir  # noqa: E402  (after the device count is set)
+from harness.common.run_files import CHECKPOINT_FILE  # noqa: E402
+from harness.experiment.blocks import block_run_dir, run_block  # noqa: E402
 from harness.experiment.runner import SilentProgress, execute, load_spec  # noqa: E402
 from harness.grid.compile_cache import enable_compilation_cache  # noqa: E402
 from harness.grid.conditions import load_grid  # noqa: E402
@@ -58,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("grid", nargs="?", type=Path, help="the condition file of a fresh run")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--seed-block", type=int, help="run this seed block of the grid (as coevolab run --block)")
     parser.add_argument("--block-after", type=int)
     parser.add_argument("--cut-write-after", type=int)
     args = parser.parse_args(argv)
@@ -67,10 +73,14 @@ def main(argv: list[str] | None = None) -> None:
         spec = load_spec(args.run_dir)
     else:
         spec = load_grid(args.grid)
-        args.run_dir.mkdir(parents=True)
+        args.run_dir.mkdir(parents=True, exist_ok=args.seed_block is not None)
     enable_compilation_cache()
     progress = StopAfterCheckpoint(args.run_dir, args.block_after, args.cut_write_after)
-    execute(spec, args.run_dir, progress, resume=args.resume)
+    with holding_run_dir(args.run_dir, shared=args.seed_block is not None):
+        if args.seed_block is None:
+            execute(spec, args.run_dir, progress, resume=args.resume)
+        else:
+            run_block(spec, args.seed_block, block_run_dir(spec, args.seed_block, args.run_dir), progress)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -46,10 +47,12 @@ GRID = {
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[harness.GridResult, list[tuple[int, int]]]:
-    """The grid run once through the API, from a dict, with the progress calls it made."""
+    """The grid run once through the API, from a dict, with the progress calls it made (its seed count given again,
+    as a numpy integer: what a notebook's arithmetic gives)."""
     calls: list[tuple[int, int]] = []
     result = harness.run_grid(
         harness.grid_from_dict(GRID, name="api"),
+        seeds=np.int64(2),
         run_dir=tmp_path_factory.mktemp("api") / "run",
         progress=lambda done, total: calls.append((done, total)),
     )
@@ -180,6 +183,47 @@ def test_bad_input_fails_as_the_command_line_does(tmp_path: Path, capsys: pytest
     assert cli.main(["list", str(path)]) == cli.EXIT_BAD_INPUT
     from_file = message.replace("grid 'bad'", str(path))
     assert capsys.readouterr().err == f"coevolab: error: {from_file}\n"
+
+
+def test_seeds_are_whole_numbers_numpy_ones_included_and_anything_else_one_line(tmp_path: Path) -> None:
+    document = {"conditions": {"a": {}}}
+    assert harness.grid_from_dict(document, seeds=np.int64(2)).run.seeds == (0, 1)
+    assert harness.grid_from_dict(document, seeds=np.arange(1, 4)).run.seeds == (1, 2, 3)
+    spec = harness.grid_from_dict(document, name="mine")
+    for bad in (2.5, "3", [0, 1.5], True, 0):
+        with pytest.raises(ConditionFileError) as raised:
+            harness.run_grid(spec, seeds=bad, run_dir=tmp_path / "never")
+        assert str(raised.value).startswith("grid 'mine': seeds: ") and len(str(raised.value).splitlines()) == 1
+        with pytest.raises(ConditionFileError, match="seeds"):
+            harness.grid_from_dict(document, seeds=bad)
+    assert not (tmp_path / "never").exists()
+
+
+def test_load_result_refuses_a_directory_it_cannot_trust_in_one_line(
+    ran: tuple[harness.GridResult, list], tmp_path: Path
+) -> None:
+    result, _ = ran
+    for name, damage, says in (
+        ("grid.json", lambda text: text.replace('"iterations": 2', '"iterations": "two"'), "grid.json"),
+        ("summary.csv", lambda text: text[:-10], "summary.csv: "),
+    ):
+        saved = result.save(tmp_path / name)
+        path = saved.run_dir / name
+        path.write_text(damage(path.read_text()))
+        with pytest.raises(harness.RunDirectoryError, match=says) as raised:
+            harness.load_result(saved.run_dir)
+        assert len(str(raised.value).splitlines()) == 1
+    # A grid.json that is not a grid, in a directory whose manifest lists no files (an earlier coevolab's).
+    earlier = result.save(tmp_path / "earlier").run_dir
+    manifest = json.loads((earlier / MANIFEST_FILE).read_text())
+    (earlier / MANIFEST_FILE).write_text(
+        json.dumps({k: v for k, v in manifest.items() if k not in ("files", "manifest_sha256")})
+    )
+    (earlier / "grid.json").write_text(
+        (earlier / "grid.json").read_text().replace('"iterations": 2', '"iterations": "two"')
+    )
+    with pytest.raises(harness.RunDirectoryError, match=r"grid.json: not a grid of this coevolab: run.iterations: "):
+        harness.load_result(earlier)
 
 
 def readme_python_api() -> str:

@@ -21,10 +21,12 @@ from harness.engine.world import World
 from harness.experiment.blocks import (
     BLOCK_FILE,
     BlockError,
+    BlockRecord,
     block_count,
     block_dir,
     block_seeds,
     grown_spec,
+    kept_work,
     read_record,
     seeds_per_block,
 )
@@ -85,6 +87,17 @@ def test_the_block_layout_follows_from_the_grid_alone() -> None:
         grown_spec(spec, 10)
     with pytest.raises(BlockError, match="down to"):
         grown_spec(grid_from_mapping({"run": {"seeds": 4}, "conditions": {"a": {}}}), 2)
+
+
+def test_what_a_stopped_run_keeps_is_read_from_its_files(tmp_path: Path) -> None:
+    spec = grid_from_mapping({"run": {"seeds": 4, "block_seeds": 1}, "conditions": {"a": {}}})
+    assert kept_work(spec, tmp_path) == "no block's work"
+    for block in (0, 2):
+        block_dir(tmp_path, block).mkdir(parents=True)
+    (block_dir(tmp_path, 0) / CHECKPOINT_FILE).write_bytes(b"")
+    record = BlockRecord(block=2, seeds=(2,), finished=True)
+    (block_dir(tmp_path, 2) / BLOCK_FILE).write_text(record.model_dump_json())
+    assert kept_work(spec, tmp_path) == "block 0 checkpointed; block 2 finished"
 
 
 def test_shuffled_blocks_and_growth_merge_to_the_same_bytes(runs: dict[str, Path]) -> None:
@@ -189,8 +202,11 @@ def test_an_interrupted_block_resumes_from_its_checkpoint_to_the_same_bytes(
         timeout=600,
     )
     assert result.returncode == cli.EXIT_FAILURE, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1] == f"coevolab: error: could not write {checkpoint}: File too large", result.stderr
+    [line] = result.stderr.strip().splitlines()  # one line: the file, why, what is kept and how to go on
+    assert line == (
+        f"coevolab: error: could not write {checkpoint}: File too large; the run stopped; finished iterations are "
+        f"checkpointed. Resume with: coevolab run --resume {full}"
+    ), result.stderr
     assert "Traceback" not in result.stderr
     assert checkpoint.read_bytes() == before and stale_temporaries(full) == []
     assert (block_dir(full, 0) / BLOCK_FILE).is_file() and not (full / METRICS_FILE).exists()
@@ -217,7 +233,8 @@ def test_bad_block_requests_fail_in_one_line_and_overwrite_nothing(
     other = json.loads((block_dir(mixed, 1) / "grid.json").read_text())
     other["pretrain"]["label_noise"] = 0.2
     (block_dir(mixed, 1) / "grid.json").write_text(json.dumps(other))
-    (mixed / METRICS_FILE).unlink()
+    for merged in (METRICS_FILE, "manifest.json"):  # as before any merge: no manifest lists block 1's old grid
+        (mixed / merged).unlink()
     before = _files(mixed)
     refused("merge", mixed, says="block 1 was run for another grid")
     refused("run", "--resume", mixed, says="holds a block of another grid")

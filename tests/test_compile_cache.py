@@ -108,3 +108,20 @@ def test_the_source_digest_covers_every_layer_of_the_package(tmp_path: Path) -> 
         edited.write_text(original + "\n# edited\n")
         assert compile_cache.source_digest(copy) != compile_cache.harness_source_digest(), module
         edited.write_text(original)
+
+
+def test_a_location_that_cannot_hold_a_cache_is_one_warning_and_no_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cache directory that cannot be made (here a file stands in its way, as an unwritable home or a read-only file
+    system would; tests/test_run_directories.py runs the command so as another user) costs speed, not the run."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with compile_cache_settings_restored():
+        jax.config.update("jax_enable_compilation_cache", True)
+        assert enable_compilation_cache(blocked / "cache") is None
+        assert not jax.config.jax_enable_compilation_cache and compile_cache.exported_dir() is None
+        value = jax.jit(lambda x: x * 7.0)(jnp.arange(3.0))  # compiles, and keeps nothing
+    np.testing.assert_array_equal(value, 7.0 * np.arange(3.0))
+    [warning] = capsys.readouterr().err.strip().splitlines()
+    assert warning.startswith(f"coevolab: warning: the compile cache at {blocked / 'cache'} cannot be used (")

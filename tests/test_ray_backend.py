@@ -28,12 +28,14 @@ from harness.experiment.blocks import (
     BlockError,
     BlockRecord,
     block_dir,
+    block_lock,
     block_run_dir,
     block_spec,
     read_record,
     run_block,
 )
-from harness.experiment.ray_backend import LOCK_SUFFIX, RayBackend, run_block_task
+from harness.experiment.checkpoint import read_checkpoint
+from harness.experiment.ray_backend import BlockLost, RayBackend, run_block_task
 from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 from harness.grid.conditions import load_grid
 from tests.compile_cache_settings import compile_cache_settings_restored
@@ -146,7 +148,8 @@ def test_blocks_on_a_cluster_merge_to_the_bytes_of_an_in_process_run(
     for block in (0, 1):
         attempts = read_record(out, block).attempts
         assert len(attempts) == 1 and attempts[0].finished and attempts[0].resumed_from_iteration is None
-        assert (out / "blocks" / f"{block}{LOCK_SUFFIX}").read_text().split()[0] == socket.gethostname()
+        # Each task held its block's lock and let go of it cleanly: the file stays, naming no holder.
+        assert block_lock(out, block).is_file() and block_lock(out, block).read_text() == ""
     assert stale_temporaries(out) == []
 
 
@@ -219,8 +222,9 @@ def test_an_unreachable_cluster_or_a_missing_ray_fails_in_one_line_and_writes_no
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     out = tmp_path / "never"
-    assert _coevolab("run", grid_file, "--out", out, "--ray", f"127.0.0.1:{port}") == cli.EXIT_BAD_INPUT
-    _one_line_error(capsys, f"--ray 127.0.0.1:{port}: cannot reach a Ray cluster at")
+    # Named as given: Ray's own resolution would turn localhost into this machine's IP.
+    assert _coevolab("run", grid_file, "--out", out, "--ray", f"localhost:{port}") == cli.EXIT_BAD_INPUT
+    _one_line_error(capsys, f"--ray localhost:{port}: cannot reach a Ray cluster at localhost:{port} (")
     assert not out.exists()
     assert _coevolab("run", grid_file, "--out", out, "--ray", "--block", 0) == cli.EXIT_BAD_INPUT
     _one_line_error(capsys, "--block K runs one here")
@@ -228,6 +232,42 @@ def test_an_unreachable_cluster_or_a_missing_ray_fails_in_one_line_and_writes_no
     assert _coevolab("run", grid_file, "--out", out, "--ray") == cli.EXIT_BAD_INPUT
     _one_line_error(capsys, "pip install -e '.[ray]'")
     assert not out.exists()
+
+
+def test_sigterm_stops_a_ray_run_as_it_stops_a_run_in_process(
+    cluster: Cluster, grids: dict[str, Path], tmp_path: Path, subprocess_compile_cache: Path
+) -> None:
+    """SIGTERM to the driver (a scheduler preempting it) while blocks run: exit 143, the blocks' checkpoints kept, the
+    command to resume printed; as without Ray. The grid's shape, with iterations enough never to finish first."""
+    grid = tmp_path / "long.toml"
+    grid.write_text(grids["grid"].read_text().replace("iterations = 4", "iterations = 100000"))
+    out = tmp_path / "run"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", grid, "--out", out, "--ray", cluster.address, "--no-figures"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    checkpoint, deadline = block_dir(out, 0) / CHECKPOINT_FILE, time.monotonic() + 600
+    while not checkpoint.exists() and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    assert checkpoint.exists(), driver.communicate()
+    os.kill(driver.pid, signal.SIGTERM)
+    stdout, stderr = driver.communicate(timeout=300)
+    assert driver.returncode == cli.EXIT_TERMINATED, (stdout, stderr)
+    assert "terminated (SIGTERM)" in stdout and f"coevolab run --resume {out}" in stdout and "Traceback" not in stderr
+    assert int(read_checkpoint(block_dir(out, 0))["completed_iterations"]) >= 1
+
+
+def test_a_task_imports_no_jax_before_it_sets_the_device_count() -> None:
+    """A worker imports this module to run a block's task, which sets JAX's CPU device count before JAX starts: the
+    module itself imports nothing that imports JAX (the cluster here has 1-CPU nodes, JAX's default, so a task would
+    not notice; a local --ray on a machine of several cores would refuse every block)."""
+    code = "import sys, harness.experiment.ray_backend; print(sorted(m for m in sys.modules if m.startswith('jax')))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", (result.stdout, result.stderr)
 
 
 def test_no_module_of_the_package_imports_ray_when_it_is_imported() -> None:
@@ -307,7 +347,7 @@ def _worker_at_first_checkpoint(out: Path) -> int:
     checkpoint, deadline = block_dir(out, 0) / CHECKPOINT_FILE, time.monotonic() + 600
     while not checkpoint.exists() and time.monotonic() < deadline:
         time.sleep(0.005)
-    return int((out / "blocks" / f"0{LOCK_SUFFIX}").read_text().split()[1])
+    return int(block_lock(out, 0).read_text().split()[1])
 
 
 def _resumed_to_the_same_bytes(out: Path, reference: Path) -> None:
@@ -328,6 +368,32 @@ def test_a_killed_worker_resumes_its_block_from_its_checkpoint(
     assert _coevolab("run", slow_grids["grid"], "--out", out, "--ray", cluster.address) == cli.EXIT_OK
     watcher.join(timeout=10)
     _resumed_to_the_same_bytes(out, slow_grids["reference"])
+
+
+@pytest.mark.heavy
+def test_a_block_lost_more_often_than_retried_says_what_is_kept(
+    cluster: Cluster, grids: dict[str, Path], tmp_path: Path, subprocess_compile_cache: Path
+) -> None:
+    """No retries: block 0's worker killed once is the block lost; the message names it and says what the files
+    keep (its own checkpoint among them), and how to resume."""
+    grid = tmp_path / "long.toml"
+    grid.write_text(grids["grid"].read_text().replace("iterations = 4", "iterations = 100000"))
+    spec, out = load_grid(grid), tmp_path / "lost"
+    block_run_dir(spec, 0, out)
+    watcher = threading.Thread(target=lambda: os.kill(_worker_at_first_checkpoint(out), signal.SIGKILL), daemon=True)
+    backend = RayBackend.connect(cluster.address, quiet=True)
+    backend.max_retries = 0
+    try:
+        watcher.start()
+        with pytest.raises(BlockLost) as lost:
+            backend(spec, out, [0, 1], run_block)
+    finally:
+        backend.close()
+        watcher.join(timeout=10)
+    message = str(lost.value)
+    assert message.startswith("block 0: its task failed 1 time (") and len(message.splitlines()) == 1, message
+    kept = message.split("kept: ")[1]
+    assert "0" in kept.split(" checkpointed")[0] and kept.endswith(f"run again with --resume {out}"), message
 
 
 @pytest.mark.heavy

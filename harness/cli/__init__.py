@@ -1,11 +1,13 @@
 """The `coevolab` command: run a grid (whole, or one seed block of it: --block K), merge a run's blocks, re-render a
-report, list a file's conditions.
+report, verify a run directory, list a file's conditions.
 
-Exit codes: 0 success; 1 failure (a file that could not be written, e.g. on a full disk, is named; the last
-checkpoint stays as it was); 2 bad input (condition file, arguments, output directory, a block out of range or of
-another grid, a merge with blocks missing: nothing is written); 3 the grid finished but some runs diverged; 130
-interrupted by Ctrl-C, 143 stopped by SIGTERM (a scheduler preempting the job): both stop the same way and are
-resumable.
+Exit codes: 0 success (the numbers are the run's); 1 failure during a run (a file that could not be written, e.g. on a
+full disk, is named with the command to resume; the last checkpoint stays as it was); 2 refused before anything is
+written: bad input (condition file, arguments, a directory that cannot be written, a block out of range or of another
+grid, a merge with blocks missing), a run directory whose files do not verify or read back, a checkpoint of another
+run, a directory another writer holds; 3 the grid finished but some runs diverged; 130 interrupted by Ctrl-C, 143
+stopped by SIGTERM (a scheduler preempting the job): both stop the same way and are resumable. Every failure is one
+line on stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from harness.cli.arguments import (
     seed_count,
     seed_list,
 )
-from harness.cli.commands import command_list, command_merge, command_report
+from harness.cli.commands import command_list, command_merge, command_report, command_verify
 from harness.cli.run import Terminated, command_run
 from harness.common.version import __version__
 from harness.experiment.ray_backend import add_ray_arguments
@@ -132,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_figures_argument(report, "")
     report.set_defaults(handler=command_report)
 
+    verify = commands.add_parser(
+        "verify",
+        help="check a finished run directory: every file against its manifest (size, SHA-256), every metrics table "
+        "read back against its grid (exit 0: intact; 2: the first problem, in one line)",
+    )
+    verify.add_argument("run_dir", help="a run directory")
+    verify.set_defaults(handler=command_verify)
+
     listing = commands.add_parser("list", help="show the conditions a file defines and the knobs they change")
     listing.add_argument("conditions", nargs="?", help=_conditions_help())
     listing.add_argument("--all", action="store_true", help="every resolved knob of every condition (wide)")
@@ -146,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.grid.sharding import use_every_cpu_core
 
     use_every_cpu_core()  # before JAX starts: one shard per core
+    from harness.common.integrity import RunDirectoryError
+    from harness.common.locks import DirectoryBusy
     from harness.common.run_files import ArtifactWriteError
     from harness.experiment.blocks import BlockError
     from harness.experiment.checkpoint import CheckpointMismatch
@@ -165,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         BlockError,
         RaySetupError,
         MechanismError,
+        RunDirectoryError,
+        DirectoryBusy,
     ) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -174,4 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     except (PretrainingFailed, BlockLost) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as error:  # a file or directory that went away or became unwritable under a command
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"coevolab: error: {where}{error.strerror or error}", file=sys.stderr)
         return EXIT_FAILURE

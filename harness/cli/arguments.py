@@ -4,7 +4,9 @@ condition file and the paths it is given, and the closing lines of a command tha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -86,6 +88,27 @@ def existing_directory(path: Path, what: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{what} {path}: not a directory")
     return path
+
+
+@contextlib.contextmanager
+def writing(run_dir: Path, shared: bool = False) -> Iterator[None]:
+    """Inside: this process is a writer of `run_dir` (see `harness.common.locks.holding_run_dir`), taken before
+    anything is written there and held to the end.
+
+    Raises:
+        DirectoryBusy: another writer holds it (exit code 2).
+        UsageError: nothing can be written in it (permissions, a read-only file system, a full disk).
+    """
+    from harness.common.locks import holding_run_dir
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(holding_run_dir(run_dir, shared=shared))
+        except OSError as error:
+            raise UsageError(
+                f"{run_dir}: cannot write there ({error.strerror or error}); give a directory this user can write"
+            ) from None
+        yield
 
 
 def grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) -> GridSpec:

@@ -14,6 +14,7 @@ from harness.cli.arguments import (
     existing_directory,
     finished,
     grid_and_warnings,
+    writing,
 )
 from harness.common.wording import plural
 
@@ -29,57 +30,53 @@ def command_merge(args: argparse.Namespace) -> int:
         raise UsageError(f"merge {run_dir}: not a run directory (no grid.json)")
     if not uses_blocks(run_dir):
         raise UsageError(f"merge {run_dir}: holds no seed blocks (a grid run whole writes its results itself)")
-    try:
+    with writing(run_dir):
         spec = load_spec(run_dir)
-    except ValueError as error:
-        raise UsageError(f"merge {run_dir}: its grid.json is not a grid: {error}") from None
-    outcome = merge_blocks(spec, run_dir, SEPARATE, console_progress(args.quiet), figures=args.figures)
+        outcome = merge_blocks(spec, run_dir, SEPARATE, console_progress(args.quiet), figures=args.figures)
     return finished(run_dir, outcome.diverged)
 
 
 def command_report(args: argparse.Namespace) -> int:
-    import json
-
-    import pandas as pd
-
-    from harness.common.run_files import MANIFEST_FILE, METRICS_FILE
+    """Re-render a finished run's report from its files: every file it is rendered from checked against the
+    manifest and read back first, the manifest's listing of the report's own files brought up to date after."""
+    from harness.common.integrity import reseal
+    from harness.common.run_files import METRICS_FILE, remove_figures
     from harness.experiment.merge import how_run_line_of
     from harness.experiment.study import is_study, load_study_spec, write_study_files
     from harness.experiment.until_decided import is_sequential, render_report
+    from harness.experiment.verify import check_finished, report_outputs
     from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
-    if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
-        study = load_study_spec(run_dir)
-        how = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))["execution"]["backend"]
-        write_study_files(study, run_dir, how, figures=args.figures)
-        print(run_dir / "report.md")
-        return EXIT_OK
-    if is_sequential(run_dir):  # its verdicts are the looks', read back rather than judged again at one level
-        try:
-            render_report(run_dir, figures=args.figures)
-        except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
-            raise UsageError(f"report {run_dir}: {error}") from None
-        print(run_dir / "report.md")
-        return EXIT_OK
-    metrics_path = run_dir / METRICS_FILE
-    if not metrics_path.is_file():
+    if not (run_dir / METRICS_FILE).is_file():
         raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")
-    try:
-        metrics = pd.read_csv(metrics_path)
-        # The run titles and describes its report from its grid; recover it so the re-render is the same bytes.
-        grid = read_run_grid(run_dir)
-    except (OSError, ValueError, KeyError, pd.errors.ParserError) as error:
-        raise UsageError(f"report {run_dir}: cannot read the run's files: {error}") from None
-    write_run_report(
-        run_dir,
-        metrics,
-        grid.name if grid else run_dir.name,
-        grid,
-        how_run=how_run_line_of(run_dir),
-        figures=args.figures,
-    )
+    with writing(run_dir):
+        rewritten = report_outputs(run_dir)
+        checked = check_finished(run_dir, rewritten)
+        if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
+            how = checked.manifest.get("execution", {}).get("backend", "")
+            write_study_files(load_study_spec(run_dir), run_dir, how, figures=args.figures)
+        elif is_sequential(run_dir):  # its verdicts are the looks', read back rather than judged again at one level
+            render_report(run_dir, figures=args.figures)
+        else:
+            # The run titles and describes its report from its grid; recover it so the re-render is the same bytes.
+            grid = read_run_grid(run_dir)
+            assert checked.metrics is not None and grid is not None  # check_finished read both
+            remove_figures(run_dir)
+            write_run_report(
+                run_dir, checked.metrics, grid.name, grid, how_run=how_run_line_of(run_dir), figures=args.figures
+            )
+        reseal(run_dir, checked.manifest, rewritten)
     print(run_dir / "report.md")
+    return EXIT_OK
+
+
+def command_verify(args: argparse.Namespace) -> int:
+    """`coevolab verify DIR`: every file against the manifests, every metrics table read back; reads alone."""
+    from harness.experiment.verify import verify_run_dir
+
+    run_dir = existing_directory(Path(args.run_dir), "verify")
+    print(verify_run_dir(run_dir))
     return EXIT_OK
 
 

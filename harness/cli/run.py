@@ -4,12 +4,15 @@ resumed or grown run, or a grid grown until its claims are decided. Ctrl-C and S
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from harness.cli.arguments import (
     DEFAULT_RUNS_ROOT,
+    EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     UsageError,
@@ -17,6 +20,7 @@ from harness.cli.arguments import (
     existing_directory,
     finished,
     grid_and_warnings,
+    writing,
 )
 
 if TYPE_CHECKING:
@@ -24,14 +28,18 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from harness.experiment.ray_backend import RayBackend
     from harness.experiment.runner import Progress
     from harness.grid.layout import GridSpec
 
 
 def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
+    """The run directory of `coevolab run` (created where new): --resume DIR, --out DIR or a fresh one. Read-only
+    checks alone: the caller takes the directory's lock (`writing`) before anything is written, and then, with
+    --force, `_replace_earlier_run`."""
+    from harness.common.integrity import run_entries
     from harness.common.run_files import fresh_run_dir
     from harness.experiment.merge import run_finished
+    from harness.experiment.verify import is_run_directory
 
     if args.resume:
         run_dir = existing_directory(Path(args.resume), "--resume")
@@ -46,10 +54,17 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
         run_dir = Path(args.out)
         if run_dir.exists() and not run_dir.is_dir():
             raise UsageError(f"--out {run_dir}: exists and is not a directory")
-        if run_dir.exists() and any(run_dir.iterdir()) and not args.force:
-            raise UsageError(
-                f"--out {run_dir} already holds files; use --force to overwrite, or --resume {run_dir} to continue it"
-            )
+        if run_dir.exists() and run_entries(run_dir):
+            if not args.force:
+                raise UsageError(
+                    f"--out {run_dir} already holds files; use --force to overwrite, or --resume {run_dir} to "
+                    "continue it"
+                )
+            if not is_run_directory(run_dir):
+                raise UsageError(
+                    f"--out {run_dir} holds files but no coevolab run; --force replaces a run directory only: give "
+                    "an empty or new directory"
+                )
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         where = args.out if args.out is not None else DEFAULT_RUNS_ROOT
@@ -57,23 +72,47 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
     return run_dir
 
 
+def _replace_earlier_run(args: argparse.Namespace, run_dir: Path) -> None:
+    """--force: remove every file of the run the directory held (checkpoints, results, blocks, stages, shapes)
+    before this run writes anything, so that nothing of it is resumed or merged into this one. Under the lock."""
+    from harness.common.integrity import discard_contents
+
+    if args.force:
+        discard_contents(run_dir)
+
+
 def _block_run_dir(args: argparse.Namespace, spec: GridSpec) -> Path:
-    """--out DIR of `--block K` (see harness.experiment.blocks.block_run_dir)."""
-    from harness.experiment.blocks import block_run_dir
+    """--out DIR of `--block K`, created where new (its checks: harness.experiment.blocks.block_run_dir, which the
+    caller runs again under the directory's lock, shared with the other blocks' processes)."""
+    from harness.experiment.blocks import check_block
 
     if args.out is None:
         raise UsageError("--block K needs --out DIR: the run directory that every block of the grid writes into")
     if args.force:
         raise UsageError("--block adds one block to --out DIR and overwrites no other; --force does not apply")
-    return block_run_dir(spec, args.block, Path(args.out))
+    check_block(spec, args.block)
+    run_dir = Path(args.out)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"--out {run_dir}: exists and is not a directory")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"output directory {run_dir}: cannot create or read it: {error.strerror or error}") from None
+    return run_dir
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that a preempted run stops the same way."""
 
 
+# The signals `_raise_terminated` has handled: code that catches the exception and raises a KeyboardInterrupt of
+# its own (Ray's wait does) must not turn a SIGTERM into a Ctrl-C.
+_received: list[int] = []
+
+
 def _raise_terminated(signum: int, frame: object) -> NoReturn:
-    del signum, frame
+    del frame
+    _received.append(signum)
     raise Terminated
 
 
@@ -100,8 +139,9 @@ def _unchanged_mechanisms(spec: GridSpec) -> GridSpec:
     return spec
 
 
-def _resumed(args: argparse.Namespace) -> tuple[Path, GridSpec]:
-    """The run directory and grid of `--resume DIR` (grown to --seeds N if given; a flat run becomes blocks)."""
+def _resumed(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[Path, GridSpec]:
+    """The run directory and grid of `--resume DIR` (grown to --seeds N if given; a flat run becomes blocks), its
+    lock taken in `stack` and its files checked before anything is read from them."""
     from harness.experiment.blocks import adopt_flat_run, grown_spec
     from harness.experiment.runner import load_spec
 
@@ -112,25 +152,41 @@ def _resumed(args: argparse.Namespace) -> tuple[Path, GridSpec]:
         )
     if args.seeds is None:
         run_dir = _prepare_run_dir(args, "")
+    else:
+        run_dir = existing_directory(Path(args.resume), "--resume")
+        if not (run_dir / "grid.json").is_file():
+            raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to grow")
+    stack.enter_context(writing(run_dir))
+    _check_earlier_results(run_dir)
+    if args.seeds is None:
         return run_dir, _unchanged_mechanisms(load_spec(run_dir))
-    run_dir = existing_directory(Path(args.resume), "--resume")
-    if not (run_dir / "grid.json").is_file():
-        raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to grow")
     spec = grown_spec(_unchanged_mechanisms(load_spec(run_dir)), args.seeds)
     adopt_flat_run(spec, run_dir)
     return run_dir, spec
 
 
-def command_run(args: argparse.Namespace) -> int:
-    import shutil
+def _check_earlier_results(run_dir: Path) -> None:
+    """Before a run continues or grows a directory: where it holds a finished run's manifest, every file that
+    manifest lists but the top's own results (which the run writes anew) is as listed, and its metrics read back.
 
+    Raises:
+        RunDirectoryError: the first that is not.
+    """
+    from harness.common.run_files import MANIFEST_FILE
+    from harness.experiment.verify import check_finished, report_outputs
+
+    if (run_dir / MANIFEST_FILE).is_file():
+        check_finished(run_dir, report_outputs(run_dir))
+
+
+def command_run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from harness.common.run_files import METRICS_FILE
     from harness.experiment.blocks import (
-        BLOCKS_DIR,
         block_count,
         block_dir,
+        block_run_dir,
         block_spec,
         run_block,
         seeds_per_block,
@@ -147,57 +203,60 @@ def command_run(args: argparse.Namespace) -> int:
     if _is_study(args):
         return command_study(args)
     seeds = args.seeds if args.seeds is not None else args.seed_list
-    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
-    if args.resume:
-        run_dir, spec = _resumed(args)
-        in_blocks = uses_blocks(run_dir)
-        if ray and not in_blocks:
-            raise UsageError(f"--resume {run_dir}: a grid run whole (not in seed blocks) resumes without --ray")
-    else:
-        spec = grid_and_warnings(conditions_path(args.conditions), seeds)
-        largest = block_spec(spec, 0)  # every block is the size of the first or smaller
-        check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
-        if args.block is not None:
-            run_dir = _block_run_dir(args, spec)
+    with contextlib.ExitStack() as stack:
+        ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
+        if ray:
+            stack.callback(ray.close)
+        if args.resume:
+            run_dir, spec = _resumed(args, stack)
+            in_blocks = uses_blocks(run_dir)
+            if ray and not in_blocks:
+                raise UsageError(f"--resume {run_dir}: a grid run whole (not in seed blocks) resumes without --ray")
         else:
-            run_dir = _prepare_run_dir(args, spec.name)
-            if args.force:
-                shutil.rmtree(run_dir / BLOCKS_DIR, ignore_errors=True)  # --force starts the grid over
-        # A one-block grid keeps the flat layout of a run before blocks (its files at the top of run_dir).
-        in_blocks = args.block is not None or ray is not None or block_count(spec) > 1
+            spec = grid_and_warnings(conditions_path(args.conditions), seeds)
+            largest = block_spec(spec, 0)  # every block is the size of the first or smaller
+            check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
+            if args.block is not None:
+                run_dir = _block_run_dir(args, spec)
+                stack.enter_context(writing(run_dir, shared=True))  # the grid's other blocks may run beside it
+                block_run_dir(spec, args.block, run_dir)
+            else:
+                run_dir = _prepare_run_dir(args, spec.name)
+                stack.enter_context(writing(run_dir))
+                _replace_earlier_run(args, run_dir)
+            # A one-block grid keeps the flat layout of a run before blocks (its files at the top of run_dir).
+            in_blocks = args.block is not None or ray is not None or block_count(spec) > 1
 
-    def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
-        if args.block is not None:
-            run_block(spec, args.block, run_dir, progress)
-            progress.close()
-            done = block_dir(run_dir, args.block)
-            return done, diverged_runs(pd.read_csv(done / METRICS_FILE))
-        if in_blocks:
-            backend = (ray, RAY) if ray else ()
-            return run_dir, run_in_blocks(spec, run_dir, progress, *backend, figures=args.figures).diverged
-        whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
-        outcome = execute(
-            spec,
-            run_dir,
-            progress,
-            resume=bool(args.resume),
-            started=args.started,
-            manifest_extra=whole,
-            figures=args.figures,
-        )
-        return run_dir, outcome.diverged
+        def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
+            if args.block is not None:
+                run_block(spec, args.block, run_dir, progress)
+                progress.close()
+                done = block_dir(run_dir, args.block)
+                return done, diverged_runs(pd.read_csv(done / METRICS_FILE))
+            if in_blocks:
+                backend = (ray, RAY) if ray else ()
+                return run_dir, run_in_blocks(spec, run_dir, progress, *backend, figures=args.figures).diverged
+            whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
+            outcome = execute(
+                spec,
+                run_dir,
+                progress,
+                resume=bool(args.resume),
+                started=args.started,
+                manifest_extra=whole,
+                figures=args.figures,
+            )
+            return run_dir, outcome.diverged
 
-    return _run_until_stopped(args, ray, work, lambda how: _interrupted_message(run_dir, how, args.block))
+        return _run_until_stopped(args, work, lambda how: _interrupted_message(run_dir, how, args.block))
 
 
 def command_until_decided(args: argparse.Namespace) -> int:
     """`coevolab run [FILE] --until-decided --max-seeds N`, or `--resume DIR --until-decided` (see
     harness.experiment.until_decided)."""
-    import shutil
-
     from harness.experiment.blocks import block_spec
     from harness.experiment.ray_backend import RAY, RayBackend
-    from harness.experiment.until_decided import PLAN_FILE, STAGES_DIR, run_until_decided
+    from harness.experiment.until_decided import run_until_decided
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
@@ -205,31 +264,37 @@ def command_until_decided(args: argparse.Namespace) -> int:
         raise UsageError("--max-seeds is the budget of --until-decided; pass both")
     if args.block is not None or args.seed_list is not None:
         raise UsageError("--until-decided grows seeds 0..N-1 itself; do not pass --block or --seed-list")
-    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
-    if args.resume:
-        if args.conditions or args.seeds is not None:
-            raise UsageError("--resume DIR --until-decided continues the grid in DIR; do not pass a file or --seeds")
-        spec, run_dir = None, existing_directory(Path(args.resume), "--resume")
-        if not (run_dir / "grid.json").is_file():
-            raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
-    else:
-        spec = grid_and_warnings(conditions_path(args.conditions), args.seeds)
-        largest = block_spec(spec, 0)
-        check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
-        run_dir = _prepare_run_dir(args, spec.name)
-        if args.force:  # --force starts the grid over, not from an earlier plan's stages
-            (run_dir / PLAN_FILE).unlink(missing_ok=True)
-            shutil.rmtree(run_dir / STAGES_DIR, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
+        if ray:
+            stack.callback(ray.close)
+        if args.resume:
+            if args.conditions or args.seeds is not None:
+                raise UsageError(
+                    "--resume DIR --until-decided continues the grid in DIR; do not pass a file or --seeds"
+                )
+            spec, run_dir = None, existing_directory(Path(args.resume), "--resume")
+            if not (run_dir / "grid.json").is_file():
+                raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
+            stack.enter_context(writing(run_dir))
+            _check_earlier_results(run_dir)
+        else:
+            spec = grid_and_warnings(conditions_path(args.conditions), args.seeds)
+            largest = block_spec(spec, 0)
+            check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
+            run_dir = _prepare_run_dir(args, spec.name)
+            stack.enter_context(writing(run_dir))
+            _replace_earlier_run(args, run_dir)  # --force starts the grid over, not from an earlier plan's stages
 
-    def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
-        backend = {"backend": ray, "how": RAY} if ray else {}
-        outcome = run_until_decided(
-            spec, run_dir, args.max_seeds, args.spending, progress, **backend, figures=args.figures
-        )
-        return run_dir, outcome.diverged
+        def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
+            backend = {"backend": ray, "how": RAY} if ray else {}
+            outcome = run_until_decided(
+                spec, run_dir, args.max_seeds, args.spending, progress, **backend, figures=args.figures
+            )
+            return run_dir, outcome.diverged
 
-    kept = f"finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided"
-    return _run_until_stopped(args, ray, work, lambda how: f"\n{how}; {kept}")
+        kept = f"finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir} --until-decided"
+        return _run_until_stopped(args, work, lambda how: f"\n{how}; {kept}")
 
 
 def _is_study(args: argparse.Namespace) -> bool:
@@ -245,49 +310,53 @@ def _is_study(args: argparse.Namespace) -> bool:
 
 def command_study(args: argparse.Namespace) -> int:
     """`coevolab run STUDY.toml` or `--resume DIR` of a study: one program per shape (harness.experiment.study)."""
-    import shutil
-
     from harness.experiment.blocks import block_spec
     from harness.experiment.ray_backend import RAY, RayBackend
-    from harness.experiment.study import SHAPES_DIR, run_study
+    from harness.experiment.study import run_study
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
     from harness.grid.study import load_study
 
     if args.block is not None:
         raise UsageError("a study runs its shapes one after another; --block applies to a grid file")
-    ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
-    if args.resume:
-        if args.conditions or args.seeds is not None or args.seed_list is not None:
-            raise UsageError("--resume DIR continues the study in DIR; do not pass a file, --seeds or --seed-list")
-        study, run_dir = None, existing_directory(Path(args.resume), "--resume")
-    else:
-        seeds = args.seeds if args.seeds is not None else args.seed_list
-        study = load_study(conditions_path(args.conditions), seeds)
-        for shape in study.shapes:  # refuse before writing anything
-            largest = block_spec(shape.grid, 0)
-            check_fits(layout_grid(largest).shape, len(largest.run.seeds))
-        run_dir = _prepare_run_dir(args, study.name)
-        if args.force:  # --force starts the study over
-            shutil.rmtree(run_dir / SHAPES_DIR, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
+        if ray:
+            stack.callback(ray.close)
+        if args.resume:
+            if args.conditions or args.seeds is not None or args.seed_list is not None:
+                raise UsageError("--resume DIR continues the study in DIR; do not pass a file, --seeds or --seed-list")
+            study, run_dir = None, existing_directory(Path(args.resume), "--resume")
+            stack.enter_context(writing(run_dir))
+            _check_earlier_results(run_dir)
+        else:
+            seeds = args.seeds if args.seeds is not None else args.seed_list
+            study = load_study(conditions_path(args.conditions), seeds)
+            for shape in study.shapes:  # refuse before writing anything
+                largest = block_spec(shape.grid, 0)
+                check_fits(layout_grid(largest).shape, len(largest.run.seeds))
+            run_dir = _prepare_run_dir(args, study.name)
+            stack.enter_context(writing(run_dir))
+            _replace_earlier_run(args, run_dir)  # --force starts the study over
 
-    def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
-        backend = {"backend": ray, "how": RAY} if ray else {}
-        return run_dir, run_study(study, run_dir, progress, **backend, figures=args.figures).diverged
+        def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
+            backend = {"backend": ray, "how": RAY} if ray else {}
+            return run_dir, run_study(study, run_dir, progress, **backend, figures=args.figures).diverged
 
-    kept = f"finished shapes and blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
-    return _run_until_stopped(args, ray, work, lambda how: f"\n{how}; {kept}")
+        kept = f"finished shapes and blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
+        return _run_until_stopped(args, work, lambda how: f"\n{how}; {kept}")
 
 
 def _run_until_stopped(
     args: argparse.Namespace,
-    ray: RayBackend | None,
     work: Callable[[Progress], tuple[Path, pd.DataFrame]],
     interrupted: Callable[[str], str],
 ) -> int:
     """Run `work` (given the console's progress; returns where its results are and its diverged runs) with the
     compile cache on unless --no-compile-cache, and SIGTERM raised where Ctrl-C is: either stops it at a clean
-    point, prints `interrupted(how)` and exits 143 or 130. The Ray connection is closed however it ends."""
+    point, prints `interrupted(how)` (what is kept, and how to resume) and exits 143 or 130. A file that cannot be
+    written (a full disk, a file size limit, permissions changed under the run) stops it the same way: one line on
+    stderr, naming the file and saying how to resume, exit 1."""
     from harness.experiment.progress import console_progress
     from harness.grid.compile_cache import disable_compilation_cache, enable_compilation_cache
 
@@ -297,15 +366,20 @@ def _run_until_stopped(
         enable_compilation_cache()
     progress = console_progress(args.quiet)
     previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    _received.clear()
     try:
         done, diverged = work(progress)
     except KeyboardInterrupt as stop:
         progress.close()
-        terminated = isinstance(stop, Terminated)
+        terminated = isinstance(stop, Terminated) or signal.SIGTERM in _received
         print(interrupted("terminated (SIGTERM)" if terminated else "interrupted"))
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    except OSError as error:
+        progress.close()
+        what = f"could not write {error.filename}" if error.filename else "could not go on"
+        kept = " ".join(interrupted("the run stopped").replace(":\n  ", ": ").split())
+        print(f"coevolab: error: {what}: {error.strerror or error}; {kept}", file=sys.stderr)
+        return EXIT_FAILURE
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
-        if ray:
-            ray.close()
     return finished(done, diverged)

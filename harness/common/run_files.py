@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ METRICS_FILE = "metrics.csv"
 GRID_FILE = "grid.json"
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_FILE = "checkpoint.msgpack"
+FIGURES_DIR = "figures"  # the report's PNGs
 CLAIMS_FILE = "claims.csv"  # the verdicts on a grid's claims, written by the report
+BLOCK_FILE = "block.json"  # a seed block's record of its attempts (harness.experiment.blocks)
 
 # atomic_write_bytes writes `.<name>.<8 hex digits>.tmp` beside `<name>`.
 _TEMPORARY_PREFIX, _TEMPORARY_SUFFIX = ".", ".tmp"
@@ -96,6 +99,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def is_temporary(name: str) -> bool:
+    """Whether a file name is that of an atomic write's temporary file."""
+    return _TEMPORARY_NAME.fullmatch(name) is not None
+
+
 def stale_temporaries(run_dir: Path) -> list[Path]:
     """The temporary files of atomic writes under `run_dir` (its subfolders included), sorted.
 
@@ -105,7 +113,7 @@ def stale_temporaries(run_dir: Path) -> list[Path]:
     return sorted(
         path
         for path in Path(run_dir).rglob(f"{_TEMPORARY_PREFIX}*{_TEMPORARY_SUFFIX}")
-        if path.is_file() and _TEMPORARY_NAME.fullmatch(path.name)
+        if path.is_file() and is_temporary(path.name)
     )
 
 
@@ -119,6 +127,12 @@ def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     for path in stale:
         path.unlink(missing_ok=True)
     return stale
+
+
+def remove_figures(run_dir: Path) -> None:
+    """Remove the figures of a report before another is written: a report without figures (--no-figures) links
+    none, and one with them draws them all, so none of an earlier report (fewer seeds, another grid) is left."""
+    shutil.rmtree(Path(run_dir) / FIGURES_DIR, ignore_errors=True)
 
 
 def fresh_run_dir(root: Path, grid_name: str) -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -60,6 +61,24 @@ class RunView:
 
 
 @dataclasses.dataclass(frozen=True)
+class ValidValues:
+    """The values a metric can take in a run whose parameters are all finite (what reading metrics.csv back checks).
+
+    low, high: inclusive bounds (a float metric is allowed float32 rounding past them); undefined: the value may be
+    NaN or infinite there too (a quantity undefined for the run: meta-correction off, a ratio of 0 to 0).
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+    undefined: bool = False
+
+
+SPEARMAN = ValidValues(-1.0, 1.0, undefined=True)  # NaN where either side is constant
+PROBABILITY = ValidValues(0.0, 1.0)
+NON_NEGATIVE = ValidValues(0.0)
+
+
+@dataclasses.dataclass(frozen=True)
 class Metric:
     """One diagnostic: a column of metrics.csv.
 
@@ -67,7 +86,7 @@ class Metric:
     definition: one line a reader needs to interpret it; kind: the column's type;
     headline: one of the core curves every report shows per iteration; judge_scale: its values are on the run's own
     judges' score scale, which differs from judge to judge, so one condition's value is no reference line for
-    another's.
+    another's; valid: the values it can take in a run that has not diverged.
     """
 
     name: str
@@ -78,6 +97,7 @@ class Metric:
     kind: Literal["float", "int", "bool"] = "float"
     headline: bool = False
     judge_scale: bool = False
+    valid: ValidValues = ValidValues()
 
     @property
     def axis_label(self) -> str:
@@ -110,6 +130,7 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "rank correlation between the reward the policy is trained on and q*, over all outputs",
         lambda run: spearman(run.reward, run.q_star),
         headline=True,
+        valid=SPEARMAN,
     ),
     Metric(
         "policy_entropy",
@@ -118,6 +139,7 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "entropy of the policy's distribution over all outputs, -Σₓ π(x) log π(x)",
         _entropy,
         headline=True,
+        valid=NON_NEGATIVE,
     ),
     Metric(
         "judge_perceived_quality",
@@ -134,6 +156,7 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "nats",
         "how far the policy has moved from its initial self, KL(π_t ‖ π₀) = Σₓ π(x) log(π(x)/π₀(x)), exact",
         _kl_from_initial,
+        valid=NON_NEGATIVE,
     ),
 )
 
@@ -146,6 +169,7 @@ END_MODE: tuple[Metric, ...] = (
         "the policy's most probable output, as its index in enumeration order",
         lambda run: run.mode,
         kind="int",
+        valid=NON_NEGATIVE,
     ),
     Metric(
         "mode_quality",

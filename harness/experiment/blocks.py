@@ -17,7 +17,6 @@ submit each block as it is. `in_process` runs them one after another in this pro
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import shutil
 import socket
@@ -27,16 +26,23 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_bytes, atomic_write_text
+from harness.common.integrity import read_manifest, run_entries, verify_listed, write_manifest
+from harness.common.locks import LOCK_SUFFIX, holding
+from harness.common.run_files import (
+    BLOCK_FILE,
+    GRID_FILE,
+    METRICS_FILE,
+    atomic_write_bytes,
+    atomic_write_text,
+)
 from harness.experiment.checkpoint import has_checkpoint
-from harness.experiment.runner import Progress, execute
+from harness.experiment.runner import Progress, execute, load_spec
 from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec
 
 # Runs per block from which a run's cost stops falling as a grid grows (artifacts/bench/bench.md: flat from ~360).
 BLOCK_RUNS = 360
 BLOCKS_DIR = "blocks"
-BLOCK_FILE = "block.json"
 
 
 class BlockError(ValueError):
@@ -153,7 +159,7 @@ def block_run_dir(spec: GridSpec, block: int, run_dir: Path) -> Path:
         )
     if run_dir.exists() and not run_dir.is_dir():
         raise BlockError(f"{run_dir}: exists and is not a directory")
-    if existing is None and run_dir.is_dir() and any(run_dir.iterdir()):
+    if existing is None and run_dir.is_dir() and run_entries(run_dir):
         raise BlockError(f"{run_dir} holds files but no run of this grid; give it a directory of its own")
     try:
         (run_dir / BLOCKS_DIR).mkdir(parents=True, exist_ok=True)
@@ -199,15 +205,39 @@ def ran_another_grid(spec: GridSpec, run_dir: Path, block: int) -> bool:
 
 
 def is_finished(spec: GridSpec, run_dir: Path, block: int) -> bool:
-    """Whether blocks/<k>/ holds block k of `spec` complete: finished by its record, with its metrics, for this grid."""
+    """Whether blocks/<k>/ holds block k of `spec` complete: finished by its record, with its metrics, for this grid,
+    every file its manifest lists as the manifest lists it.
+
+    Raises:
+        RunDirectoryError: a block finished by its record whose files differ from its manifest (not run again: a
+            damaged result is named, never silently replaced).
+    """
     record = read_record(run_dir, block)
-    return (
+    if not (
         record is not None
         and record.finished
         and record.seeds == block_seeds(spec, block)
-        and (block_dir(run_dir, block) / METRICS_FILE).is_file()
         and _block_grid(run_dir, block) == block_spec(spec, block)
-    )
+    ):
+        return False
+    directory = block_dir(run_dir, block)
+    manifest = read_manifest(directory)
+    if manifest is not None:
+        verify_listed(directory, manifest)
+    return (directory / METRICS_FILE).is_file()
+
+
+def kept_work(spec: GridSpec, run_dir: Path) -> str:
+    """What a stopped run of `spec`'s blocks keeps for a resume, from the files alone: e.g. "block 0 checkpointed;
+    blocks 2, 3 finished" (a block is finished by its record, checkpointed by its checkpoint file)."""
+    checkpointed = [k for k in range(block_count(spec)) if has_checkpoint(block_dir(run_dir, k))]
+    done = [k for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None and record.finished]
+    parts = [
+        f"{'blocks' if len(blocks) > 1 else 'block'} {', '.join(map(str, blocks))} {what}"
+        for blocks, what in ((checkpointed, "checkpointed"), (done, "finished"))
+        if blocks
+    ]
+    return "; ".join(parts) or "no block's work"
 
 
 def pending_blocks(spec: GridSpec, run_dir: Path) -> list[int]:
@@ -223,18 +253,41 @@ def _write_record(run_dir: Path, record: BlockRecord) -> None:
     atomic_write_text(block_dir(run_dir, record.block) / BLOCK_FILE, record.model_dump_json(indent=2) + "\n")
 
 
-def run_block(spec: GridSpec, block: int, run_dir: Path, progress: Progress | None = None) -> BlockRecord:
+def block_lock(run_dir: Path, block: int) -> Path:
+    """blocks/<k>.lock: beside the block's folder, not in it, so that starting the block over (which removes the
+    folder) never removes the lock file its holder has open."""
+    return Path(run_dir) / BLOCKS_DIR / f"{block}{LOCK_SUFFIX}"
+
+
+def run_block(
+    spec: GridSpec, block: int, run_dir: Path, progress: Progress | None = None, wait: bool = False
+) -> BlockRecord:
     """Run block `block` of `spec` into run_dir/blocks/<block>/ and return its record (block.json).
 
     A finished block is left as it is. A block with a checkpoint of these seeds continues from it; one whose files
     belong to other seeds (a partial last block of a grid since grown) or another grid starts again from nothing.
-    Each call is recorded as an attempt in block.json before training starts, and completed when it ends.
+    Each call is recorded as an attempt in block.json before training starts, and completed when it ends. The block
+    has one writer at a time: its lock (`block_lock`, naming the holder's host and pid) is held throughout.
+
+    Args:
+        wait: wait for another process's hold on the block to end (a Ray retry beside a worker thought lost), rather
+            than refuse at once.
 
     Raises:
         BlockError: `block` is not one of the grid's blocks, or blocks/<block>/ holds another grid's block.
+        DirectoryBusy: another process works on the block (and `wait` is False).
+        RunDirectoryError: the block is finished but its files differ from its manifest.
+        CheckpointMismatch: its checkpoint is of another run, or damaged.
         KeyboardInterrupt: Ctrl-C or SIGTERM (the command line's `Terminated`); the checkpoint stays for a resume.
     """
     check_block(spec, block)
+    lock = block_lock(run_dir, block)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with holding(lock, wait=wait, busy=f"block {block} of {run_dir}"):
+        return _run_block(spec, block, Path(run_dir), progress)
+
+
+def _run_block(spec: GridSpec, block: int, run_dir: Path, progress: Progress | None) -> BlockRecord:
     if is_finished(spec, run_dir, block):
         record = read_record(run_dir, block)
         assert record is not None
@@ -255,7 +308,7 @@ def run_block(spec: GridSpec, block: int, run_dir: Path, progress: Progress | No
     attempt = Attempt(host=socket.gethostname(), started=_now())
     record = record.model_copy(update={"finished": False, "attempts": [*record.attempts, attempt]})
     _write_record(run_dir, record)
-    outcome = execute(own, directory, progress, resume=resuming, write_report=False)
+    outcome = execute(own, directory, progress, resume=resuming, write_report=False, block=block)
     done = attempt.model_copy(
         update={"finished": _now(), "resumed_from_iteration": outcome.resumed_from_iteration, "seconds": outcome.times}
     )
@@ -291,18 +344,19 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
     run_dir = Path(run_dir)
     if uses_blocks(run_dir):
         return
-    flat = read_grid_file(run_dir / GRID_FILE)
-    if has_checkpoint(run_dir) or not (run_dir / METRICS_FILE).is_file():
+    flat = load_spec(run_dir)
+    ran = read_manifest(run_dir)
+    if has_checkpoint(run_dir) or not (run_dir / METRICS_FILE).is_file() or ran is None:
         raise BlockError(f"{run_dir} has not finished; finish it first (coevolab run --resume {run_dir}), then grow it")
     (run_dir / BLOCKS_DIR).mkdir()
     if flat != block_spec(spec, 0):
         return
     directory = block_dir(run_dir, 0)
     directory.mkdir()
-    for name in (METRICS_FILE, MANIFEST_FILE):
-        atomic_write_bytes(directory / name, (run_dir / name).read_bytes())
+    atomic_write_bytes(directory / METRICS_FILE, (run_dir / METRICS_FILE).read_bytes())
     write_grid_file(directory / GRID_FILE, flat)
-    ran = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    # The flat run's manifest, listing the block's files (the caller has checked the flat run's against it).
+    write_manifest(directory, ran)
     attempt = Attempt(
         host="(a run before seed blocks)",
         started=ran.get("started", ""),

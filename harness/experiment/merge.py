@@ -18,7 +18,15 @@ from pathlib import Path
 import pandas as pd
 
 from harness import report
-from harness.common.run_files import GRID_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
+from harness.common.integrity import read_manifest, verify_listed, write_manifest
+from harness.common.run_files import (
+    GRID_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    atomic_write_text,
+    manifest,
+    remove_figures,
+)
 from harness.common.wording import plural
 from harness.experiment.blocks import (
     BLOCKS_DIR,
@@ -28,6 +36,7 @@ from harness.experiment.blocks import (
     block_count,
     block_dir,
     block_seeds,
+    block_spec,
     in_process,
     pending_blocks,
     ran_another_grid,
@@ -38,6 +47,7 @@ from harness.experiment.blocks import (
 )
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
+from harness.experiment.validation import validated_metrics
 from harness.grid.grid_file import write_grid_file
 from harness.grid.layout import GridSpec
 
@@ -47,10 +57,12 @@ SEPARATE = "separate processes"
 
 
 def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
-    """The grid's metrics.csv text from its finished blocks under `run_dir`.
+    """The grid's metrics.csv text from its finished blocks under `run_dir`, each checked against its manifest and
+    read back against its grid first.
 
     Raises:
-        BlockError: some blocks are not finished (named), or a block's table is not the runs it should hold.
+        BlockError: some blocks are not finished (named), or were run for another grid.
+        RunDirectoryError: a block's files differ from its manifest, or its table does not read back as its runs.
     """
     foreign = [k for k in range(block_count(spec)) if ran_another_grid(spec, run_dir, k)]
     if foreign:
@@ -65,16 +77,14 @@ def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
             f"{run_dir}: {plural(len(missing), 'block')} of {block_count(spec)} not finished: "
             f"{', '.join(map(str, missing))}; run them (coevolab run FILE --out {run_dir} --block K), then merge"
         )
-    # Read as text, so that every value is written back exactly as its block wrote it.
-    tables = [
-        pd.read_csv(block_dir(run_dir, k) / METRICS_FILE, dtype=str, keep_default_na=False)
-        for k in range(block_count(spec))
-    ]
-    for k, table in enumerate(tables):
-        expected = len(spec.conditions) * len(block_seeds(spec, k)) * (spec.run.iterations + 1)
-        if len(table) != expected or set(table["seed"].astype(int)) != set(block_seeds(spec, k)):
-            raise BlockError(f"block {k} in {run_dir} holds {len(table)} rows, not the {expected} of its runs")
-        if list(table.columns) != list(tables[0].columns):
+    tables = []
+    for k in range(block_count(spec)):
+        path = block_dir(run_dir, k) / METRICS_FILE
+        text = path.read_text(encoding="utf-8")
+        validated_metrics(text, block_spec(spec, k), path)
+        # Read as text, so that every value is written back exactly as its block wrote it.
+        tables.append(pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
+        if list(tables[-1].columns) != list(tables[0].columns):
             raise BlockError(f"block {k} in {run_dir} has other metrics than block 0 (another version of coevolab?)")
     return ordered_metrics_text(spec, tables)
 
@@ -141,27 +151,36 @@ def merge_blocks(
         The merged run (no final state: it lives in no one process).
 
     Raises:
-        BlockError: some blocks are missing; nothing is written then.
+        BlockError: some blocks are missing, or of another grid; nothing is written then.
+        RunDirectoryError: a block's files differ from its manifest or do not read back as its runs (named), or a
+            block file that the run directory's manifest lists differs from it; nothing is written then.
     """
     progress = progress or SilentProgress()
     entered = time.perf_counter()
     started_at = dt.datetime.now(dt.UTC)
+    run_dir = Path(run_dir)
+    earlier = read_manifest(run_dir)  # of an earlier merge: it vouches for the blocks' files too (block.json)
+    if earlier is not None:
+        verify_listed(run_dir, earlier, lambda relative: not relative.startswith(f"{BLOCKS_DIR}/"))
     text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
     records = [record for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None]
+    # The manifest goes first and comes back last: a merge stopped half-way leaves no manifest vouching for a mix.
+    (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / METRICS_FILE, text)
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     line = how_run_line(records, how)
     progress.phase("report", str(run_dir))
     report_start = time.perf_counter()
+    remove_figures(run_dir)
     report.write_run_report(run_dir, metrics, spec.name, spec, how_run=line, figures=figures)
     progress.phase_done("report", time.perf_counter() - report_start)
     phases: dict[str, float] = {}
     for record in records:
         for phase, seconds in record.attempts[-1].seconds.items():
             phases[phase] = phases.get(phase, 0.0) + seconds
-    write_json(
-        run_dir / MANIFEST_FILE,
+    write_manifest(
+        run_dir,
         manifest(
             spec.model_dump(mode="json"),
             # The blocks' phases summed (their last attempts'), then this merge's own.
@@ -203,10 +222,16 @@ def run_in_blocks(
     `figures` this passes on).
 
     Blocks finished earlier (a resumed or grown run) are kept; a block with a checkpoint continues from it. The top
-    grid.json is written first, so that an interrupted run resumes as this grid.
+    grid.json is written first, so that an interrupted run resumes as this grid; where it was another grid's (a run
+    grown), that grid's merged results go first: nothing in the directory vouches for a mix.
     """
     progress = progress or SilentProgress()
-    write_grid_file(run_dir / GRID_FILE, spec)
+    run_dir = Path(run_dir)
+    grid_file = run_dir / GRID_FILE
+    if not grid_file.is_file() or grid_file.read_text(encoding="utf-8") != spec.model_dump_json(indent=2) + "\n":
+        for stale in (MANIFEST_FILE, METRICS_FILE):
+            (run_dir / stale).unlink(missing_ok=True)
+    write_grid_file(grid_file, spec)
     (run_dir / BLOCKS_DIR).mkdir(exist_ok=True)
     count = block_count(spec)
 

@@ -15,30 +15,29 @@ reused by the next), with
   worker's own exception, which the command line reports in one line.
 
 The run directory must be on a file system that every node sees at the same path (NFS, a cluster file system): the
-tasks write blocks/<k>/ there and the driver merges them from it. While a task works on block k it holds an exclusive
-lock on blocks/<k>.lock (which names its host and pid), so two attempts at one block (a retry beside a worker
-thought dead) run one after the other and the second finds the block finished. Ray is imported only when a backend
-is made; this module's own imports are light, so a worker sets JAX's device count before anything imports JAX.
+tasks write blocks/<k>/ there and the driver merges them from it. While a task works on block k it holds the block's
+lock (`harness.experiment.blocks.block_lock`: blocks/<k>.lock, naming its host and pid), waiting for it where another
+holds it, so two attempts at one block (a retry beside a worker thought dead) run one after the other and the second
+finds the block finished; the driver holds the run directory's own lock throughout. Ray is imported only when a
+backend is made; this module's own imports are light, so a worker sets JAX's device count before anything imports
+JAX.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import logging
 import os
 import re
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # at run time these come after a worker has set JAX's device count (run_block_task)
     from harness.experiment.blocks import BlockRunner
-from harness.grid.grid_file import grid_from_json
-from harness.grid.layout import GridSpec
+    from harness.grid.layout import GridSpec
 
 RAY = "Ray"  # how the blocks ran, as the manifest and the report name it
 LOCAL = "local"  # --ray without an address: a Ray instance of this machine alone, started and stopped by the run
@@ -50,7 +49,6 @@ LOCAL_OBJECT_STORE_BYTES = 128 * 2**20
 PROCESS_BYTES = 3 * 2**29
 MAX_RETRIES = 3  # system failures (a worker or node lost) per block; errors of the block itself are never retried
 CONNECT_SECONDS = 5.0  # how long an address may take to accept a connection before it counts as unreachable
-LOCK_SUFFIX = ".lock"
 _DEVICE_COUNT_FLAG = re.compile(r"--xla_force_host_platform_device_count=\S*")
 
 
@@ -150,24 +148,6 @@ def _without_device_count(flags: str) -> str:
     return " ".join(_DEVICE_COUNT_FLAG.sub("", flags).split())
 
 
-@contextlib.contextmanager
-def holding_block(run_dir: Path, block: int) -> Iterator[None]:
-    """Inside: this process alone works on `block` (an exclusive lock on blocks/<k>.lock, waited for; it names the
-    holder's host and pid). The kernel releases it when the process dies, however it dies."""
-    from harness.experiment.blocks import BLOCKS_DIR
-
-    path = Path(run_dir) / BLOCKS_DIR / f"{block}{LOCK_SUFFIX}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        os.ftruncate(handle, 0)
-        os.pwrite(handle, f"{socket.gethostname()} {os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(handle)  # releases the lock
-
-
 def run_block_task(
     spec_json: str, block: int, run_dir: str, cpus: int, cache_dir: str | None, use_cache: bool, source: str
 ) -> str:
@@ -192,6 +172,7 @@ def run_block_task(
 
     from harness.experiment.blocks import run_block
     from harness.grid.compile_cache import disable_compilation_cache, enable_compilation_cache, harness_source_digest
+    from harness.grid.grid_file import grid_from_json
 
     host = socket.gethostname()
     if harness_source_digest() != source:
@@ -203,9 +184,7 @@ def run_block_task(
     else:
         disable_compilation_cache()
     spec = grid_from_json(spec_json, Path(run_dir))
-    with holding_block(Path(run_dir), block):
-        record = run_block(spec, block, Path(run_dir))
-    return record.model_dump_json()
+    return run_block(spec, block, Path(run_dir), wait=True).model_dump_json()
 
 
 @dataclass
@@ -246,7 +225,10 @@ class RayBackend:
                     **quiet_logs,
                 )
             else:
-                check_reachable(address, _bootstrap_address(ray, address))
+                # An address given as HOST:PORT is tried as given (Ray's own resolution would name another IP).
+                given = address.removeprefix("ray://")
+                explicit = given != "auto" and ":" in given
+                check_reachable(address, given if explicit else _bootstrap_address(ray, address))
                 try:
                     ray.init(address=address, **quiet_logs)
                 except (ConnectionError, RuntimeError) as error:
@@ -315,7 +297,8 @@ class RayBackend:
         if not pending:
             return
         ray = _import_ray()
-        from harness.experiment.blocks import BlockRecord, block_count, block_seeds, check_block
+        from harness.common.wording import plural
+        from harness.experiment.blocks import BlockRecord, block_count, block_seeds, check_block, kept_work
         from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 
         for block in pending:  # here, not in a worker started only to refuse it
@@ -346,9 +329,11 @@ class RayBackend:
                     raise (error.cause if isinstance(error.cause, Exception) else BlockLost(str(error))) from None
                 except ray.exceptions.RayError as error:
                     lost = str(error).strip().splitlines()[0]
+                    for ref in tasks:  # stopped before saying what is kept, so that what it says stays true
+                        ray.cancel(ref, force=True)
                     raise BlockLost(
-                        f"block {block}: its task failed {self.max_retries + 1} times ({lost}); its checkpoint stays: "
-                        f"run again with --resume {run_dir}"
+                        f"block {block}: its task failed {plural(self.max_retries + 1, 'time')} ({lost}); kept: "
+                        f"{kept_work(spec, run_dir)}; run again with --resume {run_dir}"
                     ) from None
                 record = BlockRecord.model_validate_json(record_json)
                 last = record.attempts[-1]

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Protocol
 
 import pandas as pd
+from pydantic import ValidationError
 
+from harness.common.integrity import RunDirectoryError, write_manifest
 from harness.common.run_files import (
     CHECKPOINT_FILE,
     GRID_FILE,
-    MANIFEST_FILE,
     METRICS_FILE,
     atomic_write_text,
     manifest,
+    remove_figures,
     remove_stale_temporaries,
-    write_json,
 )
 from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
@@ -32,6 +33,7 @@ from harness.experiment.checkpoint import (
     load_checkpoint,
     load_pretrained,
     read_checkpoint,
+    run_identity,
     save_checkpoint,
 )
 from harness.grid.grid_file import read_grid_file, write_grid_file
@@ -86,8 +88,26 @@ def diverged_runs(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_spec(run_dir: Path) -> GridSpec:
-    """The grid a run directory records, its mechanisms loaded from their copies beside grid.json where needed."""
-    return read_grid_file(run_dir / GRID_FILE)
+    """The grid a run directory records in its grid.json, its mechanisms loaded from their copies beside it where
+    needed.
+
+    Raises:
+        RunDirectoryError: it is missing, unreadable, not a grid this version reads, or a mechanism it records cannot
+            be loaded (one line).
+    """
+    path = Path(run_dir) / GRID_FILE
+    try:
+        return read_grid_file(path)
+    except FileNotFoundError:
+        raise RunDirectoryError(f"{path}: missing; not a run directory") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunDirectoryError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "its contents"
+        raise RunDirectoryError(f"{path}: not a grid of this coevolab: {where}: {first['msg']}") from None
+    except ValueError as error:  # not JSON, or a mechanism's recorded source that cannot be loaded
+        raise RunDirectoryError(f"{path}: {str(error).splitlines()[0]}") from None
 
 
 def execute(
@@ -99,6 +119,7 @@ def execute(
     write_report: bool = True,
     manifest_extra: dict | None = None,
     figures: bool = True,
+    block: int | None = None,
 ) -> ExperimentOutcome:
     """Train every run of `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
 
@@ -107,6 +128,11 @@ def execute(
     write_report: False for a seed block (`harness.experiment.blocks`), whose report is the merged grid's.
     manifest_extra: further entries of manifest.json (how the grid was run).
     figures: False: the report's text and tables alone (`coevolab report` draws them later).
+    block: the seed block `spec` is (its index), None for a grid run whole: part of the checkpoints' identity.
+
+    Raises:
+        CheckpointMismatch: with resume, a checkpoint of another run (another grid.json, block or state layout) or a
+            damaged one; refused before anything is trained.
     """
     progress = progress or SilentProgress()
     entered = time.perf_counter()
@@ -116,6 +142,7 @@ def execute(
         write_grid_file(run_dir / GRID_FILE, spec)
     program = GridTrainer(spec)
     total = spec.run.iterations
+    identity = run_identity(spec, block)
 
     if resume:
         # A process killed mid-write leaves its temporary file; this run is now the directory's only writer.
@@ -124,7 +151,7 @@ def execute(
     pretrained = payload = None
     if resuming:
         progress.phase("restore", f"checkpoint in {run_dir}")
-        payload = read_checkpoint(run_dir)
+        payload = read_checkpoint(run_dir, identity)
         pretrained = load_pretrained(payload)  # no need to pretrain again
     else:
         judges = plural(program.shape.max_members, "judge")
@@ -160,7 +187,7 @@ def execute(
         state, diagnostics = program.step(state, iteration)
         records.append(diagnostics)
         saving = time.perf_counter()
-        save_checkpoint(run_dir, Checkpoint(iteration + 1, program.pretrained, state, records))
+        save_checkpoint(run_dir, Checkpoint(iteration + 1, program.pretrained, state, records), identity)
         checkpoint_seconds += time.perf_counter() - saving
         progress.iteration_done(iteration)
     progress.phase_done("train", program.times.train)
@@ -168,6 +195,7 @@ def execute(
     metrics = program.metrics_table(records)
     atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
     report_seconds = 0.0
+    remove_figures(run_dir)  # of an earlier report (a directory replaced with --force, a run grown)
     if write_report:
         progress.phase("report", str(run_dir))
         report_start = time.perf_counter()
@@ -192,8 +220,9 @@ def execute(
     times["other"] = max(0.0, time.perf_counter() - started - sum(times.values()))
     progress.phase_done("other (setup, iteration-0 diagnostics, metrics table)", times["other"])
     progress.phase("total", f"{sum(times.values()):.1f}s = " + " + ".join(f"{k} {v:.1f}s" for k, v in times.items()))
-    write_json(
-        run_dir / MANIFEST_FILE,
+    # Last, listing every file written above: it vouches for them (harness.common.integrity).
+    write_manifest(
+        run_dir,
         manifest(
             spec.model_dump(mode="json"),
             times,
@@ -205,10 +234,12 @@ def execute(
             shards=program.plan.n_shards,
             filler_runs=program.plan.fillers,
             pretrain=program.pretrain_table().to_dict(orient="records"),
+            identity=dict(identity.components),
             **(manifest_extra or {}),
         ),
     )
-    # Finished: metrics.csv holds everything the checkpoint did.
+    # Finished: metrics.csv holds everything the checkpoint did (a kill before this line resumes from the last
+    # checkpoint, which has no iteration left, and writes the same files again).
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     progress.close()
     resumed_from = checkpoint.completed_iterations if checkpoint else None

@@ -25,7 +25,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text, manifest, write_json
+from harness.common.integrity import write_manifest
+from harness.common.run_files import (
+    CLAIMS_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    atomic_write_text,
+    manifest,
+    remove_figures,
+)
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
@@ -100,6 +108,7 @@ def write_study_files(study: StudySpec, run_dir: Path, how: str, figures: bool =
         within = within[["shape", *(column for column in within.columns if column != "shape")]]
         atomic_write_text(run_dir / CLAIMS_FILE, within.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_text(run_dir / ACROSS_FILE, across.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    remove_figures(run_dir)
     study_report(study, per_run, within, across, run_dir, how_run_line(study, how), figures)
     return StudyOutcome(run_dir, merged, diverged_runs(merged), per_run, across)
 
@@ -115,8 +124,8 @@ def merge_study(
     # The shapes' own phases (summed over their blocks' last attempts), whichever invocation ran them, and this one's.
     shape_seconds = {name: sum(phases.values()) for name, phases in shape_manifests.items()}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    write_json(
-        run_dir / MANIFEST_FILE,
+    write_manifest(
+        run_dir,
         manifest(
             study.model_dump(mode="json"),
             {"shapes": sum(shape_seconds.values()), "invocation": seconds},
@@ -165,6 +174,8 @@ def run_study(
     for shape in finished:  # checked before anything is written
         if load_spec(shape_dir(run_dir, shape.name)) != shape.grid:
             raise BlockError(f"shape {shape.name}: {run_dir} holds the run of another grid there; start over (--force)")
+    # Written last again (by merge_study): until then nothing vouches for the merged files.
+    (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     atomic_write_text(run_dir / STUDY_FILE, study.model_dump_json(indent=2) + "\n")
     for index, shape in enumerate(study.shapes):
         if shape in finished:

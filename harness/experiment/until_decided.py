@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from harness.common.integrity import run_entries, write_manifest
 from harness.common.run_files import (
     CLAIMS_FILE,
     GRID_FILE,
@@ -44,7 +45,7 @@ from harness.common.run_files import (
     METRICS_FILE,
     atomic_write_text,
     manifest,
-    write_json,
+    remove_figures,
 )
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metrics_text, run_finished, run_in_blocks
@@ -136,7 +137,7 @@ def adopt_finished_run(run_dir: Path) -> GridSpec:
         raise BlockError(f"{run_dir} has not finished; finish it first (coevolab run --resume {run_dir})")
     first = stage_dir(run_dir, 0)
     first.mkdir(parents=True)
-    for entry in sorted(run_dir.iterdir()):
+    for entry in run_entries(run_dir):  # the lock file this process holds stays where it is
         if entry.name != STAGES_DIR:
             shutil.move(entry, first / entry.name)
     return spec
@@ -235,6 +236,8 @@ def run_until_decided(
     progress = progress or SilentProgress()
     started, entered = dt.datetime.now(dt.UTC), time.perf_counter()
     spec, plan = prepare(run_dir, spec, max_seeds, spending, round(1 - confidence, 12))
+    # Written last again (by _write_outputs): until then nothing vouches for the merged files, rewritten look by look.
+    (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     names = [c.name for c in spec.conditions]
     decided: pd.DataFrame | None = None
     looks: list[dict[str, object]] = []
@@ -303,15 +306,16 @@ def _write_outputs(
     seconds: float,
     figures: bool,
 ) -> None:
-    """claims.csv, looks.csv, manifest.json, then report.md (the merged grid's report and the sequential verdicts)."""
+    """claims.csv, looks.csv, report.md (the merged grid's report and the sequential verdicts), then manifest.json."""
     atomic_write_text(run_dir / CLAIMS_FILE, claims.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_text(run_dir / LOOKS_FILE, looks.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     line = (
         f"Grown until its claims were decided: {len(looks)} of {len(plan.looks)} planned looks "
         f"({', '.join(map(str, plan.looks))} seeds), each look's new seeds run as seed blocks, {how}."
     )
-    write_json(
-        run_dir / MANIFEST_FILE,
+    render_report(run_dir, figures, how_run=line)
+    write_manifest(
+        run_dir,
         manifest(
             spec.model_dump(mode="json"),
             {"until_decided": seconds},
@@ -322,10 +326,9 @@ def _write_outputs(
             looks=looks.to_dict(orient="records"),
         ),
     )
-    render_report(run_dir, figures)
 
 
-def render_report(run_dir: Path, figures: bool = True) -> None:
+def render_report(run_dir: Path, figures: bool = True, how_run: str | None = None) -> None:
     """report.md (and its figures) of a finished sequential run, from its files: as the run writes it, and as
     `coevolab report` re-renders it, the same bytes.
 
@@ -333,6 +336,7 @@ def render_report(run_dir: Path, figures: bool = True) -> None:
     verdicts, read from claims.csv and looks.csv rather than judged again: a claim's verdict belongs to the look that
     decided it, which the merged metrics alone do not say. Rendering what the files hold (floats as written) is what
     makes the run's report and a re-render agree to the digit, and agree with tables built from claims.csv.
+    how_run: the line on how it ran (default: its manifest's, as the run wrote it).
 
     Raises:
         FileNotFoundError: the run has not finished (no claims.csv or looks.csv yet).
@@ -346,7 +350,9 @@ def render_report(run_dir: Path, figures: bool = True) -> None:
     plan = SequentialPlan.model_validate_json((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
     metrics, claims, looks = (pd.read_csv(run_dir / name) for name in (METRICS_FILE, CLAIMS_FILE, LOOKS_FILE))
     grid = spec.model_copy(update={"claims": ()})
-    write_run_report(run_dir, metrics, spec.name, grid, how_run=how_run_line_of(run_dir), figures=figures)
+    remove_figures(run_dir)
+    line = how_run if how_run is not None else how_run_line_of(run_dir)
+    write_run_report(run_dir, metrics, spec.name, grid, how_run=line, figures=figures)
     report = run_dir / "report.md"
     section = sequential_section(claims, looks, plan.looks, np.asarray(plan.levels), plan.alpha, plan.spending)
     atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section)

@@ -9,9 +9,12 @@ program itself (`jax.export`) beside it, so a rerun goes straight to loading the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,14 +35,30 @@ def default_cache_dir() -> Path:
     return Path(override).expanduser() if override else DEFAULT_CACHE_DIR.expanduser()
 
 
-def enable_compilation_cache(path: Path | None = None) -> Path:
+def enable_compilation_cache(path: Path | None = None) -> Path | None:
     """Persist every compiled program under `path` (default: `default_cache_dir()`); returns the directory.
 
     JAX binds its cache to a directory on first use, so the cache is reset here: calling
     this again with another path re-points it, even after programs were compiled.
+
+    A location that cannot be used (an unwritable home, a read-only file system, a file in the way) costs only
+    speed: one warning line on stderr, the cache off (`disable_compilation_cache`), and None returned.
     """
     directory = (Path(path) if path is not None else default_cache_dir()).expanduser().resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=directory, prefix=".probe-")
+        os.close(handle)
+        os.unlink(probe)
+        remove_orphaned_entries(directory)
+    except OSError as error:
+        print(
+            f"coevolab: warning: the compile cache at {directory} cannot be used ({error.strerror or error}); "
+            "running without it (every program compiles afresh)",
+            file=sys.stderr,
+        )
+        disable_compilation_cache()
+        return None
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -48,7 +67,6 @@ def enable_compilation_cache(path: Path | None = None) -> Path:
     # entries go past it): processes that share one cache (two test processes, a job array's tasks or Ray workers
     # on one machine) never read an entry another is half-way through writing.
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
-    remove_orphaned_entries(directory)
     compilation_cache.reset_cache()
     return directory
 
@@ -138,8 +156,12 @@ def exported(name: str, function: Callable, args: Sequence[jax.Array], static_ke
     if path.is_file():
         return export.deserialize(bytearray(path.read_bytes()))
     program = export.export(function)(*args)
-    directory.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    partial.write_bytes(program.serialize())
-    partial.replace(path)  # atomic: a concurrent or interrupted run never reads half a file
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(program.serialize())
+        partial.replace(path)  # atomic: a concurrent or interrupted run never reads half a file
+    except OSError:  # a cache that became unusable (full, read-only): the program is kept in memory alone
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
     return program

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_bce_labelled
-from harness.engine.metrics import Metric
+from harness.engine.metrics import NON_NEGATIVE, Metric
 from harness.engine.state import CoevolutionState, Network, adam_step
 from harness.grid.contract import (
     AppliedRows,
@@ -129,6 +129,7 @@ MECHANISM = Mechanism(
             "inner steps of this outer iteration on which the run's judges took a self-labelled update",
             lambda run: run.of("judge_update"),
             kind="int",
+            valid=NON_NEGATIVE,
         ),
     ),
     view=lambda context: context.state.runs.of("judge_update").updates,

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.engine import keys
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_bce
-from harness.engine.metrics import Metric
+from harness.engine.metrics import NON_NEGATIVE, Metric, ValidValues
 from harness.engine.state import CoevolutionState, Network, SlotState, adam_step
 from harness.grid.contract import (
     AppliedRows,
@@ -253,6 +253,7 @@ MECHANISM = Mechanism(
             "share of held-out q*-labelled pairs the run's judges order correctly, averaged over judges "
             "(empty: meta off)",
             lambda run: jnp.where(run.of("meta_correction").on, run.of("meta_correction").accuracy, jnp.nan),
+            valid=ValidValues(0.0, 1.0, undefined=True),
         ),
         Metric(
             "meta_corrections",
@@ -261,6 +262,7 @@ MECHANISM = Mechanism(
             "held-out correction steps this outer iteration, summed over the run's judges",
             lambda run: run.of("meta_correction").corrections,
             kind="int",
+            valid=NON_NEGATIVE,
         ),
     ),
     view=_view,

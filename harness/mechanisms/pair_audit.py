@@ -8,13 +8,14 @@ contrast_mix where a run has them, else self-labelled; the referee's re-judging 
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 
 from harness.engine.flat_params import policy_layout
-from harness.engine.metrics import Metric
+from harness.engine.metrics import NON_NEGATIVE, PROBABILITY, Metric, ValidValues
 from harness.engine.models import policy_log_prob_table
 from harness.engine.pair_audits import PairAudit, audit_pairs
 from harness.grid.contract import DiagnosticsContext, Mechanism, StepContext
@@ -72,6 +73,7 @@ MECHANISM = Mechanism(
             "P(the label of a judge training pair prefers the side of lower q*), exact over the pair distribution of "
             "the run's pair source (for temporal pairs: how often 'newer is better' is wrong)",
             lambda run: _audit(run).label_error,
+            valid=PROBABILITY,
         ),
         Metric(
             "pair_label_error_distinct",
@@ -80,6 +82,8 @@ MECHANISM = Mechanism(
             "P(the label prefers the side of lower q* | the pair is two different outputs): pairs of one output are "
             "never wrong and carry no signal, and after collapse they are most pairs (no two outputs share a q*)",
             lambda run: _audit(run).label_error / (1.0 - _audit(run).identical),
+            # a ratio of two rounded probabilities: past 1 by rounding where few pairs differ, x/0 where none do
+            valid=ValidValues(0.0, math.inf, undefined=True),
         ),
         Metric(
             "pair_quality_gap",
@@ -87,6 +91,7 @@ MECHANISM = Mechanism(
             "q*",
             "E|q*(a) − q*(b)| over the judge's training pairs: how far apart in real quality chosen and rejected are",
             lambda run: _audit(run).quality_gap,
+            valid=NON_NEGATIVE,
         ),
         Metric(
             "pair_judge_gap",
@@ -95,6 +100,7 @@ MECHANISM = Mechanism(
             "E|J(a) − J(b)| over the judge's training pairs: how far apart the judge itself sees them",
             lambda run: _audit(run).judge_gap,
             judge_scale=True,
+            valid=NON_NEGATIVE,
         ),
         Metric(
             "pair_identical",
@@ -102,6 +108,7 @@ MECHANISM = Mechanism(
             "probability",
             "P(a = b) over the judge's training pairs: pairs that carry no signal",
             lambda run: _audit(run).identical,
+            valid=PROBABILITY,
         ),
     ),
     view=audit_view,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_margins
-from harness.engine.metrics import Metric
+from harness.engine.metrics import Metric, ValidValues
 from harness.engine.state import Network, adam_step
 from harness.grid.contract import Cadence, DiagnosticsContext, GridShape, Group, Mechanism, StepContext, StepRow
 from harness.grid.knobs import Knobs
@@ -112,6 +112,7 @@ MECHANISM = Mechanism(
             "probability",
             "meta-judging: P(the referee re-judges a training pair), |J(a) − J(b)| below the margin (empty: off)",
             lambda run: jnp.where(run.of("referee"), run.of("pair_audit").referee_share, jnp.nan),
+            valid=ValidValues(0.0, 1.0, undefined=True),
         ),
         Metric(
             "referee_label_error",
@@ -119,6 +120,7 @@ MECHANISM = Mechanism(
             "probability",
             "meta-judging: P(the referee's label prefers the side of lower q* | it re-judges the pair) (empty: off)",
             lambda run: jnp.where(run.of("referee"), run.of("pair_audit").referee_error, jnp.nan),
+            valid=ValidValues(0.0, 1.0, undefined=True),
         ),
     ),
     view=_view,
