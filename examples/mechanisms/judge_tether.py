@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.engine.metrics import Metric
+from harness.engine.metrics import NON_NEGATIVE, Metric
 from harness.engine.state import Network, SlotState
 from harness.grid.contract import Cadence, DiagnosticsContext, Group, Mechanism, StepContext, StepRow
 from harness.grid.knobs import Knobs
@@ -79,6 +79,7 @@ MECHANISM = Mechanism(
             "L2 norm",
             "how far the run's judges are from their pretrained weights, ‖θ − θ₀‖, averaged over its judges",
             lambda run: run.of(NAME),
+            valid=NON_NEGATIVE,
         ),
     ),
     view=drift,
