@@ -361,6 +361,7 @@ def run_grid(
     progress: ProgressCallback | Progress | None = None,
     compile_cache: bool | str | Path = False,
     figures: bool = True,
+    tensorboard: bool = False,
 ) -> GridResult:
     """Pretrain, compile and train every condition × seed of a grid in this process, and write its run directory.
 
@@ -377,6 +378,8 @@ def run_grid(
             directory), so a later process skips compiling the same grid shape. Changes JAX's global cache setting.
         figures: False: the run directory's report is text and tables alone, no PNG drawn (`figures()` still draws
             them from the metrics).
+        tensorboard: also write each finished iteration's per-condition means as TensorBoard events in
+            run_dir/tensorboard (needs tensorboardX); run_dir/progress.csv has them either way, while the grid runs.
 
     Returns:
         The finished grid's GridResult, read back from its run directory, with the final training state.
@@ -400,7 +403,7 @@ def run_grid(
         enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
     with holding_run_dir(directory):
         discard_contents(directory)  # with overwrite: the run it held, before anything of this one is written
-        outcome = execute(spec, directory, _progress(progress), figures=figures)
+        outcome = execute(spec, directory, _progress(progress), figures=figures, tensorboard=tensorboard)
     result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
     chex.assert_tree_shape_prefix(outcome.final_state.runs, (len(result.run_labels),))
     return result

@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"do not keep compiled programs on disk (default: ${CACHE_DIR_ENV} or {DEFAULT_CACHE_DIR})",
     )
+    run.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write each finished iteration's per-condition means as TensorBoard events in DIR/tensorboard "
+        "(needs coevolab[tensorboard]; progress.csv is written either way)",
+    )
     # Adding seeds until the grid's claims are decided (harness.experiment.until_decided).
     until = run.add_argument_group("adding seeds until the claims are decided")
     until.add_argument(

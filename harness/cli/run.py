@@ -229,13 +229,16 @@ def command_run(args: argparse.Namespace) -> int:
 
         def work(progress: Progress) -> tuple[Path, pd.DataFrame]:
             if args.block is not None:
-                run_block(spec, args.block, run_dir, progress)
+                run_block(spec, args.block, run_dir, progress, tensorboard=args.tensorboard)
                 progress.close()
                 done = block_dir(run_dir, args.block)
                 return done, diverged_runs(pd.read_csv(done / METRICS_FILE))
             if in_blocks:
                 backend = (ray, RAY) if ray else ()
-                return run_dir, run_in_blocks(spec, run_dir, progress, *backend, figures=args.figures).diverged
+                blocks = run_in_blocks(
+                    spec, run_dir, progress, *backend, figures=args.figures, tensorboard=args.tensorboard
+                )
+                return run_dir, blocks.diverged
             whole = {"execution": {"backend": IN_PROCESS, "blocks": 1, "seeds_per_block": seeds_per_block(spec)}}
             outcome = execute(
                 spec,
@@ -245,6 +248,7 @@ def command_run(args: argparse.Namespace) -> int:
                 started=args.started,
                 manifest_extra=whole,
                 figures=args.figures,
+                tensorboard=args.tensorboard,
             )
             return run_dir, outcome.diverged
 

@@ -260,7 +260,12 @@ def block_lock(run_dir: Path, block: int) -> Path:
 
 
 def run_block(
-    spec: GridSpec, block: int, run_dir: Path, progress: Progress | None = None, wait: bool = False
+    spec: GridSpec,
+    block: int,
+    run_dir: Path,
+    progress: Progress | None = None,
+    wait: bool = False,
+    tensorboard: bool = False,
 ) -> BlockRecord:
     """Run block `block` of `spec` into run_dir/blocks/<block>/ and return its record (block.json).
 
@@ -272,6 +277,7 @@ def run_block(
     Args:
         wait: wait for another process's hold on the block to end (a Ray retry beside a worker thought lost), rather
             than refuse at once.
+        tensorboard: the block writes its per-iteration means as TensorBoard events too (`harness.experiment.live`).
 
     Raises:
         BlockError: `block` is not one of the grid's blocks, or blocks/<block>/ holds another grid's block.
@@ -284,10 +290,12 @@ def run_block(
     lock = block_lock(run_dir, block)
     lock.parent.mkdir(parents=True, exist_ok=True)
     with holding(lock, wait=wait, busy=f"block {block} of {run_dir}"):
-        return _run_block(spec, block, Path(run_dir), progress)
+        return _run_block(spec, block, Path(run_dir), progress, tensorboard)
 
 
-def _run_block(spec: GridSpec, block: int, run_dir: Path, progress: Progress | None) -> BlockRecord:
+def _run_block(
+    spec: GridSpec, block: int, run_dir: Path, progress: Progress | None, tensorboard: bool = False
+) -> BlockRecord:
     if is_finished(spec, run_dir, block):
         record = read_record(run_dir, block)
         assert record is not None
@@ -308,7 +316,9 @@ def _run_block(spec: GridSpec, block: int, run_dir: Path, progress: Progress | N
     attempt = Attempt(host=socket.gethostname(), started=_now())
     record = record.model_copy(update={"finished": False, "attempts": [*record.attempts, attempt]})
     _write_record(run_dir, record)
-    outcome = execute(own, directory, progress, resume=resuming, write_report=False, block=block)
+    outcome = execute(
+        own, directory, progress, resume=resuming, write_report=False, block=block, tensorboard=tensorboard
+    )
     done = attempt.model_copy(
         update={"finished": _now(), "resumed_from_iteration": outcome.resumed_from_iteration, "seconds": outcome.times}
     )

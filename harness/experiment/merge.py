@@ -217,9 +217,11 @@ def run_in_blocks(
     backend: Backend = in_process,
     how: str = IN_PROCESS,
     figures: bool = True,
+    tensorboard: bool = False,
 ) -> ExperimentOutcome:
     """Run every unfinished block of `spec` into `run_dir` by `backend`, then merge them all (see merge_blocks, whose
-    `figures` this passes on).
+    `figures` this passes on). tensorboard: each block run here also writes its means as TensorBoard events (a Ray
+    backend carries its own setting).
 
     Blocks finished earlier (a resumed or grown run) are kept; a block with a checkpoint continues from it. The top
     grid.json is written first, so that an interrupted run resumes as this grid; where it was another grid's (a run
@@ -238,7 +240,7 @@ def run_in_blocks(
     def run_one(spec: GridSpec, block: int, run_dir: Path) -> BlockRecord:
         seeds = block_seeds(spec, block)
         progress.phase("block", f"{block + 1} of {count}: seeds {seeds[0]}..{seeds[-1]}")
-        return run_block(spec, block, run_dir, progress)
+        return run_block(spec, block, run_dir, progress, tensorboard=tensorboard)
 
     backend(spec, run_dir, pending_blocks(spec, run_dir), run_one)
     return merge_blocks(spec, run_dir, how, progress, figures)

@@ -26,6 +26,7 @@ JAX.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -149,7 +150,14 @@ def _without_device_count(flags: str) -> str:
 
 
 def run_block_task(
-    spec_json: str, block: int, run_dir: str, cpus: int, cache_dir: str | None, use_cache: bool, source: str
+    spec_json: str,
+    block: int,
+    run_dir: str,
+    cpus: int,
+    cache_dir: str | None,
+    use_cache: bool,
+    source: str,
+    tensorboard: bool = False,
 ) -> str:
     """A Ray task's body: block `block` of the grid `spec_json` into `run_dir`, on `cpus` JAX CPU devices.
 
@@ -157,6 +165,7 @@ def run_block_task(
         cache_dir: the compile cache of every task ($COEVOLAB_CACHE_DIR of the driver), or None for the node's own
             default; use_cache: False for --no-compile-cache.
         source: the driver's harness source digest; a node whose coevolab differs would train another program.
+        tensorboard: the block writes its per-iteration means as TensorBoard events too.
 
     Returns:
         The block's record (block.json's text).
@@ -184,7 +193,7 @@ def run_block_task(
     else:
         disable_compilation_cache()
     spec = grid_from_json(spec_json, Path(run_dir))
-    return run_block(spec, block, Path(run_dir), wait=True).model_dump_json()
+    return run_block(spec, block, Path(run_dir), wait=True, tensorboard=tensorboard).model_dump_json()
 
 
 @dataclass
@@ -193,6 +202,7 @@ class RayBackend:
 
     cpus_per_block: None for every CPU of the cluster's smallest node. compile_cache: whether tasks keep compiled
     programs on disk ($COEVOLAB_CACHE_DIR as the driver has it, else each node's ~/.cache/coevolab/jax).
+    tensorboard: each task writes its block's per-iteration means as TensorBoard events too.
     """
 
     address: str
@@ -201,6 +211,7 @@ class RayBackend:
     quiet: bool = False
     max_retries: int = MAX_RETRIES
     owns_connection: bool = False  # this backend called ray.init (and so ends the session in close)
+    tensorboard: bool = False
 
     @classmethod
     def connect(
@@ -248,7 +259,8 @@ class RayBackend:
             return None
         if args.block is not None:
             raise RaySetupError("--ray runs every pending block of the grid as a Ray task; --block K runs one here")
-        return cls.connect(args.ray, args.ray_cpus_per_block, not args.no_compile_cache, args.quiet)
+        backend = cls.connect(args.ray, args.ray_cpus_per_block, not args.no_compile_cache, args.quiet)
+        return dataclasses.replace(backend, tensorboard=args.tensorboard)
 
     def close(self) -> None:
         """Leave the cluster, if `connect` joined it (a local instance it started stops)."""
@@ -313,7 +325,10 @@ class RayBackend:
         )
         spec_json, where, source = spec.model_dump_json(), str(Path(run_dir).resolve()), harness_source_digest()
         cache = os.environ.get(CACHE_DIR_ENV)
-        tasks = {task.remote(spec_json, k, where, need.cpus, cache, self.compile_cache, source): k for k in pending}
+        tasks = {
+            task.remote(spec_json, k, where, need.cpus, cache, self.compile_cache, source, self.tensorboard): k
+            for k in pending
+        }
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         self._say(
             f"{len(pending)} of {block_count(spec)} blocks as tasks of {need.cpus} CPUs and "

@@ -36,6 +36,7 @@ from harness.experiment.checkpoint import (
     run_identity,
     save_checkpoint,
 )
+from harness.experiment.live import LiveLog
 from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec
 from harness.grid.trainer import GridTrainer
@@ -120,6 +121,7 @@ def execute(
     manifest_extra: dict | None = None,
     figures: bool = True,
     block: int | None = None,
+    tensorboard: bool = False,
 ) -> ExperimentOutcome:
     """Train every run of `spec` into `run_dir` (which must exist). With resume, continue from its checkpoint.
 
@@ -129,6 +131,8 @@ def execute(
     manifest_extra: further entries of manifest.json (how the grid was run).
     figures: False: the report's text and tables alone (`coevolab report` draws them later).
     block: the seed block `spec` is (its index), None for a grid run whole: part of the checkpoints' identity.
+    tensorboard: write each iteration's per-condition means as TensorBoard events too (`harness.experiment.live`;
+        progress.csv is written either way).
 
     Raises:
         CheckpointMismatch: with resume, a checkpoint of another run (another grid.json, block or state layout) or a
@@ -181,15 +185,20 @@ def execute(
         records, done = [initial], 0
     progress.phase_done("compile", program.times.compile)
 
-    checkpoint_seconds = 0.0
+    saving = time.perf_counter()
+    live = LiveLog(run_dir, program, tensorboard)
+    live.update(records)
+    checkpoint_seconds = time.perf_counter() - saving  # (with the progress file written beside each checkpoint)
     progress.iterations(done, total)
     for iteration in range(done, total):
         state, diagnostics = program.step(state, iteration)
         records.append(diagnostics)
         saving = time.perf_counter()
         save_checkpoint(run_dir, Checkpoint(iteration + 1, program.pretrained, state, records), identity)
+        live.update(records)
         checkpoint_seconds += time.perf_counter() - saving
         progress.iteration_done(iteration)
+    live.close()
     progress.phase_done("train", program.times.train)
 
     metrics = program.metrics_table(records)

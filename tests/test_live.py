@@ -1,0 +1,87 @@
+"""A running grid can be watched: progress.csv holds every finished iteration's per-condition means while the grid
+runs, and --tensorboard writes the same numbers as TensorBoard events."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from tensorboardX.proto import event_pb2
+
+from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+# The command line's tiny world (tests/test_cli.py's: 4 tokens × 2 positions), long enough to be caught running.
+GRID = """
+[run]
+seeds = 2
+iterations = 6
+steps_per_iteration = 40
+batch_size = 16
+
+[world]
+vocab_size = 4
+seq_len = 2
+
+[conditions.baseline]
+[conditions.frozen]
+freeze_judge = true
+"""
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache(subprocess_compile_cache: Path) -> Path:
+    return subprocess_compile_cache
+
+
+def events(directory: Path) -> pd.DataFrame:
+    """Every scalar of the TensorBoard event files in `directory` (TFRecord: length, its CRC, the record, its CRC)."""
+    rows = []
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = event_pb2.Event.FromString(data[at + 12 : at + 12 + length])
+            at += 12 + length + 4
+            rows += [(value.tag, event.step, value.simple_value) for value in event.summary.value]
+    return pd.DataFrame(rows, columns=["tag", "step", "value"])
+
+
+def test_progress_is_readable_while_the_grid_runs_and_tensorboard_has_the_same_means(tmp_path: Path) -> None:
+    grid, out = tmp_path / "grid.toml", tmp_path / "run"
+    grid.write_text(GRID)
+    command = [sys.executable, "-m", "harness.cli", "run", str(grid), "--out", str(out), "--no-figures", "--quiet"]
+    process = subprocess.Popen([*command, "--tensorboard"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    seen = None
+    deadline = time.monotonic() + 600
+    while process.poll() is None and time.monotonic() < deadline:
+        if (out / PROGRESS_FILE).is_file():
+            table = pd.read_csv(out / PROGRESS_FILE)
+            if table["iteration"].max() >= 1 and not (out / "metrics.csv").exists():
+                seen = table  # read while the grid runs: at least one iteration done, the results not yet written
+                break
+        time.sleep(0.05)
+    assert process.wait(timeout=600) == 0, process.stderr.read()
+    assert seen is not None, "progress.csv never showed a finished iteration while the grid ran"
+    assert seen["iteration"].max() < 6
+
+    metrics = pd.read_csv(out / "metrics.csv")
+    final = pd.read_csv(out / PROGRESS_FILE)
+    means = metrics.groupby(["condition", "iteration"], sort=False)[["policy_quality", "judge_alignment"]].mean()
+    for table in (seen, final):
+        indexed = table.set_index(["condition", "iteration"])
+        np.testing.assert_allclose(indexed[["policy_quality", "judge_alignment"]], means.loc[indexed.index], rtol=1e-6)
+        assert (indexed["runs"] == 2).all()
+    assert len(final) == 2 * 7  # conditions × (iterations + 1)
+
+    scalars = events(out / TENSORBOARD_DIR).set_index(["tag", "step"])["value"]
+    for row in final.itertuples(index=False):
+        assert scalars[(f"policy_quality/{row.condition}", row.iteration)] == pytest.approx(row.policy_quality)
+    assert "progress.csv" in (out / "manifest.json").read_text()  # vouched for with the run's other files
