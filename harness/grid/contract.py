@@ -84,6 +84,8 @@ class GridShape:
 
     mechanisms: every mechanism of the grid, built-in and loaded, in catalog order (left out of the shape's repr,
     which names the loaded ones with their source digests in `plugins`).
+    used: the names of the mechanisms some run of the grid uses (`Mechanism.uses`), in catalog order; the loop
+    calls the hooks and views of these only (`used_mechanisms`), and only their metrics are the grid's columns.
     groups: the non-empty work groups, row by row in the order the step runs them, then by cadence.
     sizes: (name, value) of every static size the mechanisms declared (`Mechanism.sizes`, e.g. the largest anchor
     pair count, to which every run's are padded), sorted by name; `size(name)` reads one.
@@ -106,6 +108,13 @@ class GridShape:
     sizes: tuple[tuple[str, int], ...] = ()
     model: ModelConfig = DEFAULT_MODEL
     plugins: tuple[tuple[str, str], ...] = ()
+    used: tuple[str, ...] = ()
+
+    @property
+    def used_mechanisms(self) -> tuple[Mechanism, ...]:
+        """The mechanisms some run of the grid uses (`used`), in catalog order: those whose hooks and views the loop
+        calls."""
+        return tuple(m for m in self.mechanisms if m.name in self.used)
 
     def size(self, name: str) -> int:
         """A static size a mechanism declared (0 where the grid has none of that name)."""
@@ -264,6 +273,11 @@ class Mechanism:
     optional; a mechanism fills what it needs.
 
     Knobs and place:
+        uses: (a run's `Knobs`) -> whether a run of these knobs uses the mechanism (None: every run does). A grid
+            none of whose runs uses it calls none of its hooks and its view, and has none of its metrics
+            (`GridShape.used`), so that it costs nothing there; a grid where some run uses it calls them for every
+            run, so they must leave a run that does not use it as it would be without them. Its rows are scheduled
+            by their own `schedule`, per run, as always; its knobs, state and constants exist in every grid.
         knobs: a pydantic model of its knobs (each field documented, validated, with a default that leaves every
             grid as it was); a field with json_schema_extra={HOST_ONLY: True} acts only before the program runs.
             Knob names are one namespace over all mechanisms.
@@ -305,6 +319,7 @@ class Mechanism:
     name: str
     summary: str
     knobs: type[BaseModel] | None = None
+    uses: Callable[[Knobs], bool] | None = None
     rows: tuple[StepRow, ...] = ()
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()

@@ -1,7 +1,7 @@
 """Exact diagnostics over the whole output space, computed inside the compiled program.
 
 The grid-level work (every run's distribution, every judge's score table over all outputs, every run's
-reward table) happens here once; each mechanism's view (`harness.grid.contract.Mechanism.view`) adds
+reward table) happens here once; each used mechanism's view (`harness.grid.contract.Mechanism.view`) adds
 what its metrics read, and each metric of the grid (`harness.engine.metrics`) is then a function of
 one run's `RunView`, vmapped over the runs.
 """
@@ -62,8 +62,8 @@ def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state:
         log_pi_initial=constants.initial_log_pi,
         reward=reward,
         finite=_all_finite(policies) & judges_finite,
-        mechanisms={m.name: m.view(context) for m in shape.mechanisms if m.view is not None},
+        mechanisms={m.name: m.view(context) for m in shape.used_mechanisms if m.view is not None},
     )
     per_run = jax.tree.map(lambda _: 0, runs).replace(q_star=None)  # q* is shared by every run
-    metrics = registry.metric_columns(shape.mechanisms)
+    metrics = registry.metric_columns(shape.used_mechanisms)
     return jax.vmap(partial(evaluate, metrics=metrics), in_axes=(per_run,))(runs)

@@ -271,6 +271,11 @@ def group_membership(knobs: Knobs, n_outputs: int, mechanisms: Sequence[Mechanis
     return judges_per_run(knobs, mechanisms), tuple(row.schedule(knobs, n_outputs) for row in registry.rows(mechanisms))
 
 
+def used_by(mechanisms: Sequence[Mechanism], run_knobs: Sequence[Knobs]) -> tuple[str, ...]:
+    """The names of the mechanisms some of these runs uses (`Mechanism.uses`; one without it, every run), in order."""
+    return tuple(m.name for m in mechanisms if m.uses is None or any(m.uses(knobs) for knobs in run_knobs))
+
+
 def layout_grid(spec: GridSpec) -> GridLayout:
     """Lay out every condition × seed of `spec` as runs (condition-major) and judge slots."""
     n_conditions, n_seeds = len(spec.conditions), len(spec.run.seeds)
@@ -320,6 +325,7 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         sizes=tuple(sorted(sizes.items())),
         model=spec.model,
         plugins=registry.plugins_of(spec.mechanism_names),
+        used=used_by(mechanisms, run_knobs),
     )
     return GridLayout(
         spec=spec,

@@ -304,8 +304,8 @@ class GridTrainer:
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        """The grid's metrics (its mechanisms'), in metrics.csv's column order."""
-        return tuple(metric.name for metric in registry.metric_columns(self.shape.mechanisms))
+        """The grid's metrics (those of the mechanisms its runs use), in metrics.csv's column order."""
+        return tuple(metric.name for metric in registry.metric_columns(self.shape.used_mechanisms))
 
     def metrics_table(self, records: list[Diagnostics]) -> pd.DataFrame:
         """Tidy metrics: one row per condition × seed × iteration (record k = after iteration k; 0 = start)."""
