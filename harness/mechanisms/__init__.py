@@ -14,6 +14,7 @@ from harness.mechanisms import (
     judge_ema,
     judge_strength,
     judge_update,
+    kl_penalty,
     learning_rates,
     meta_correction,
     pair_audit,
@@ -35,4 +36,5 @@ BUILT_IN = (
     entropy_bonus.MECHANISM,
     learning_rates.MECHANISM,
     judge_strength.MECHANISM,
+    kl_penalty.MECHANISM,
 )
