@@ -245,6 +245,17 @@ class DiagnosticsContext(NamedTuple):
     score_table: Callable[[jax.Array], jax.Array]
 
 
+class PretrainData(NamedTuple):
+    """What a condition's judges are pretrained on, and for how long (`Mechanism.pretrain_data`;
+    `harness.grid.pretrain_data` defines each): examples, the size of a fixed dataset per judge drawn once from its
+    data key (0: fresh draws every step); corruption, the share of pretraining labels that are another output's q*;
+    fixed_steps, pretrain for exactly this many steps whatever Spearman the judges reach (0: to the target)."""
+
+    examples: int = 0
+    corruption: float = 0.0
+    fixed_steps: int = 0
+
+
 class GridFacts(NamedTuple):
     """What a mechanism's static sizes may depend on beside its runs' knobs: the batch size and the world's size."""
 
@@ -295,6 +306,7 @@ class Mechanism:
     The loop's hooks, each taken by at most one mechanism:
         judges_per_run: (knobs) -> how many judges a run has (its ensemble size; one where none says).
         pretrain_target: (knobs, the grid's target) -> the Spearman its judges are pretrained to.
+        pretrain_data: (knobs) -> `PretrainData`, what its judges are pretrained on and for how long.
         judge_update_due: (knobs, counter) -> bool (R,), the runs whose judge update is due on the step of 1-based
             count `counter` in its outer iteration (every step where none says).
         contrast: (step) -> bool (R,), the runs whose pairs on this step are labelled chosen > rejected (none where
@@ -330,6 +342,7 @@ class Mechanism:
     extra_bytes: Callable[[GridShape], int] | None = None
     judges_per_run: Callable[[Knobs], int] | None = None
     pretrain_target: Callable[[Knobs, float], float] | None = None
+    pretrain_data: Callable[[Knobs], PretrainData] | None = None
     judge_update_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
     contrast: Callable[[StepContext], jax.Array] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
@@ -352,4 +365,5 @@ SINGLE_HOOKS = (
     "contrast",
     "aggregate",
     "policy_learning_rate",
+    "pretrain_data",
 )

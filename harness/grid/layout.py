@@ -20,7 +20,7 @@ from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid import registry
 from harness.grid.batching import WorkGroup
-from harness.grid.contract import CADENCES, Cadence, GridFacts, GridShape, Mechanism, WorkGroupShape
+from harness.grid.contract import CADENCES, Cadence, GridFacts, GridShape, Mechanism, PretrainData, WorkGroupShape
 from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
@@ -218,6 +218,28 @@ class GridSpec(BaseModel):
         hook = registry.single_hook(self.active_mechanisms, "pretrain_target")
         default = self.pretrain.target_spearman
         return default if hook is None else float(hook(condition.knobs, default))
+
+    def judge_data(self, condition: Condition) -> PretrainData:
+        """What `condition`'s judges are pretrained on and for how long: what the mechanism that sets it says of the
+        condition's knobs, else fresh draws, uncorrupted, to the target."""
+        hook = registry.single_hook(self.active_mechanisms, "pretrain_data")
+        return PretrainData() if hook is None else PretrainData(*hook(condition.knobs))
+
+    @model_validator(mode="after")
+    def _judge_data_fits_the_pretraining(self) -> GridSpec:
+        for condition in self.conditions:
+            data = self.judge_data(condition)
+            if data.fixed_steps % self.pretrain.check_every:
+                raise ValueError(
+                    f"condition '{condition.name}' pretrains its judges for {data.fixed_steps} steps, not a multiple "
+                    f"of [pretrain] check_every = {self.pretrain.check_every}"
+                )
+            if self.run.streams == "original" and (data.examples or data.corruption):
+                raise ValueError(
+                    f"condition '{condition.name}' pretrains its judges on a dataset or corrupted labels; the "
+                    "original lab's streams draw fresh, uncorrupted batches only: use streams = 'coevolab'"
+                )
+        return self
 
     def only(self, names: Sequence[str]) -> GridSpec:
         """The same grid restricted to some conditions (in the given order), keeping the claims that still apply."""

@@ -25,7 +25,7 @@ from harness.engine.state import CoevolutionState
 from harness.engine.state import initial_state as initial_run_states
 from harness.engine.world import LARGE_WORLD_OUTPUTS, World
 from harness.grid import registry
-from harness.grid.contract import GridConstants, HostRuns
+from harness.grid.contract import GridConstants, HostRuns, PretrainData
 from harness.grid.diagnostics import Diagnostics
 from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
 from harness.grid.knobs import RunKnobs
@@ -155,12 +155,15 @@ class GridTrainer:
         return unravel_rows(judge_layout(self.shape.vocab_size, self.shape.seq_len, self.shape.model.judge), rows)
 
     def pretrain(self) -> PretrainResult:
-        """Pretrain every judge source of the grid (`origins.judge_sources`), each once, to its own target.
+        """Pretrain every judge source of the grid (`origins.judge_sources`), each once, by its own choices: to its
+        target, or for its fixed steps, on fresh draws or its own dataset.
 
-        Raises PretrainingFailed, naming each judge that missed its target and that target, if any did.
+        Raises PretrainingFailed, naming each judge that missed its target and that target, if any did (a judge of
+        fixed steps cannot miss).
         """
         start = time.perf_counter()
         origins = self.origins
+        sources = origins.judge_sources
         result = pretrain_judges(
             origins.judge_init_keys,
             origins.judge_data_keys,
@@ -170,6 +173,9 @@ class GridTrainer:
             streams=self.spec.run.streams,
             targets=origins.judge_targets,
             network=self.spec.model.judge,
+            examples=np.array([source.examples for source in sources], np.int32),
+            corruption=np.array([source.corruption for source in sources], np.float32),
+            fixed_steps=np.array([source.fixed_steps for source in sources], np.int32),
         )
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start
@@ -187,23 +193,27 @@ class GridTrainer:
         return result
 
     def _judge_name(self, source: int) -> str:
-        script, seed, member, _ = self.origins.judge_sources[source]
+        script, seed, member = self.origins.judge_sources[source][:3]
         return f"{script + ' script ' if script else ''}seed {seed} member {member}"
 
     def pretrain_table(self) -> pd.DataFrame:
         """Steps and final Spearman of each pretrained judge by (seed, member, target); by script too under original
-        streams. One row per judge source, in `origins.judge_sources` order."""
+        streams, and by examples, corruption and fixed_steps where some judge of the grid has one. One row per judge
+        source, in `origins.judge_sources` order."""
         assert self.pretrained is not None, "call pretrain() first"
+        sources = self.origins.judge_sources
+        data = any(source.data != PretrainData() for source in sources)
         rows = [
             {
-                **({"script": script} if script else {}),
-                "seed": seed,
-                "member": member,
-                "target": target,
+                **({"script": source.script} if source.script else {}),
+                "seed": source.seed,
+                "member": source.member,
+                "target": source.target,
+                **(source.data._asdict() if data else {}),
                 "steps": int(self.pretrained.steps[u]),
                 "spearman": float(self.pretrained.spearman[u]),
             }
-            for u, (script, seed, member, target) in enumerate(self.origins.judge_sources)
+            for u, source in enumerate(sources)
         ]
         return pd.DataFrame(rows)
 

@@ -11,6 +11,7 @@ from harness.mechanisms import (
     anchor,
     ensemble,
     entropy_bonus,
+    judge_data,
     judge_ema,
     judge_strength,
     judge_update,
@@ -37,4 +38,5 @@ BUILT_IN = (
     learning_rates.MECHANISM,
     judge_strength.MECHANISM,
     kl_penalty.MECHANISM,
+    judge_data.MECHANISM,
 )
