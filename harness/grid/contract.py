@@ -85,7 +85,7 @@ class GridShape:
     mechanisms: every mechanism of the grid, built-in and loaded, in catalog order (left out of the shape's repr,
     which names the loaded ones with their source digests in `plugins`).
     used: the names of the mechanisms some run of the grid uses (`Mechanism.uses`), in catalog order; the loop
-    calls the hooks and views of these only (`used_mechanisms`), and only their metrics are the grid's columns.
+    calls the hooks and views of these only (`used_mechanisms`), and only their metrics and tables are the grid's.
     groups: the non-empty work groups, row by row in the order the step runs them, then by cadence.
     sizes: (name, value) of every static size the mechanisms declared (`Mechanism.sizes`, e.g. the largest anchor
     pair count, to which every run's are padded), sorted by name; `size(name)` reads one.
@@ -256,6 +256,34 @@ class PretrainData(NamedTuple):
     fixed_steps: int = 0
 
 
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity, as a mechanism's functions are
+class RunTable:
+    """A table per run and outer iteration with an index axis: like a metric, but a vector of K entries per run
+    (`Mechanism.tables`). The run directory gets `<name>.csv`, one row per condition × seed × iteration × index entry:
+    condition, seed, iteration, the index columns, the value columns.
+
+    name: the file's stem, unique over every mechanism's tables (and no other file of a run directory's);
+    definition: what one row is, in a sentence; index: index column -> its K values (static, the same for every
+    grid), in row order; columns: value column -> a one-line definition; compute: (`DiagnosticsContext`) -> value
+    column -> float32 (R, K), computed inside the program after every outer iteration, as metrics are.
+    """
+
+    name: str
+    definition: str
+    index: Mapping[str, tuple]
+    columns: Mapping[str, str]
+    compute: Callable[[DiagnosticsContext], Mapping[str, jax.Array]]
+
+    @property
+    def size(self) -> int:
+        """K, the entries of the index axis."""
+        return len(next(iter(self.index.values())))
+
+    def key(self, column: str) -> str:
+        """The name of one value column among a record's arrays (`harness.grid.diagnostics.Diagnostics`)."""
+        return f"{self.name}/{column}"
+
+
 class GridFacts(NamedTuple):
     """What a mechanism's static sizes may depend on beside its runs' knobs: the batch size and the world's size."""
 
@@ -285,7 +313,7 @@ class Mechanism:
 
     Knobs and place:
         uses: (a run's `Knobs`) -> whether a run of these knobs uses the mechanism (None: every run does). A grid
-            none of whose runs uses it calls none of its hooks and its view, and has none of its metrics
+            none of whose runs uses it calls none of its hooks and its view, and has none of its metrics and tables
             (`GridShape.used`), so that it costs nothing there; a grid where some run uses it calls them for every
             run, so they must leave a run that does not use it as it would be without them. Its rows are scheduled
             by their own `schedule`, per run, as always; its knobs, state and constants exist in every grid.
@@ -326,6 +354,7 @@ class Mechanism:
         metrics: its metrics (`harness.engine.metrics.Metric`); their `compute` reads `run.of(name)`, what `view`
             computed for the run.
         view: (`DiagnosticsContext`) -> a pytree with a leading run axis (R, ...), computed inside the program.
+        tables: its per-run tables (`RunTable`), each a vector per run and iteration, written as `<name>.csv`.
     """
 
     name: str
@@ -355,6 +384,7 @@ class Mechanism:
     after_step: Callable[[StepContext, CoevolutionState, AppliedRows], CoevolutionState] | None = None
     metrics: tuple[Metric, ...] = ()
     view: Callable[[DiagnosticsContext], Any] | None = None
+    tables: tuple[RunTable, ...] = ()
 
 
 # The hooks at most one mechanism takes (`Mechanism`'s docstring).

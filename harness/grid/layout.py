@@ -20,7 +20,16 @@ from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid import registry
 from harness.grid.batching import WorkGroup
-from harness.grid.contract import CADENCES, Cadence, GridFacts, GridShape, Mechanism, PretrainData, WorkGroupShape
+from harness.grid.contract import (
+    CADENCES,
+    Cadence,
+    GridFacts,
+    GridShape,
+    Mechanism,
+    PretrainData,
+    RunTable,
+    WorkGroupShape,
+)
 from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
@@ -296,6 +305,13 @@ def group_membership(knobs: Knobs, n_outputs: int, mechanisms: Sequence[Mechanis
 def used_by(mechanisms: Sequence[Mechanism], run_knobs: Sequence[Knobs]) -> tuple[str, ...]:
     """The names of the mechanisms some of these runs uses (`Mechanism.uses`; one without it, every run), in order."""
     return tuple(m.name for m in mechanisms if m.uses is None or any(m.uses(knobs) for knobs in run_knobs))
+
+
+def grid_tables(spec: GridSpec) -> tuple[RunTable, ...]:
+    """The per-run tables a grid's runs record (`contract.RunTable`): those of the mechanisms they use."""
+    mechanisms = spec.active_mechanisms
+    used = used_by(mechanisms, [condition.knobs for condition in spec.conditions])
+    return registry.tables([m for m in mechanisms if m.name in used])
 
 
 def layout_grid(spec: GridSpec) -> GridLayout:

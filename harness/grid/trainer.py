@@ -313,6 +313,40 @@ class GridTrainer:
         return self.metrics_table(records)
 
     @property
+    def record_names(self) -> tuple[str, ...]:
+        """Every array of a record (`Diagnostics`): the metrics, then each per-run table's value columns."""
+        tables = registry.tables(self.shape.used_mechanisms)
+        return (*self.metric_names, *(table.key(column) for table in tables for column in table.columns))
+
+    def run_tables(self, records: list[Diagnostics]) -> dict[str, pd.DataFrame]:
+        """Each per-run table of the grid (`contract.RunTable`) by name: one row per condition × seed × iteration
+        (record k = after iteration k) × index entry, in the grid's condition order, then seed, iteration and the
+        index's own order; columns condition, seed, iteration, the index columns, the value columns."""
+        labels = self.layout.run_labels()
+        order = {c.name: i for i, c in enumerate(self.spec.conditions)}
+        tables = {}
+        for table in registry.tables(self.shape.used_mechanisms):
+            size = table.size
+            frames = [
+                pd.DataFrame(
+                    {
+                        "condition": np.repeat([name for name, _ in labels], size),
+                        "seed": np.repeat([seed for _, seed in labels], size),
+                        "iteration": iteration,
+                        **{name: np.tile(np.asarray(values), len(labels)) for name, values in table.index.items()},
+                        "entry": np.tile(np.arange(size), len(labels)),
+                        **{column: np.asarray(record[table.key(column)]).reshape(-1) for column in table.columns},
+                    }
+                )
+                for iteration, record in enumerate(records)
+            ]
+            joined = pd.concat(frames, ignore_index=True)
+            keys = joined[["condition", "seed", "iteration", "entry"]].assign(condition=joined["condition"].map(order))
+            joined = joined.loc[keys.sort_values(["condition", "seed", "iteration", "entry"]).index]
+            tables[table.name] = joined.drop(columns="entry").reset_index(drop=True)
+        return tables
+
+    @property
     def metric_names(self) -> tuple[str, ...]:
         """The grid's metrics (those of the mechanisms its runs use), in metrics.csv's column order."""
         return tuple(metric.name for metric in registry.metric_columns(self.shape.used_mechanisms))

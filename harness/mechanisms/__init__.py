@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from harness.mechanisms import (
     anchor,
+    best_of_n,
     ensemble,
     entropy_bonus,
     judge_data,
@@ -39,4 +40,5 @@ BUILT_IN = (
     judge_strength.MECHANISM,
     kl_penalty.MECHANISM,
     judge_data.MECHANISM,
+    best_of_n.MECHANISM,
 )
