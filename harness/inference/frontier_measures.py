@@ -16,7 +16,7 @@ run), and d = √KL:
   in KL between its points) reaches within the KL the run has spent by that iteration, less the run's own gain. A
   positive value is best-of-n getting at least the run's gold for no more KL: the run has spent more KL than
   best-of-n for the same gold.
-- gold_gain_at_kl_2: the run's real-quality gain where its path first reaches KL(π ‖ π₀) = 2 nats (linear between
+- gold_gain_at_kl_1: the run's real-quality gain where its path first reaches KL(π ‖ π₀) = 1 nat (linear between
   the iterations around it); missing until it does. Runs compared at one KL: a lever that lifts the gold-vs-KL
   frontier raises it; one that only moves where runs end on it does not.
 - bon_form_error_vs_quadratic, rl_form_error_vs_quadratic: held-out mean squared error of Gao's form less that of
@@ -35,14 +35,14 @@ from harness.inference.overoptimization import FORMS
 
 RUN_KEYS = ["condition", "seed"]
 ROW_KEYS = [*RUN_KEYS, "iteration"]
-KL_LEVEL = 2.0
+KL_LEVEL = 1.0
 FRONTIER_MEASURES = {
     "bon_peak_gain": "largest gold gain of best-of-n from π₀ over n (q*)",
     "bon_peak_kl": "KL(best-of-n ‖ π₀) at best-of-n's gold peak (nats)",
     "bon_peak_n": "the n of best-of-n's gold peak",
     "bon_gold_drop": "best-of-n's gold at its peak less its gold at the largest n (q*)",
     "rl_gold_behind_bon": "the most gold gain best-of-n from π₀ reaches within the run's KL, less the run's gain (q*)",
-    "gold_gain_at_kl_2": "the run's real-quality gain where its KL to π₀ first reaches 2 nats (q*)",
+    "gold_gain_at_kl_1": "the run's real-quality gain where its KL to π₀ first reaches 1 nat (q*)",
     "bon_form_error_vs_quadratic": "held-out MSE of d(α − β·d) less the quadratic's on best-of-n's curve (q*²)",
     "rl_form_error_vs_quadratic": "held-out MSE of d(α − β·ln d) less the quadratic's on the run's path (q*²)",
 }
@@ -138,7 +138,7 @@ def frontier_measures(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.Data
             curve = curve_of.get_group(key)
             bon_kl, bon_gain = curve["kl"].to_numpy(), curve["gold_gain"].to_numpy()
             behind[rows] = [best_within(bon_kl, bon_gain, budget) - own for budget, own in zip(kl, gain, strict=True)]
-    table["rl_gold_behind_bon"], table["gold_gain_at_kl_2"] = behind, at_level
+    table["rl_gold_behind_bon"], table["gold_gain_at_kl_1"] = behind, at_level
     for column, points, form in (
         ("bon_form_error_vs_quadratic", start, "best_of_n"),
         ("rl_form_error_vs_quadratic", paths, "rl"),
