@@ -22,6 +22,8 @@ FITTED = "rl"
 
 
 def _interval(effect: float, low: float, high: float) -> str:
+    if pd.isna(effect):
+        return "n/a"
     return f"{effect:+.3f}" if pd.isna(low) else f"{effect:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
