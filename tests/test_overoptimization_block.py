@@ -81,7 +81,7 @@ def test_the_block_says_what_held_in_every_size_and_replaces_only_its_markers(tm
     text = readme.read_text()
     assert text.startswith(f"before\n{OVEROPTIMIZATION_START}\n") and text.endswith(f"{OVEROPTIMIZATION_END}\nafter\n")
     assert "the previous block" not in text
-    assert "Held with every judge size: “best-of-n peaks”." in text
+    assert "Holds with every judge size: “best-of-n peaks”." in text
     assert "“no lift” (small: contradicted; large: undecided)" in text
     assert "+0.600 [+0.500, +0.700] **contradicted**" in text and "n/a" in text
     assert "| large vs small" in text and "0.0002 (0.0012)" in text
@@ -101,6 +101,6 @@ def test_what_held_sorts_claims_by_their_verdicts_in_every_size() -> None:
     )
     sentence = what_held(within, pd.DataFrame(columns=["statement", "verdict"]), SHAPES)
     assert sentence == (
-        "Held with every judge size: “A”. Contradicted with every judge size: “B”. Not the same with every judge "
+        "Holds with every judge size: “A”. Contradicted with every judge size: “B”. Not the same with every judge "
         "size: “C” (small: holds; large: undecided)."
     )

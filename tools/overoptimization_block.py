@@ -32,24 +32,23 @@ def _coefficient(row: pd.Series, name: str) -> str:
 
 
 def what_held(within: pd.DataFrame, across: pd.DataFrame, shapes: list[str]) -> str:
-    """Sentences on the verdicts: each within-shape claim's verdict in every shape, then the across claims'."""
-    by_claim = within.groupby("claim", sort=False)
+    """Sentences on the verdicts: the within-shape claims grouped by a verdict they have in every shape ("holds"
+    first), then those whose verdict differs between shapes, each with its verdicts; then the across claims'."""
     statements = dict(zip(within["claim"], within["statement"], strict=False))
-    held, contradicted, mixed = [], [], []
-    for claim, own in by_claim:
+    alike: dict[str, list[str]] = {}
+    mixed = []
+    for claim, own in within.groupby("claim", sort=False):
         verdicts = dict(zip(own["shape"], own["verdict"], strict=True))
         quoted = f"“{statements[claim]}”"
-        if all(verdicts.get(shape) == "holds" for shape in shapes):
-            held.append(quoted)
-        elif all(verdicts.get(shape) == "contradicted" for shape in shapes):
-            contradicted.append(quoted)
+        if len({verdicts.get(shape) for shape in shapes}) == 1 and shapes[0] in verdicts:
+            alike.setdefault(verdicts[shapes[0]], []).append(quoted)
         else:
             mixed.append(f"{quoted} ({'; '.join(f'{shape}: {verdict}' for shape, verdict in verdicts.items())})")
-    lines = []
-    if held:
-        lines.append(f"Held with every judge size: {'; '.join(held)}.")
-    if contradicted:
-        lines.append(f"Contradicted with every judge size: {'; '.join(contradicted)}.")
+    order = ["holds", "contradicted", "not supported", "undecided", "untested"]
+    lines = [
+        f"{verdict.capitalize()} with every judge size: {'; '.join(alike[verdict])}."
+        for verdict in sorted(alike, key=lambda v: order.index(v) if v in order else len(order))
+    ]
     if mixed:
         lines.append(f"Not the same with every judge size: {'; '.join(mixed)}.")
     between = [f"“{row.statement}”: {row.verdict}" for row in across.itertuples(index=False)]
