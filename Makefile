@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all bench docs docs-serve reference reference-100 reference-until-decided reference-temporal reference-scale lint format clean
+.PHONY: run test test-all bench docs docs-serve reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(STAMP): requirements.lock pyproject.toml harness/common/version.py
@@ -88,3 +88,12 @@ clean:
 reference-scale: $(STAMP)
 	$(BIN)/coevolab run conditions/scale.toml --out artifacts/reference/scale --force --no-compile-cache
 	$(BIN)/python -m tools.readme_tables --study artifacts/reference/scale README.md
+
+# The overoptimization study: best-of-n and RL against frozen judges of three sizes, less and noisier pretraining
+# data, a KL penalty (conditions/overoptimization.toml, about 10 minutes on two cores), and the README's block. Each
+# shape is one seed block, whose best_of_n.csv is the shape's own, byte for byte: the copy under blocks/ is dropped.
+reference-overoptimization: $(STAMP)
+	$(BIN)/coevolab run conditions/overoptimization.toml --out artifacts/reference/overoptimization --force --no-compile-cache
+	cmp artifacts/reference/overoptimization/shapes/judge-small/best_of_n.csv artifacts/reference/overoptimization/shapes/judge-small/blocks/0/best_of_n.csv
+	rm artifacts/reference/overoptimization/shapes/*/blocks/*/best_of_n.csv
+	$(BIN)/python -m tools.readme_tables --overoptimization artifacts/reference/overoptimization README.md

@@ -22,6 +22,7 @@ from harness.engine.state import CoevolutionState, fresh_networks, initial_state
 from harness.grid import registry
 from harness.grid.knobs import Knobs, choices, knob_fields, program_knobs, stack_knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.origins import JudgeSource
 from harness.grid.pretrain import pretrain_judges
 from harness.grid.reward import policy_step
 from harness.grid.trainer import GridTrainer
@@ -93,7 +94,7 @@ class Trace:
     def pretrained(self, member: int = 0) -> chex.ArrayTree:
         """Pretraining's own output for (seed 0, member), independent of the grid's slot layout."""
         target = self.program.spec.pretrain.target_spearman
-        source = self.program.origins.judge_sources.index((None, 0, member, target))
+        source = self.program.origins.judge_sources.index(JudgeSource(None, 0, member, target))
         return jax.tree.map(lambda x: np.asarray(x[source]), self.program.pretrained.params)
 
 
@@ -250,7 +251,8 @@ def test_ensemble_aggregation_changes_the_reward_and_nothing_else(trace: Trace) 
 
 def test_run_knobs_are_the_program_knobs_in_order() -> None:
     built_in = [m.name for m in registry.active()]
-    assert list(program_knobs(built_in)) == [name for name in knob_fields(built_in) if name != "judge_pretrain_target"]
+    pretraining = {"judge_pretrain_target", "judge_pretrain_examples", "judge_label_corruption", "judge_pretrain_steps"}
+    assert list(program_knobs(built_in)) == [name for name in knob_fields(built_in) if name not in pretraining]
     stacked = stack_knobs([Knobs(), Knobs(judge_ema=0.5, rejected_from="initial", freeze_judge=True)], built_in)
     assert stacked.names == program_knobs(built_in)
     assert jax.tree.leaves(stacked) == [getattr(stacked, name) for name in stacked.names]  # leaves in knob order

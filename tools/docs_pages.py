@@ -249,13 +249,16 @@ BLOCKS: dict[str, Callable[[Path], None]] = {
     ),
     readme_tables.TEMPORAL_START: lambda page: readme_tables.rewrite_temporal(REFERENCE / "temporal", page),
     readme_tables.SCALE_START: lambda page: readme_tables.rewrite_study(REFERENCE / "scale", page),
+    readme_tables.OVEROPTIMIZATION_START: lambda page: readme_tables.rewrite_overoptimization(
+        REFERENCE / "overoptimization", page
+    ),
     ray_projection.RAY_START: lambda page: ray_projection.rewrite_readme(page),
 }
 
 
 def filled_page(source: Path) -> str | None:
     """A docs page with its generated blocks filled from the reference runs (None if it has none); their links to a
-    reference report point at its results page."""
+    reference report, and to its figures, point at its results page."""
     text = source.read_text(encoding="utf-8")
     starts = [start for start in BLOCKS if start in text]
     if not starts:
@@ -268,7 +271,9 @@ def filled_page(source: Path) -> str | None:
                 BLOCKS[start](page)
         text = page.read_text(encoding="utf-8")
     depth = "../" * (len(source.relative_to(ROOT / "docs").parts) - 1)
-    return re.sub(r"\]\(artifacts/reference/([\w-]+)/report\.md\)", rf"]({depth}results/\1/index.md)", text)
+    text = re.sub(r"\]\(artifacts/reference/([\w-]+)/report\.md\)", rf"]({depth}results/\1/index.md)", text)
+    # A block's figure: the one its run's results page shows, copied there with the report (`results_pages`).
+    return re.sub(r"\]\(artifacts/reference/([\w-]+)/figures/", rf"]({depth}results/\1/figures/", text)
 
 
 def write_pages() -> None:

@@ -7,7 +7,8 @@ lab's streams beside ours and its baseline seed by seed when ORIGINAL_DIR is giv
 rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
 the run's claims.csv; `--temporal RUN_DIR README.md` the follow-up mechanisms' end state,
 pair audits and claims (between TEMPORAL_START and TEMPORAL_END); `--study RUN_DIR README.md` a study's shapes
-and its claims across them (between SCALE_START and SCALE_END). The README's numbers
+and its claims across them (between SCALE_START and SCALE_END); `--overoptimization RUN_DIR README.md` the
+overoptimization study's verdicts, figure and fits (tools/overoptimization_block.py). The README's numbers
 always come from a run, not from typing.
 """
 
@@ -29,6 +30,7 @@ from harness.inference.verdicts import VERDICTS
 from harness.report.findings import p_text, seeds_needed_text
 from harness.report.markdown import markdown_table
 from harness.report.pairs import pair_source
+from tools.overoptimization_block import OVEROPTIMIZATION_END, OVEROPTIMIZATION_START, overoptimization_block
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -364,6 +366,10 @@ def rewrite_study(run_dir: Path, readme: Path) -> None:
     replace_block(readme, SCALE_START, SCALE_END, study_block(run_dir))
 
 
+def rewrite_overoptimization(run_dir: Path, readme: Path) -> None:
+    replace_block(readme, OVEROPTIMIZATION_START, OVEROPTIMIZATION_END, overoptimization_block(run_dir))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.readme_tables", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run of the published grid (or, with --claims, of paper-100)")
@@ -372,12 +378,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
     parser.add_argument("--study", action="store_true", help="rewrite the scale study's block instead")
     parser.add_argument(
+        "--overoptimization", action="store_true", help="rewrite the overoptimization study's block instead"
+    )
+    parser.add_argument(
         "--until-decided", action="store_true", help="rewrite the block of a run grown until its claims were decided"
     )
     parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
     args = parser.parse_args(argv)
     if args.study:
         rewrite_study(args.run_dir, args.readme)
+    elif args.overoptimization:
+        rewrite_overoptimization(args.run_dir, args.readme)
     elif args.until_decided:
         rewrite_until_decided(args.run_dir, args.readme)
     elif args.claims:

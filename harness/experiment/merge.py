@@ -46,6 +46,7 @@ from harness.experiment.blocks import (
     uses_blocks,
 )
 from harness.experiment.checkpoint import has_checkpoint
+from harness.experiment.run_tables import merged_tables_text, table_file
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
 from harness.experiment.validation import validated_metrics
 from harness.grid.grid_file import write_grid_file
@@ -163,11 +164,17 @@ def merge_blocks(
     if earlier is not None:
         verify_listed(run_dir, earlier, lambda relative: not relative.startswith(f"{BLOCKS_DIR}/"))
     text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
+    try:
+        tables = merged_tables_text(spec, [block_dir(run_dir, k) for k in range(block_count(spec))])
+    except ValueError as error:
+        raise BlockError(f"{run_dir}: {error}") from None
     records = [record for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None]
     # The manifest goes first and comes back last: a merge stopped half-way leaves no manifest vouching for a mix.
     (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / METRICS_FILE, text)
+    for name, table_text in tables.items():
+        atomic_write_text(table_file(run_dir, name), table_text)
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     line = how_run_line(records, how)
     progress.phase("report", str(run_dir))

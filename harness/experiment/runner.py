@@ -37,6 +37,7 @@ from harness.experiment.checkpoint import (
     save_checkpoint,
 )
 from harness.experiment.live import LiveLog
+from harness.experiment.run_tables import write_run_tables
 from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec
 from harness.grid.trainer import GridTrainer
@@ -178,7 +179,7 @@ def execute(
         ),
     )
     state, initial = program.start(pretrained)
-    checkpoint = load_checkpoint(payload, state, program.metric_names) if payload is not None else None
+    checkpoint = load_checkpoint(payload, state, program.record_names) if payload is not None else None
     if checkpoint:
         state, records, done = checkpoint.state, checkpoint.records, checkpoint.completed_iterations
     else:
@@ -203,6 +204,7 @@ def execute(
 
     metrics = program.metrics_table(records)
     atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
+    write_run_tables(run_dir, program.run_tables(records))
     report_seconds = 0.0
     remove_figures(run_dir)  # of an earlier report (a directory replaced with --force, a run grown)
     if write_report:

@@ -378,14 +378,14 @@ def _with_registered_modules(document: dict[str, Any]) -> dict[str, Any]:
 def duplicate_conditions(spec: GridSpec) -> list[tuple[str, str]]:
     """(condition, earlier condition) for each condition whose resolved knobs equal an earlier one's.
 
-    Resolved: the knobs that act on the program, and the Spearman target its judges are pretrained to (an unset
-    target is the grid's [pretrain] one: the same judges as setting it).
+    Resolved: the knobs that act on the program, the Spearman target its judges are pretrained to (an unset
+    target is the grid's [pretrain] one: the same judges as setting it) and what they are pretrained on.
     """
     seen: dict[str, str] = {}
     duplicates = []
     for condition in spec.conditions:
         program = {name: value for name, value in condition.knobs if not host_only(name)}
-        key = repr((sorted(program.items()), spec.judge_target(condition)))
+        key = repr((sorted(program.items()), spec.judge_target(condition), spec.judge_data(condition)))
         if key in seen:
             duplicates.append((condition.name, seen[key]))
         else:

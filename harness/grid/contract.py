@@ -84,6 +84,8 @@ class GridShape:
 
     mechanisms: every mechanism of the grid, built-in and loaded, in catalog order (left out of the shape's repr,
     which names the loaded ones with their source digests in `plugins`).
+    used: the names of the mechanisms some run of the grid uses (`Mechanism.uses`), in catalog order; the loop
+    calls the hooks and views of these only (`used_mechanisms`), and only their metrics and tables are the grid's.
     groups: the non-empty work groups, row by row in the order the step runs them, then by cadence.
     sizes: (name, value) of every static size the mechanisms declared (`Mechanism.sizes`, e.g. the largest anchor
     pair count, to which every run's are padded), sorted by name; `size(name)` reads one.
@@ -106,6 +108,13 @@ class GridShape:
     sizes: tuple[tuple[str, int], ...] = ()
     model: ModelConfig = DEFAULT_MODEL
     plugins: tuple[tuple[str, str], ...] = ()
+    used: tuple[str, ...] = ()
+
+    @property
+    def used_mechanisms(self) -> tuple[Mechanism, ...]:
+        """The mechanisms some run of the grid uses (`used`), in catalog order: those whose hooks and views the loop
+        calls."""
+        return tuple(m for m in self.mechanisms if m.name in self.used)
 
     def size(self, name: str) -> int:
         """A static size a mechanism declared (0 where the grid has none of that name)."""
@@ -236,6 +245,45 @@ class DiagnosticsContext(NamedTuple):
     score_table: Callable[[jax.Array], jax.Array]
 
 
+class PretrainData(NamedTuple):
+    """What a condition's judges are pretrained on, and for how long (`Mechanism.pretrain_data`;
+    `harness.grid.pretrain_data` defines each): examples, the size of a fixed dataset per judge drawn once from its
+    data key (0: fresh draws every step); corruption, the share of pretraining labels that are another output's q*;
+    fixed_steps, pretrain for exactly this many steps whatever Spearman the judges reach (0: to the target)."""
+
+    examples: int = 0
+    corruption: float = 0.0
+    fixed_steps: int = 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity, as a mechanism's functions are
+class RunTable:
+    """A table per run and outer iteration with an index axis: like a metric, but a vector of K entries per run
+    (`Mechanism.tables`). The run directory gets `<name>.csv`, one row per condition × seed × iteration × index entry:
+    condition, seed, iteration, the index columns, the value columns.
+
+    name: the file's stem, unique over every mechanism's tables (and no other file of a run directory's);
+    definition: what one row is, in a sentence; index: index column -> its K values (static, the same for every
+    grid), in row order; columns: value column -> a one-line definition; compute: (`DiagnosticsContext`) -> value
+    column -> float32 (R, K), computed inside the program after every outer iteration, as metrics are.
+    """
+
+    name: str
+    definition: str
+    index: Mapping[str, tuple]
+    columns: Mapping[str, str]
+    compute: Callable[[DiagnosticsContext], Mapping[str, jax.Array]]
+
+    @property
+    def size(self) -> int:
+        """K, the entries of the index axis."""
+        return len(next(iter(self.index.values())))
+
+    def key(self, column: str) -> str:
+        """The name of one value column among a record's arrays (`harness.grid.diagnostics.Diagnostics`)."""
+        return f"{self.name}/{column}"
+
+
 class GridFacts(NamedTuple):
     """What a mechanism's static sizes may depend on beside its runs' knobs: the batch size and the world's size."""
 
@@ -264,6 +312,11 @@ class Mechanism:
     optional; a mechanism fills what it needs.
 
     Knobs and place:
+        uses: (a run's `Knobs`) -> whether a run of these knobs uses the mechanism (None: every run does). A grid
+            none of whose runs uses it calls none of its hooks and its view, and has none of its metrics and tables
+            (`GridShape.used`), so that it costs nothing there; a grid where some run uses it calls them for every
+            run, so they must leave a run that does not use it as it would be without them. Its rows are scheduled
+            by their own `schedule`, per run, as always; its knobs, state and constants exist in every grid.
         knobs: a pydantic model of its knobs (each field documented, validated, with a default that leaves every
             grid as it was); a field with json_schema_extra={HOST_ONLY: True} acts only before the program runs.
             Knob names are one namespace over all mechanisms.
@@ -281,6 +334,7 @@ class Mechanism:
     The loop's hooks, each taken by at most one mechanism:
         judges_per_run: (knobs) -> how many judges a run has (its ensemble size; one where none says).
         pretrain_target: (knobs, the grid's target) -> the Spearman its judges are pretrained to.
+        pretrain_data: (knobs) -> `PretrainData`, what its judges are pretrained on and for how long.
         judge_update_due: (knobs, counter) -> bool (R,), the runs whose judge update is due on the step of 1-based
             count `counter` in its outer iteration (every step where none says).
         contrast: (step) -> bool (R,), the runs whose pairs on this step are labelled chosen > rejected (none where
@@ -300,11 +354,13 @@ class Mechanism:
         metrics: its metrics (`harness.engine.metrics.Metric`); their `compute` reads `run.of(name)`, what `view`
             computed for the run.
         view: (`DiagnosticsContext`) -> a pytree with a leading run axis (R, ...), computed inside the program.
+        tables: its per-run tables (`RunTable`), each a vector per run and iteration, written as `<name>.csv`.
     """
 
     name: str
     summary: str
     knobs: type[BaseModel] | None = None
+    uses: Callable[[Knobs], bool] | None = None
     rows: tuple[StepRow, ...] = ()
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
@@ -315,6 +371,7 @@ class Mechanism:
     extra_bytes: Callable[[GridShape], int] | None = None
     judges_per_run: Callable[[Knobs], int] | None = None
     pretrain_target: Callable[[Knobs, float], float] | None = None
+    pretrain_data: Callable[[Knobs], PretrainData] | None = None
     judge_update_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
     contrast: Callable[[StepContext], jax.Array] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
@@ -327,6 +384,7 @@ class Mechanism:
     after_step: Callable[[StepContext, CoevolutionState, AppliedRows], CoevolutionState] | None = None
     metrics: tuple[Metric, ...] = ()
     view: Callable[[DiagnosticsContext], Any] | None = None
+    tables: tuple[RunTable, ...] = ()
 
 
 # The hooks at most one mechanism takes (`Mechanism`'s docstring).
@@ -337,4 +395,5 @@ SINGLE_HOOKS = (
     "contrast",
     "aggregate",
     "policy_learning_rate",
+    "pretrain_data",
 )

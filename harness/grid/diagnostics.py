@@ -1,15 +1,17 @@
 """Exact diagnostics over the whole output space, computed inside the compiled program.
 
 The grid-level work (every run's distribution, every judge's score table over all outputs, every run's
-reward table) happens here once; each mechanism's view (`harness.grid.contract.Mechanism.view`) adds
+reward table) happens here once; each used mechanism's view (`harness.grid.contract.Mechanism.view`) adds
 what its metrics read, and each metric of the grid (`harness.engine.metrics`) is then a function of
-one run's `RunView`, vmapped over the runs.
+one run's `RunView`, vmapped over the runs. Each used mechanism's per-run tables (`contract.RunTable`) are
+computed from the same context, beside the metrics.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -23,7 +25,8 @@ from harness.grid.knobs import RunKnobs
 from harness.grid.reward import reward_judges, run_rewards
 from harness.grid.step_table import run_judge_slots
 
-# One record of every metric of a grid: name -> array with a leading run axis (R,).
+# One record of every metric of a grid: name -> array with a leading run axis (R,); and of every per-run table's
+# value columns (`RunTable.key`: "<table>/<column>") -> (R, K).
 Diagnostics = dict[str, jax.Array]
 
 __all__ = ["Diagnostics", "diagnose"]
@@ -62,8 +65,14 @@ def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state:
         log_pi_initial=constants.initial_log_pi,
         reward=reward,
         finite=_all_finite(policies) & judges_finite,
-        mechanisms={m.name: m.view(context) for m in shape.mechanisms if m.view is not None},
+        mechanisms={m.name: m.view(context) for m in shape.used_mechanisms if m.view is not None},
     )
     per_run = jax.tree.map(lambda _: 0, runs).replace(q_star=None)  # q* is shared by every run
-    metrics = registry.metric_columns(shape.mechanisms)
-    return jax.vmap(partial(evaluate, metrics=metrics), in_axes=(per_run,))(runs)
+    metrics = registry.metric_columns(shape.used_mechanisms)
+    record = jax.vmap(partial(evaluate, metrics=metrics), in_axes=(per_run,))(runs)
+    for table in registry.tables(shape.used_mechanisms):
+        values = table.compute(context)
+        for column in table.columns:
+            chex.assert_shape(values[column], (shape.n_runs, table.size))
+            record[table.key(column)] = values[column].astype(jnp.float32)
+    return record

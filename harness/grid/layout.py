@@ -20,7 +20,16 @@ from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid import registry
 from harness.grid.batching import WorkGroup
-from harness.grid.contract import CADENCES, Cadence, GridFacts, GridShape, Mechanism, WorkGroupShape
+from harness.grid.contract import (
+    CADENCES,
+    Cadence,
+    GridFacts,
+    GridShape,
+    Mechanism,
+    PretrainData,
+    RunTable,
+    WorkGroupShape,
+)
 from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
@@ -219,6 +228,28 @@ class GridSpec(BaseModel):
         default = self.pretrain.target_spearman
         return default if hook is None else float(hook(condition.knobs, default))
 
+    def judge_data(self, condition: Condition) -> PretrainData:
+        """What `condition`'s judges are pretrained on and for how long: what the mechanism that sets it says of the
+        condition's knobs, else fresh draws, uncorrupted, to the target."""
+        hook = registry.single_hook(self.active_mechanisms, "pretrain_data")
+        return PretrainData() if hook is None else PretrainData(*hook(condition.knobs))
+
+    @model_validator(mode="after")
+    def _judge_data_fits_the_pretraining(self) -> GridSpec:
+        for condition in self.conditions:
+            data = self.judge_data(condition)
+            if data.fixed_steps % self.pretrain.check_every:
+                raise ValueError(
+                    f"condition '{condition.name}' pretrains its judges for {data.fixed_steps} steps, not a multiple "
+                    f"of [pretrain] check_every = {self.pretrain.check_every}"
+                )
+            if self.run.streams == "original" and (data.examples or data.corruption):
+                raise ValueError(
+                    f"condition '{condition.name}' pretrains its judges on a dataset or corrupted labels; the "
+                    "original lab's streams draw fresh, uncorrupted batches only: use streams = 'coevolab'"
+                )
+        return self
+
     def only(self, names: Sequence[str]) -> GridSpec:
         """The same grid restricted to some conditions (in the given order), keeping the claims that still apply."""
         kept = []
@@ -271,6 +302,18 @@ def group_membership(knobs: Knobs, n_outputs: int, mechanisms: Sequence[Mechanis
     return judges_per_run(knobs, mechanisms), tuple(row.schedule(knobs, n_outputs) for row in registry.rows(mechanisms))
 
 
+def used_by(mechanisms: Sequence[Mechanism], run_knobs: Sequence[Knobs]) -> tuple[str, ...]:
+    """The names of the mechanisms some of these runs uses (`Mechanism.uses`; one without it, every run), in order."""
+    return tuple(m.name for m in mechanisms if m.uses is None or any(m.uses(knobs) for knobs in run_knobs))
+
+
+def grid_tables(spec: GridSpec) -> tuple[RunTable, ...]:
+    """The per-run tables a grid's runs record (`contract.RunTable`): those of the mechanisms they use."""
+    mechanisms = spec.active_mechanisms
+    used = used_by(mechanisms, [condition.knobs for condition in spec.conditions])
+    return registry.tables([m for m in mechanisms if m.name in used])
+
+
 def layout_grid(spec: GridSpec) -> GridLayout:
     """Lay out every condition × seed of `spec` as runs (condition-major) and judge slots."""
     n_conditions, n_seeds = len(spec.conditions), len(spec.run.seeds)
@@ -320,6 +363,7 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
         sizes=tuple(sorted(sizes.items())),
         model=spec.model,
         plugins=registry.plugins_of(spec.mechanism_names),
+        used=used_by(mechanisms, run_knobs),
     )
     return GridLayout(
         spec=spec,

@@ -7,9 +7,11 @@ the condition, and the policy and stream key also on the ensemble size, as in th
 
 The distinct judges and policies a grid needs are its *sources*; runs and judge slots
 point into them, so each is initialised (and each judge pretrained) once. A judge source
-also names the Spearman target it is pretrained to (`GridSpec.judge_target`): conditions
-with different targets get different judges from the same keys (the same initialisation
-and data, stopped at a different check); conditions with equal targets share them.
+also names every pretraining choice of its condition: the Spearman target it is pretrained to
+(`GridSpec.judge_target`) and what it is pretrained on and for how long (`GridSpec.judge_data`).
+Conditions with different choices get different judges from the same keys (the same
+initialisation and data stream: another target stops at another check, another dataset or
+corruption trains on other examples); conditions with equal choices share them.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import numpy as np
 
 from harness.engine import keys
 from harness.engine.models import init_policies
-from harness.grid.layout import GridLayout, GridSpec, judges_per_run
+from harness.grid.contract import PretrainData
+from harness.grid.layout import Condition, GridLayout, GridSpec, judges_per_run
 from harness.original import streams as original_streams
 
 
 class JudgeSource(NamedTuple):
-    """A pretrained judge: its keys' (script, seed, member) and its pretraining target.
+    """A pretrained judge: its keys' (script, seed, member) and its pretraining choices: target, and examples,
+    corruption, fixed_steps (`harness.grid.contract.PretrainData`; a judge of fixed steps is not stopped by its target).
 
     The harness's streams do not use the script: it is None there.
     """
@@ -37,6 +41,13 @@ class JudgeSource(NamedTuple):
     seed: int
     member: int
     target: float
+    examples: int = 0
+    corruption: float = 0.0
+    fixed_steps: int = 0
+
+    @property
+    def data(self) -> PretrainData:
+        return PretrainData(self.examples, self.corruption, self.fixed_steps)
 
 
 # A policy source: (script, seed, n_judges); the harness's streams use neither the script
@@ -81,13 +92,14 @@ class GridOrigins:
         )
 
     def slot_judge(self, layout: GridLayout) -> np.ndarray:
-        """Each judge slot's judge source, int (J,): its run's script and seed, its member, its condition's target."""
+        """Each judge slot's judge source, int (J,): its run's script and seed, its member, its condition's
+        pretraining choices."""
         index = {source: u for u, source in enumerate(self.judge_sources)}
         scripts, seeds = self._run_script(layout), np.asarray(layout.seeds)[layout.run_seed_index]
-        targets = [self.spec.judge_target(self.spec.conditions[c]) for c in layout.run_condition]
+        choices = [_choices(self.spec, self.spec.conditions[c]) for c in layout.run_condition]
         return np.array(
             [
-                index[JudgeSource(scripts[run], int(seeds[run]), int(member), targets[run])]
+                index[JudgeSource(scripts[run], int(seeds[run]), int(member), *choices[run])]
                 for run, member in zip(layout.slot_run, layout.slot_member, strict=True)
             ]
         )
@@ -104,9 +116,18 @@ def _order(source: tuple) -> tuple:
 
 
 def _judge_order(source: JudgeSource) -> tuple:
-    """Judge sources by script (in `SCRIPTS` order), then target, then seed and member: with one target, the
-    order of sources before targets were per condition (so checkpoints written then still line up)."""
-    return _script_index(source.script), source.target, source.seed, source.member
+    """Judge sources by script (in `SCRIPTS` order), then pretraining choices, then seed and member: with one choice,
+    the order of sources before targets were per condition (so checkpoints written then still line up)."""
+    return _script_index(source.script), source.target, *source.data, source.seed, source.member
+
+
+Choices = tuple[float, int, float, int]
+
+
+def _choices(spec: GridSpec, condition: Condition) -> Choices:
+    """Every pretraining choice of a condition's judges, in `JudgeSource` order: target, examples, corruption,
+    fixed_steps."""
+    return (spec.judge_target(condition), *spec.judge_data(condition))
 
 
 def grid_origins(spec: GridSpec) -> GridOrigins:
@@ -118,15 +139,15 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
     vocab, seq_len = spec.world.vocab_size, spec.world.seq_len
     seeds, mechanisms = spec.run.seeds, spec.active_mechanisms
     if spec.run.streams == "coevolab":
-        members_of: dict[float, int] = {}
+        members_of: dict[Choices, int] = {}
         for condition in spec.conditions:
-            target = spec.judge_target(condition)
-            members_of[target] = max(members_of.get(target, 0), judges_per_run(condition.knobs, mechanisms))
+            choices = _choices(spec, condition)
+            members_of[choices] = max(members_of.get(choices, 0), judges_per_run(condition.knobs, mechanisms))
         judges = tuple(
             sorted(
                 (
-                    JudgeSource(None, seed, member, target)
-                    for target, count in members_of.items()
+                    JudgeSource(None, seed, member, *choices)
+                    for choices, count in members_of.items()
                     for seed in seeds
                     for member in range(count)
                 ),
@@ -141,21 +162,19 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
         stream_keys = jax.vmap(keys.training_key)(seed_array)
         return GridOrigins(spec, judges, init_keys, data_keys, _targets(judges), policies, policy_params, stream_keys)
 
-    conditions = [
-        (c.original_script, judges_per_run(c.knobs, mechanisms), spec.judge_target(c)) for c in spec.conditions
-    ]
+    conditions = [(c.original_script, judges_per_run(c.knobs, mechanisms), _choices(spec, c)) for c in spec.conditions]
     runs = sorted({(script, seed, n_judges) for script, n_judges, _ in conditions for seed in seeds}, key=_order)
-    # The targets each (script, ensemble size) is pretrained to: its seeds' members, once per target.
-    targets_of: dict[tuple[str, int], set[float]] = {}
-    for script, n_judges, target in conditions:
-        targets_of.setdefault((script, n_judges), set()).add(target)
+    # The choices each (script, ensemble size) is pretrained with: its seeds' members, once per choice.
+    targets_of: dict[tuple[str, int], set[Choices]] = {}
+    for script, n_judges, choices in conditions:
+        targets_of.setdefault((script, n_judges), set()).add(choices)
     judge_keys: dict[JudgeSource, tuple[jax.Array, jax.Array]] = {}
     policy_keys, stream_keys = [], []
     for script, seed, n_judges in runs:
         seed_keys = original_streams.seed_keys(script, seed, n_judges)
         for member in range(n_judges):
-            for target in targets_of[(script, n_judges)]:
-                source = JudgeSource(script, seed, member, target)
+            for choices in targets_of[(script, n_judges)]:
+                source = JudgeSource(script, seed, member, *choices)
                 judge_keys[source] = (seed_keys.judge_init[member], seed_keys.judge_pretrain[member])
         policy_keys.append(seed_keys.policy_init)
         stream_keys.append(seed_keys.loop)

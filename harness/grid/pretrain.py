@@ -30,12 +30,14 @@ from harness.engine.rank_stats import spearman
 from harness.engine.streams import Streams
 from harness.engine.world import World, WorldConfig
 from harness.grid.layout import PretrainSettings
+from harness.grid.pretrain_data import JudgeData, no_dataset, pretraining_batch, pretraining_dataset
 from harness.grid.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
 from harness.original.streams import init_original_judges, pretrain_step_keys
 
 
 class PretrainResult(NamedTuple):
-    """Per judge (leading axis P): params, steps taken, Spearman at the last check, target reached."""
+    """Per judge (leading axis P): params, steps taken, Spearman at the last check, and whether it was pretrained as
+    asked (its target reached, or its fixed steps taken)."""
 
     params: Params
     steps: jax.Array
@@ -51,6 +53,22 @@ class _PretrainState(NamedTuple):
     spearman: jax.Array
     done: jax.Array
     chain: jax.Array  # "original" streams: the key the next step splits; "coevolab": the data key, unused
+    cap: jax.Array  # the most steps this judge takes, int32
+    data: JudgeData  # what it is pretrained on (`harness.grid.pretrain_data`)
+
+
+class DataFeatures(NamedTuple):
+    """What of `harness.grid.pretrain_data` a pretraining program needs (static): per_judge, whether it takes each
+    judge's step cap, example count and corruption share as arguments (else every judge draws afresh, uncorrupted,
+    to the grid's cap); dataset_size, the largest dataset (0: none); corrupts, whether any judge corrupts labels."""
+
+    per_judge: bool = False
+    dataset_size: int = 0
+    corrupts: bool = False
+
+
+# Every judge draws afresh, uncorrupted, to the grid's cap: the program of grids without data choices.
+FRESH_DRAWS = DataFeatures()
 
 
 def pretrain_program(
@@ -59,22 +77,31 @@ def pretrain_program(
     n_shards: int,
     streams: Streams = "coevolab",
     network: NetworkConfig = DEFAULT_NETWORK,
+    features: DataFeatures = FRESH_DRAWS,
 ) -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
     (init_keys, data_keys (S, P/S, 2), targets (S, P/S), max_steps (int32 scalar), the world's outputs (N, L) and
-    q* (N,)) -> the final state of every judge, (S, P/S, ...). Each shard loops over check periods until its own
-    judges are done. `streams` as in the module docstring. One program per world, settings other than the step cap,
-    shard count, streams and network, kept for the process: a grid's seed blocks, or a rerun with another cap,
-    pretrain without compiling again.
+    q* (N,)) -> the final state of every judge, (S, P/S, ...); with features.per_judge three more arguments (S, P/S)
+    follow: each judge's step cap (int32, replacing max_steps), example count (int32) and corruption share (float32).
+    Each shard loops over check periods until its own judges are done. `streams` as in the module docstring. One
+    program per world, settings other than the step cap, shard count, streams, network and features, kept for the
+    process: a grid's seed blocks, or a rerun with another cap, pretrain without compiling again.
     """
     uncapped = settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
-    return _pretrain_program(world.config, uncapped, n_shards, streams, network)
+    if streams == "original" and (features.dataset_size or features.corrupts):
+        raise ValueError("the original lab's pretraining streams draw fresh, uncorrupted batches only")
+    return _pretrain_program(world.config, uncapped, n_shards, streams, network, features)
 
 
 @functools.cache
 def _pretrain_program(
-    world_config: WorldConfig, settings: PretrainSettings, n_shards: int, streams: Streams, network: NetworkConfig
+    world_config: WorldConfig,
+    settings: PretrainSettings,
+    n_shards: int,
+    streams: Streams,
+    network: NetworkConfig,
+    features: DataFeatures,
 ) -> Callable:
     world = World(world_config)
     vocab, seq_len = world.config.vocab_size, world.config.seq_len
@@ -82,33 +109,44 @@ def _pretrain_program(
 
     # The world's tables enter as arguments, not constants: XLA would otherwise fold work over every output (sorting
     # q* for the Spearman checks) into the compile, which at 262,144 outputs took over a minute.
-    def loss_fn(params: Params, key: jax.Array, world_tables: tuple[jax.Array, jax.Array]) -> jax.Array:
+    def loss_fn(
+        params: Params, data: JudgeData, key: jax.Array, world_tables: tuple[jax.Array, jax.Array]
+    ) -> jax.Array:
         k_index, k_noise = jax.random.split(key)
-        return batch_loss(params, k_index, k_noise, world_tables)
+        return batch_loss(params, data, key, k_index, k_noise, world_tables)
 
     def batch_loss(
-        params: Params, k_index: jax.Array, k_noise: jax.Array, world_tables: tuple[jax.Array, jax.Array]
+        params: Params,
+        data: JudgeData,
+        step_key: jax.Array,
+        k_index: jax.Array,
+        k_noise: jax.Array,
+        world_tables: tuple[jax.Array, jax.Array],
     ) -> jax.Array:
         outputs, q_star = world_tables
-        index = jax.random.randint(k_index, (settings.batch_size,), 0, world.n_outputs)
-        noise = settings.label_noise * jax.random.normal(k_noise, (settings.batch_size,))
+        batch = (settings.batch_size, settings.label_noise, features.corrupts)
+        index, label = pretraining_batch(data, step_key, k_index, k_noise, q_star, *batch)
         scores = judge_scores(params, outputs[index], vocab)
-        return jnp.mean(optax.squared_error(scores, q_star[index] + noise))
+        return jnp.mean(optax.squared_error(scores, label))
 
-    def train_step(state: tuple[Params, optax.OptState], step_key: jax.Array, world_tables: tuple) -> tuple:
+    def train_step(
+        state: tuple[Params, optax.OptState], step_key: jax.Array, data: JudgeData, world_tables: tuple
+    ) -> tuple:
         params, opt_state = state
-        grads = jax.grad(loss_fn)(params, step_key, world_tables)
+        grads = jax.grad(loss_fn)(params, data, step_key, world_tables)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), None
 
-    def original_step(state: tuple[Params, optax.OptState, jax.Array], _: None, world_tables: tuple) -> tuple:
+    def original_step(state: tuple, _: None, data: JudgeData, world_tables: tuple) -> tuple:
         params, opt_state, chain = state
         chain, k_index, k_noise = pretrain_step_keys(chain)
-        grads = jax.grad(batch_loss)(params, k_index, k_noise, world_tables)
+        grads = jax.grad(batch_loss)(params, data, k_index, k_index, k_noise, world_tables)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state, chain), None
 
-    def start(init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array) -> _PretrainState:
+    def start(
+        init_keys: jax.Array, data_keys: jax.Array, targets: jax.Array, caps: jax.Array, data: JudgeData
+    ) -> _PretrainState:
         if streams == "original":
             params = init_original_judges(init_keys, vocab, seq_len)
         else:
@@ -122,27 +160,42 @@ def _pretrain_program(
             jnp.full(count, jnp.nan, jnp.float32),
             jnp.zeros(count, jnp.bool_),
             data_keys,
+            caps,
+            data,
         )
 
-    def chunk(state: _PretrainState, data_key: jax.Array, max_steps: jax.Array, world_tables: tuple) -> _PretrainState:
+    def chunk(state: _PretrainState, data_key: jax.Array, world_tables: tuple) -> _PretrainState:
         """One check period: `check_every` steps, then the exact Spearman. A finished judge stays as it is."""
         if streams == "original":
             carry = (state.params, state.opt_state, state.chain)
-            step = functools.partial(original_step, world_tables=world_tables)
+            step = functools.partial(original_step, data=state.data, world_tables=world_tables)
             (params, opt_state, chain), _ = jax.lax.scan(step, carry, None, length=settings.check_every)
         else:
             step_keys = jax.vmap(lambda s: jax.random.fold_in(data_key, s))(
                 state.steps + jnp.arange(settings.check_every)
             )
-            step = functools.partial(train_step, world_tables=world_tables)
+            step = functools.partial(train_step, data=state.data, world_tables=world_tables)
             (params, opt_state), _ = jax.lax.scan(step, (state.params, state.opt_state), step_keys)
             chain = state.chain
         rho = spearman(judge_score_table(params, vocab, seq_len), world_tables[1])
-        trained = _PretrainState(
-            state.target, params, opt_state, state.steps + settings.check_every, rho, rho >= state.target, chain
+        trained = state._replace(
+            params=params,
+            opt_state=opt_state,
+            steps=state.steps + settings.check_every,
+            spearman=rho,
+            done=rho >= state.target,
+            chain=chain,
         )
-        finished = state.done | (state.steps >= max_steps)
+        finished = state.done | (state.steps >= state.cap)
         return jax.tree.map(lambda old, new: jnp.where(finished, old, new), state, trained)
+
+    def judge_data(data_keys: jax.Array, examples: jax.Array, corruption: jax.Array, q_star: jax.Array) -> JudgeData:
+        if not features.dataset_size:
+            return no_dataset(examples, corruption)
+        dataset = functools.partial(
+            pretraining_dataset, size=features.dataset_size, q_star=q_star, label_noise=settings.label_noise
+        )
+        return jax.vmap(dataset)(data_keys, examples, corruption)
 
     def pretrain_shard(
         init_keys: jax.Array,
@@ -151,27 +204,35 @@ def _pretrain_program(
         max_steps: jax.Array,
         outputs: jax.Array,
         q_star: jax.Array,
+        *per_judge: jax.Array,
     ) -> _PretrainState:
         # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
         init_keys, data_keys, targets = init_keys[0], data_keys[0], targets[0]
+        count = init_keys.shape[0]
+        if per_judge:
+            caps, examples, corruption = (values[0] for values in per_judge)
+        else:
+            caps, examples, corruption = (jnp.full(count, max_steps), jnp.zeros(count, jnp.int32), jnp.zeros(count))
+        data = judge_data(data_keys, examples, corruption, q_star)
 
         def unfinished(state: _PretrainState) -> jax.Array:
-            return jnp.any(~state.done & (state.steps < max_steps))
+            return jnp.any(~state.done & (state.steps < state.cap))
 
         def period(state: _PretrainState) -> _PretrainState:
-            return jax.vmap(lambda judge, key: chunk(judge, key, max_steps, (outputs, q_star)))(state, data_keys)
+            return jax.vmap(lambda judge, key: chunk(judge, key, (outputs, q_star)))(state, data_keys)
 
-        state = jax.lax.while_loop(unfinished, period, start(init_keys, data_keys, targets))
+        state = jax.lax.while_loop(unfinished, period, start(init_keys, data_keys, targets, caps, data))
         return jax.tree.map(lambda leaf: leaf[None], state)
 
     sharded = P(SHARD_AXIS)
     # check_vma=False: shards never communicate, so there is nothing for the check to
     # find, and it would ask that constants in the loop carry be marked per-shard.
+    per_judge_specs = (sharded,) * 3 if features.per_judge else ()
     return jax.jit(
         jax.shard_map(
             pretrain_shard,
             mesh=shard_mesh(n_shards),
-            in_specs=(sharded, sharded, sharded, P(), P(), P()),
+            in_specs=(sharded, sharded, sharded, P(), P(), P(), *per_judge_specs),
             out_specs=sharded,
             check_vma=False,
         )
@@ -187,12 +248,18 @@ def pretrain_judges(
     streams: Streams = "coevolab",
     targets: jax.Array | None = None,
     network: NetworkConfig = DEFAULT_NETWORK,
+    examples: np.ndarray | None = None,
+    corruption: np.ndarray | None = None,
+    fixed_steps: np.ndarray | None = None,
 ) -> PretrainResult:
     """Pretrain one judge per key pair. init_keys, data_keys: (P, 2) -> PretrainResult with axis P.
 
     targets: float (P,), the Spearman each judge stops at (None: settings.target_spearman for all).
     network: the judges' architecture (the grid's `[model]`; the original lab's streams know only the default).
-    The other settings are shared: one program pretrains judges of any mix of targets.
+    examples, corruption: int and float (P,), what each judge is pretrained on (`harness.grid.pretrain_data`; None:
+    fresh draws, uncorrupted); fixed_steps: int (P,), a judge with a positive count trains exactly that many steps
+    (a multiple of settings.check_every), whatever its Spearman, and counts as reached (None or 0: to its target, at
+    most settings.max_steps). The other settings are shared: one program pretrains judges of any mix of these.
 
     The judges are split into up to `max_shards` shards that train side by side on as many
     devices (see `harness.grid.sharding`); each judge's training depends only on its own keys.
@@ -203,16 +270,31 @@ def pretrain_judges(
     count = init_keys.shape[0]
     if targets is None:
         targets = jnp.full(count, settings.target_spearman, jnp.float32)
-    targets = jnp.asarray(targets, jnp.float32)
+    targets = np.asarray(targets, np.float32)
     chex.assert_shape(targets, (count,))
+    examples = np.zeros(count, np.int32) if examples is None else np.asarray(examples, np.int32)
+    corruption = np.zeros(count, np.float32) if corruption is None else np.asarray(corruption, np.float32)
+    fixed = np.zeros(count, np.int32) if fixed_steps is None else np.asarray(fixed_steps, np.int32)
+    chex.assert_shape([examples, corruption, fixed], (count,))
+    features = DataFeatures(
+        per_judge=bool(examples.any() or corruption.any() or fixed.any()),
+        dataset_size=int(examples.max(initial=0)),
+        corrupts=bool(corruption.any()),
+    )
     n_shards = min(max_shards, count, len(jax.local_devices()))
     per_shard = -(-count // n_shards)
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
-    program = pretrain_program(world, settings, n_shards, streams, network)
-    shards = to_shards((init_keys, data_keys, targets), index)
-    state = program(*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star)
+    program = pretrain_program(world, settings, n_shards, streams, network, features)
+    tail: tuple = ()
+    if features.per_judge:
+        # A judge of fixed steps has no target to stop at: it runs to its own cap.
+        targets = np.where(fixed > 0, np.inf, targets).astype(np.float32)
+        caps = np.where(fixed > 0, fixed, settings.max_steps).astype(np.int32)
+        tail = to_shards((caps, examples, corruption), index)
+    shards = to_shards((init_keys, data_keys, jnp.asarray(targets)), index)
+    state = program(*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star, *tail)
     state = from_shards(state, np.arange(count))
-    result = PretrainResult(state.params, state.steps, state.spearman, state.done)
+    result = PretrainResult(state.params, state.steps, state.spearman, state.done | jnp.asarray(fixed > 0))
     chex.assert_tree_all_finite(result.params)
     return result

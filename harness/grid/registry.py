@@ -26,11 +26,13 @@ from typing import Any
 
 from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
-from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, Stage, StepRow
+from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, RunTable, Stage, StepRow
 from harness.grid.knobs import field_choices, field_host_only
 
 # The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.
 CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
+# Stems of a run directory's own files, which no mechanism's table (`RunTable`, written as <name>.csv) may take.
+RESERVED_TABLE_NAMES = ("metrics", "summary", "claims", "attractors", "frontier", "runs", "across", "looks", "grid")
 # The package of the built-in mechanisms; its BUILT_IN lists them in order.
 BUILT_IN_PACKAGE = "harness.mechanisms"
 # Modules loaded from files are imported under names of this prefix, their stem and digest: two files of one name do
@@ -105,7 +107,11 @@ def _check_knobs(mechanism: Mechanism) -> None:
 
 
 def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
-    """What of `mechanism` another registered mechanism already has, in words; None if nothing."""
+    """What of `mechanism` another registered mechanism already has, in words (or a table named like a run
+    directory's own files); None if nothing."""
+    for table in mechanism.tables:
+        if table.name in RESERVED_TABLE_NAMES or not table.name.isidentifier():
+            return f"table '{table.name}' is not a name of its own (a Python identifier, no run directory's file)"
     for other in others:
         if other.name == mechanism.name:
             return "the name is taken by another mechanism"
@@ -116,6 +122,8 @@ def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
         for hook in SINGLE_HOOKS:
             if getattr(mechanism, hook) is not None and getattr(other, hook) is not None:
                 return f"hook '{hook}' is taken by mechanism '{other.name}'"
+        for table in {table.name for table in mechanism.tables} & {table.name for table in other.tables}:
+            return f"table '{table}' is taken by mechanism '{other.name}'"
     names = {other.name for other in others}
     for named in (*mechanism.after, *mechanism.before):
         if named not in names:
@@ -326,6 +334,11 @@ def rows(mechanisms: Sequence[Mechanism]) -> tuple[StepRow, ...]:
 def metric_columns(mechanisms: Sequence[Mechanism]) -> tuple[metric_registry.Metric, ...]:
     """The metrics of a grid of `mechanisms`, in metrics.csv's column order."""
     return metric_registry.columns([m.name for m in mechanisms])
+
+
+def tables(mechanisms: Sequence[Mechanism]) -> tuple[RunTable, ...]:
+    """The per-run tables of a grid of `mechanisms`, in mechanism order."""
+    return tuple(table for m in mechanisms for table in m.tables)
 
 
 def _clear_caches() -> None:

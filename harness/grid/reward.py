@@ -4,7 +4,8 @@ A run's policy samples a batch and is rewarded by its judges: each judge slot's 
 mechanism's ``reward_rows`` hook picks others), their scores aggregated over the run's judges (the ``aggregate``
 hook; the members' mean where no mechanism takes it), then shaped per sample by every ``shape_reward`` hook in
 mechanism order. The loss puts the summed ``log_prob_weight`` of the mechanisms on mean log π, and Adam steps at the
-``policy_learning_rate``. The same pieces make the grid's batched step (`policy_step`), one run's step
+``policy_learning_rate``. Only the mechanisms some run of the grid uses take part (`GridShape.used_mechanisms`).
+The same pieces make the grid's batched step (`policy_step`), one run's step
 (`run_policy_step`, what a look-ahead copy of a policy trains with) and the diagnostics' reward tables, so the
 reward the policy trains on and the judge-perceived quality and alignment the report shows agree.
 """
@@ -30,7 +31,7 @@ def reward_judges(shape: GridShape, constants: GridConstants, knobs: RunKnobs, s
     """The judge row each slot rewards its run's policy with, (J, P): each `reward_rows` hook in turn, from the
     judges' own rows (returned as they are where no hook changes them)."""
     rows = slots.judge.params
-    for hook in registry.hooks(shape.mechanisms, "reward_rows"):
+    for hook in registry.hooks(shape.used_mechanisms, "reward_rows"):
         rows = hook(shape, constants, knobs, slots, rows)
     return rows
 
@@ -49,7 +50,7 @@ def _aggregate(mechanisms: Sequence[Mechanism]) -> object:
 def run_rewards(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slot_scores: jax.Array) -> jax.Array:
     """Each run's reward from its judges' scores: slot_scores (J, X) -> (R, X), by the run's aggregation rule."""
     slots, members = run_judge_slots(shape, constants)
-    return jax.vmap(_aggregate(shape.mechanisms))(slot_scores[slots], members, knobs)
+    return jax.vmap(_aggregate(shape.used_mechanisms))(slot_scores[slots], members, knobs)
 
 
 def shaped_rewards(
@@ -95,7 +96,7 @@ def policy_step(
 
     keys (R, 2): each run's key for its policy batch (`streams.StepKeys.policy`).
     """
-    batch, vocab, seq_len, mechanisms = shape.batch_size, shape.vocab_size, shape.seq_len, shape.mechanisms
+    batch, vocab, seq_len, mechanisms = shape.batch_size, shape.vocab_size, shape.seq_len, shape.used_mechanisms
     noise = jax.vmap(partial(streams.sampling_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len))(keys)
 
     def log_prob(policies: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -196,9 +196,12 @@ def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> 
 
 def _common_shape(shapes: list[GridShape]) -> GridShape:
     """Pad shard shapes that differ only in the mechanisms' static sizes (a grid's and its groups') to their
-    maximum."""
+    maximum, and in the mechanisms their runs use (`GridShape.used`) to the union: every shard runs one program,
+    which calls the hooks of a mechanism that any shard's runs use."""
     names = sorted({name for shape in shapes for name, _ in shape.sizes})
+    used = {name for shape in shapes for name in shape.used}
     padding = {
+        "used": tuple(m.name for m in shapes[0].mechanisms if m.name in used),
         "sizes": tuple((name, max(shape.size(name) for shape in shapes)) for name in names),
         "groups": tuple(
             dataclasses.replace(groups[0], size=max(g.size for g in groups))

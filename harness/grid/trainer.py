@@ -25,7 +25,7 @@ from harness.engine.state import CoevolutionState
 from harness.engine.state import initial_state as initial_run_states
 from harness.engine.world import LARGE_WORLD_OUTPUTS, World
 from harness.grid import registry
-from harness.grid.contract import GridConstants, HostRuns
+from harness.grid.contract import GridConstants, HostRuns, PretrainData
 from harness.grid.diagnostics import Diagnostics
 from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
 from harness.grid.knobs import RunKnobs
@@ -155,12 +155,15 @@ class GridTrainer:
         return unravel_rows(judge_layout(self.shape.vocab_size, self.shape.seq_len, self.shape.model.judge), rows)
 
     def pretrain(self) -> PretrainResult:
-        """Pretrain every judge source of the grid (`origins.judge_sources`), each once, to its own target.
+        """Pretrain every judge source of the grid (`origins.judge_sources`), each once, by its own choices: to its
+        target, or for its fixed steps, on fresh draws or its own dataset.
 
-        Raises PretrainingFailed, naming each judge that missed its target and that target, if any did.
+        Raises PretrainingFailed, naming each judge that missed its target and that target, if any did (a judge of
+        fixed steps cannot miss).
         """
         start = time.perf_counter()
         origins = self.origins
+        sources = origins.judge_sources
         result = pretrain_judges(
             origins.judge_init_keys,
             origins.judge_data_keys,
@@ -170,6 +173,9 @@ class GridTrainer:
             streams=self.spec.run.streams,
             targets=origins.judge_targets,
             network=self.spec.model.judge,
+            examples=np.array([source.examples for source in sources], np.int32),
+            corruption=np.array([source.corruption for source in sources], np.float32),
+            fixed_steps=np.array([source.fixed_steps for source in sources], np.int32),
         )
         jax.block_until_ready(result)
         self.times.pretrain = time.perf_counter() - start
@@ -187,23 +193,27 @@ class GridTrainer:
         return result
 
     def _judge_name(self, source: int) -> str:
-        script, seed, member, _ = self.origins.judge_sources[source]
+        script, seed, member = self.origins.judge_sources[source][:3]
         return f"{script + ' script ' if script else ''}seed {seed} member {member}"
 
     def pretrain_table(self) -> pd.DataFrame:
         """Steps and final Spearman of each pretrained judge by (seed, member, target); by script too under original
-        streams. One row per judge source, in `origins.judge_sources` order."""
+        streams, and by examples, corruption and fixed_steps where some judge of the grid has one. One row per judge
+        source, in `origins.judge_sources` order."""
         assert self.pretrained is not None, "call pretrain() first"
+        sources = self.origins.judge_sources
+        data = any(source.data != PretrainData() for source in sources)
         rows = [
             {
-                **({"script": script} if script else {}),
-                "seed": seed,
-                "member": member,
-                "target": target,
+                **({"script": source.script} if source.script else {}),
+                "seed": source.seed,
+                "member": source.member,
+                "target": source.target,
+                **(source.data._asdict() if data else {}),
                 "steps": int(self.pretrained.steps[u]),
                 "spearman": float(self.pretrained.spearman[u]),
             }
-            for u, (script, seed, member, target) in enumerate(self.origins.judge_sources)
+            for u, source in enumerate(sources)
         ]
         return pd.DataFrame(rows)
 
@@ -303,9 +313,43 @@ class GridTrainer:
         return self.metrics_table(records)
 
     @property
+    def record_names(self) -> tuple[str, ...]:
+        """Every array of a record (`Diagnostics`): the metrics, then each per-run table's value columns."""
+        tables = registry.tables(self.shape.used_mechanisms)
+        return (*self.metric_names, *(table.key(column) for table in tables for column in table.columns))
+
+    def run_tables(self, records: list[Diagnostics]) -> dict[str, pd.DataFrame]:
+        """Each per-run table of the grid (`contract.RunTable`) by name: one row per condition × seed × iteration
+        (record k = after iteration k) × index entry, in the grid's condition order, then seed, iteration and the
+        index's own order; columns condition, seed, iteration, the index columns, the value columns."""
+        labels = self.layout.run_labels()
+        order = {c.name: i for i, c in enumerate(self.spec.conditions)}
+        tables = {}
+        for table in registry.tables(self.shape.used_mechanisms):
+            size = table.size
+            frames = [
+                pd.DataFrame(
+                    {
+                        "condition": np.repeat([name for name, _ in labels], size),
+                        "seed": np.repeat([seed for _, seed in labels], size),
+                        "iteration": iteration,
+                        **{name: np.tile(np.asarray(values), len(labels)) for name, values in table.index.items()},
+                        "entry": np.tile(np.arange(size), len(labels)),
+                        **{column: np.asarray(record[table.key(column)]).reshape(-1) for column in table.columns},
+                    }
+                )
+                for iteration, record in enumerate(records)
+            ]
+            joined = pd.concat(frames, ignore_index=True)
+            keys = joined[["condition", "seed", "iteration", "entry"]].assign(condition=joined["condition"].map(order))
+            joined = joined.loc[keys.sort_values(["condition", "seed", "iteration", "entry"]).index]
+            tables[table.name] = joined.drop(columns="entry").reset_index(drop=True)
+        return tables
+
+    @property
     def metric_names(self) -> tuple[str, ...]:
-        """The grid's metrics (its mechanisms'), in metrics.csv's column order."""
-        return tuple(metric.name for metric in registry.metric_columns(self.shape.mechanisms))
+        """The grid's metrics (those of the mechanisms its runs use), in metrics.csv's column order."""
+        return tuple(metric.name for metric in registry.metric_columns(self.shape.used_mechanisms))
 
     def metrics_table(self, records: list[Diagnostics]) -> pd.DataFrame:
         """Tidy metrics: one row per condition × seed × iteration (record k = after iteration k; 0 = start)."""

@@ -4,7 +4,8 @@ Each inner step takes the loop's policy step (`harness.grid.reward.policy_step`)
 the step in order (`harness.grid.contract.STAGES`: where the judge's pairs come from, the updates that
 ride on the judge's update, corrections on their own cadence), each row a function of one network
 applied to its work groups through `batching.apply_where_due`, which skips a group on steps where none
-of it is due. The mechanisms' hooks run where the contract places them; this module names none of them.
+of it is due. The hooks of the mechanisms some run uses (`GridShape.used_mechanisms`) run where the
+contract places them; this module names none of them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def mechanism_states(shape: GridShape, policies: jax.Array, judges: jax.Array) -
 def judge_update_due(shape: GridShape, knobs: RunKnobs, counter: jax.Array) -> jax.Array:
     """bool (R,): the runs whose judge update is due on the step of 1-based count `counter` in its iteration; every
     run where no mechanism sets the judge's cadence."""
-    hook = registry.single_hook(shape.mechanisms, "judge_update_due")
+    hook = registry.single_hook(shape.used_mechanisms, "judge_update_due")
     return hook(knobs, counter) if hook is not None else jnp.ones(shape.n_runs, bool)
 
 
@@ -48,7 +49,7 @@ def step_keys(shape: GridShape, knobs: RunKnobs, state: CoevolutionState, update
 def contrast(step: StepContext) -> jax.Array:
     """bool (R,): the runs whose judge pairs on this step are labelled chosen > rejected (none where no mechanism
     takes the hook)."""
-    hook = registry.single_hook(step.shape.mechanisms, "contrast")
+    hook = registry.single_hook(step.shape.used_mechanisms, "contrast")
     return hook(step) if hook is not None else jnp.zeros(step.shape.n_runs, bool)
 
 
@@ -83,7 +84,7 @@ def inner_step(
     keys = step_keys(shape, knobs, state, update_due)
     state = policy_step(shape, constants, knobs, state, keys.policy)
     state, step, applied = judge_stages(StepContext(shape, constants, knobs, state, keys, counter, update_due))
-    for hook in registry.hooks(shape.mechanisms, "after_step"):
+    for hook in registry.hooks(shape.used_mechanisms, "after_step"):
         state = hook(step, state, applied)
     return state.replace(step=state.step + 1, runs=state.runs.replace(stream_key=keys.next))
 
@@ -92,13 +93,13 @@ def train_iteration(
     shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
 ) -> CoevolutionState:
     """Outer iteration `iteration` (0-based): the mechanisms' start hooks, all inner steps, their end hooks."""
-    for hook in registry.hooks(shape.mechanisms, "start_iteration"):
+    for hook in registry.hooks(shape.used_mechanisms, "start_iteration"):
         state = hook(shape, constants, knobs, state, iteration)
 
     def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
         return inner_step(shape, constants, knobs, carry, step_in_iteration), None
 
     state, _ = jax.lax.scan(body, state, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
-    for hook in registry.hooks(shape.mechanisms, "end_iteration"):
+    for hook in registry.hooks(shape.used_mechanisms, "end_iteration"):
         state = hook(shape, constants, knobs, state, iteration)
     return state

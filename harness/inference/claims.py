@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics
+from harness.inference.frontier_measures import FRONTIER_MEASURES
 from harness.inference.multiplicity import Adjustment
 
 Iteration = int | Literal["last"]
@@ -35,8 +36,9 @@ Iteration = int | Literal["last"]
 
 def comparable_metrics() -> tuple[str, ...]:
     """Metrics a claim may compare: the continuous ones of every registered mechanism (counts and the mode index are
-    not effects)."""
-    return tuple(m.name for m in all_metrics() if m.kind == "float")
+    not effects), and the per-run measures of overoptimization read from a run's best-of-n table
+    (`harness.inference.frontier_measures`)."""
+    return (*(m.name for m in all_metrics() if m.kind == "float"), *FRONTIER_MEASURES)
 
 
 class Claim(BaseModel):

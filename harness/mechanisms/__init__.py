@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from harness.mechanisms import (
     anchor,
+    best_of_n,
     ensemble,
     entropy_bonus,
+    judge_data,
     judge_ema,
     judge_strength,
     judge_update,
+    kl_penalty,
     learning_rates,
     meta_correction,
     pair_audit,
@@ -35,4 +38,7 @@ BUILT_IN = (
     entropy_bonus.MECHANISM,
     learning_rates.MECHANISM,
     judge_strength.MECHANISM,
+    kl_penalty.MECHANISM,
+    judge_data.MECHANISM,
+    best_of_n.MECHANISM,
 )

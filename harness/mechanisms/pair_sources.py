@@ -230,7 +230,7 @@ MECHANISM = Mechanism(
                 lookahead_side,
                 vocab=step.shape.vocab_size,
                 model=step.shape.model,
-                mechanisms=step.shape.mechanisms,
+                mechanisms=step.shape.used_mechanisms,
             ),
             arguments=_lookahead_arguments,
             due=contrast_due,

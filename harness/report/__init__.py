@@ -18,6 +18,7 @@ from harness.common.run_files import GRID_FILE, METRICS_FILE, atomic_write_bytes
 from harness.common.wording import plural
 from harness.grid.grid_file import read_grid_file
 from harness.grid.layout import GridSpec
+from harness.inference.frontier_measures import with_frontier_measures
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_groups, identical_section
@@ -56,6 +57,9 @@ __all__ = [
     "write_report",
     "write_run_report",
 ]
+
+# The per-run table of exact best-of-n (harness.mechanisms.best_of_n), which the measures of overoptimization read.
+BEST_OF_N_FILE = "best_of_n.csv"
 
 FIGURE_TITLES = {
     "headline": "The reference condition over training",
@@ -168,6 +172,13 @@ def report_title(grid_name: str) -> str:
     return f"coevolab report: {grid_name}"
 
 
+def with_best_of_n_measures(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
+    """`metrics` with the measures of overoptimization joined (`with_frontier_measures`) from the run directory's
+    best_of_n.csv; `metrics` as it is where the directory has none."""
+    path = Path(run_dir) / BEST_OF_N_FILE
+    return with_frontier_measures(metrics, pd.read_csv(path) if path.is_file() else None)
+
+
 def read_run_grid(run_dir: Path) -> GridSpec | None:
     """The grid a run directory records in its grid.json (None without one); ValueError if it does not validate."""
     path = Path(run_dir) / GRID_FILE
@@ -186,10 +197,12 @@ def write_run_report(
 
     grid: the run's grid (the run passes the grid it wrote to grid.json, `coevolab report` what read_run_grid reads
     back), for q*'s scale, mechanism descriptions and knobs. how_run: the line on how a grid run in seed blocks was
-    run (its manifest's execution line). figures=False: text and tables only (see `write_report`).
+    run (its manifest's execution line). figures=False: text and tables only (see `write_report`). Where the run
+    directory has a best-of-n table (best_of_n.csv), the measures of overoptimization
+    (`harness.inference.frontier_measures`) join the metrics, so that the grid's claims may read them.
     """
     write_report(
-        metrics,
+        with_best_of_n_measures(run_dir, metrics),
         run_dir,
         title=report_title(grid_name),
         grid_name=grid_name,

@@ -15,6 +15,7 @@ from harness.inference.run_measures import DERIVED_MEASURES
 from harness.report.figures.common import new_figure, save
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import num
+from harness.report.overoptimization import overoptimization_section
 
 SHAPE_COLUMNS = ["shape", "outputs", "vocab_size", "seq_len", "q_star", "interaction_order"]
 MODEL_COLUMNS = ["policy_family", "policy_parameters", "judge_family", "judge_parameters"]
@@ -145,6 +146,14 @@ def study_report(
         *(f"- {name}: {meaning}." for name, meaning in DERIVED_MEASURES.items()),
         "",
         *([f"![share of q*'s range by shape]({_figure(measures, run_dir)})", ""] if figures else []),
+        *overoptimization_section(
+            study,
+            run_dir,
+            lambda shape: run_dir / "shapes" / shape,
+            dict(zip(shapes["shape"], shapes["judge_parameters"], strict=True)),
+            lambda name, text: atomic_write_text(run_dir / name, text),
+            figures,
+        ),
         "## Claims across shapes",
         "",
         "One family, Holm-adjusted. Between two shapes: independent samples (other worlds and networks), Δ of means "

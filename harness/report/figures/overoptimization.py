@@ -56,6 +56,8 @@ def draw_gao_frontier(
                 ax.plot(grid, fitted, color=colour, ls=":", lw=1.4)
         ax.axhline(0.0, color="0.7", lw=0.6)
         ax.set_title(wrap(f"{panel} = {value}", 34), fontsize=9)
+        # On each panel, not the figure's: a figure-level label would sit on the legend below the panels.
+        ax.set_xlabel("d = √KL(π ‖ π₀)  (√nats)", fontsize=8)
         ax.tick_params(labelsize=8)
     handles = []
     for optimizer in sorted(frontier["optimizer"].unique()):
@@ -66,7 +68,6 @@ def draw_gao_frontier(
             Line2D([], [], color=colour, ls=":", lw=1.4, label=f"{name}: fit {FORMS[optimizer].formula}"),
         ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
-    fig.supxlabel("d = √KL(π ‖ π₀)  (√nats)", fontsize=9)
     fig.supylabel("gain since the start (n = 1, iteration 0)", fontsize=9)
     fig.suptitle(
         "Gold and proxy against distance moved: mean over seeds, each optimizer's Gao form fitted", fontsize=10

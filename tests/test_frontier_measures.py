@@ -1,0 +1,137 @@
+"""The measures of overoptimization claims read (harness/inference/frontier_measures.py), on hand-computed curves and
+paths, and the study report's section that fits Gao's forms to every shape's best-of-n and RL points."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.grid.layout import Condition, GridSpec
+from harness.grid.study import Shape, StudySpec
+from harness.inference.claims import Claim
+from harness.inference.frontier_measures import (
+    FRONTIER_MEASURES,
+    frontier_measures,
+    held_out_difference,
+    with_frontier_measures,
+)
+from harness.inference.overoptimization import best_of_n_gold, rl_gold
+from harness.inference.run_measures import measure_names
+from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE, overoptimization_section
+
+N = (1, 2, 3, 4, 5)
+BON_KL = (0.0, 0.2, 0.5, 0.9, 1.2)
+BON_GOLD = (1.0, 2.0, 4.0, 3.0, 3.5)  # gains 0, 1, 3, 2, 2.5: a peak at n = 3, then a fall
+
+
+def _best_of_n(runs: dict[tuple[str, int], tuple[tuple, tuple]], iterations: int = 1) -> pd.DataFrame:
+    rows = []
+    for (condition, seed), (kl, gold) in runs.items():
+        for iteration in range(iterations):
+            for base in ("initial", "current"):
+                for n, k, g in zip(N, kl, gold, strict=True):
+                    rows.append((condition, seed, iteration, base, n, g, 0.1 * g, k, np.log(n) - (n - 1) / n))
+    columns = ["condition", "seed", "iteration", "base", "n", "gold", "proxy", "kl", "kl_bound"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _metrics(paths: dict[tuple[str, int], tuple[tuple, tuple]]) -> pd.DataFrame:
+    rows = [
+        (condition, seed, iteration, k, 0.5 + g, 0.2 + g)
+        for (condition, seed), (kl, gain) in paths.items()
+        for iteration, (k, g) in enumerate(zip(kl, gain, strict=True))
+    ]
+    columns = ["condition", "seed", "iteration", "kl_from_initial", "policy_quality", "judge_perceived_quality"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def test_best_of_n_peak_and_fall_and_rl_against_it() -> None:
+    metrics = _metrics({("rl", 0): ((0.0, 0.7, 2.0), (0.0, 1.0, 2.0)), ("rl", 1): ((0.0, 0.5, 1.5), (0.0, 1.0, 2.0))})
+    best = _best_of_n({("rl", 0): (BON_KL, BON_GOLD), ("rl", 1): (BON_KL, BON_GOLD)}, iterations=3)
+    table = frontier_measures(metrics, best).set_index(["seed", "iteration"])
+    assert list(table.columns) == ["condition", *FRONTIER_MEASURES]
+    first = table.loc[(0, 0)]
+    assert (first["bon_peak_gain"], first["bon_peak_kl"], first["bon_peak_n"]) == (3.0, 0.5, 3.0)
+    assert first["bon_gold_drop"] == pytest.approx(0.5)
+    # Within KL 0.7 best-of-n's best is its peak, 3 (the line from (0.5, 3) to (0.9, 2) is 2.5 at 0.7): 3 − 1.
+    assert table.loc[(0, 1), "rl_gold_behind_bon"] == pytest.approx(2.0)
+    # Beyond best-of-n's last KL (1.2) its best is still its peak: 3 − 2.
+    assert table.loc[(0, 2), "rl_gold_behind_bon"] == pytest.approx(1.0)
+    assert table.loc[(0, 0), "rl_gold_behind_bon"] == pytest.approx(0.0)
+    # Seed 0 crosses KL 1 between 0.7 and 2.0, at gain 1 + 0.3/1.3; seed 1 between 0.5 and 1.5, at gain 1.5.
+    assert np.isnan(table.loc[(0, 1), "gold_gain_at_kl_1"])
+    assert table.loc[(0, 2), "gold_gain_at_kl_1"] == pytest.approx(1.0 + 0.3 / 1.3)
+    assert np.isnan(table.loc[(1, 1), "gold_gain_at_kl_1"])
+    assert table.loc[(1, 2), "gold_gain_at_kl_1"] == pytest.approx(1.5)
+    assert np.isnan(table["bon_form_error_vs_quadratic"]).all()  # two seeds: nothing to hold out against
+
+
+def test_held_out_difference_against_a_hand_written_leave_one_seed_out() -> None:
+    rng = np.random.default_rng(0)
+    d = np.linspace(0.0, 2.5, 12)
+    rows = [(seed, x, rl_gold(x, 1.0 + 0.1 * seed, 0.4) + 0.02 * rng.normal()) for seed in range(5) for x in d]
+    points = pd.DataFrame(rows, columns=["seed", "d", "gold_gain"])
+    got = held_out_difference(points, "rl")
+    for seed in range(5):
+        train, test = points[points["seed"] != seed], points[points["seed"] == seed]
+        form = np.stack([train["d"], -train["d"] * np.log(np.where(train["d"] > 0, train["d"], 1.0))], axis=1)
+        alpha, beta = np.linalg.lstsq(form, train["gold_gain"], rcond=None)[0]
+        quadratic = np.polyfit(train["d"], train["gold_gain"], 2)
+        own = test["gold_gain"].to_numpy()
+        expected = np.mean((own - rl_gold(test["d"].to_numpy(), alpha, beta)) ** 2) - np.mean(
+            (own - np.polyval(quadratic, test["d"].to_numpy())) ** 2
+        )
+        assert got[seed] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+    # Data of the best-of-n form: the quadratic contains it (a = 0), so without noise both predict every seed.
+    exact = pd.DataFrame([(s, x, best_of_n_gold(x, 2.0, 0.5)) for s in range(4) for x in d], columns=points.columns)
+    np.testing.assert_allclose(held_out_difference(exact, "best_of_n").to_numpy(), 0.0, atol=1e-12)
+
+
+def test_the_measures_join_the_metrics_and_claims_read_them() -> None:
+    metrics = _metrics({("rl", 0): ((0.0, 0.7), (0.0, 1.0)), ("rl", 1): ((0.0, 0.5), (0.0, 0.4))})
+    assert with_frontier_measures(metrics, None) is metrics
+    joined = with_frontier_measures(metrics, _best_of_n({k: (BON_KL, BON_GOLD) for k in [("rl", 0), ("rl", 1)]}, 2))
+    pd.testing.assert_frame_equal(joined[metrics.columns], metrics)
+    assert set(FRONTIER_MEASURES) <= set(joined.columns)
+    Claim(name="c", statement="s", metric="bon_peak_gain", condition="rl", direction="above", than_value=0.0)
+    assert set(FRONTIER_MEASURES) <= set(measure_names())
+
+
+def test_the_study_section_fits_each_optimizers_form_per_shape(tmp_path: Path) -> None:
+    """Points drawn from Gao's forms with known coefficients come back in gao_fits.csv, per shape and optimizer."""
+    d = np.sqrt(np.array((*BON_KL, 1.6, 2.2)))
+    truth = {"small": (1.0, 0.5), "large": (2.0, 0.4)}
+    for shape, (alpha, beta) in truth.items():
+        runs = {("rl", seed): (tuple(d**2), tuple(1.0 + best_of_n_gold(d, alpha, beta))) for seed in range(3)}
+        paths = {("rl", seed): (tuple(d**2), tuple(rl_gold(d, alpha, beta))) for seed in range(3)}
+        directory = tmp_path / "shapes" / shape
+        directory.mkdir(parents=True)
+        _metrics(paths).to_csv(directory / "metrics.csv", index=False)
+        best = _best_of_n({}, 1)
+        for key, (kl, gold) in runs.items():
+            frame = pd.DataFrame(
+                {"condition": key[0], "seed": key[1], "iteration": 0, "base": "initial", "n": range(1, len(kl) + 1)}
+            ).assign(gold=gold, proxy=0.1 * np.array(gold), kl=kl, kl_bound=0.0)
+            best = pd.concat([best, frame], ignore_index=True)
+        best.to_csv(directory / "best_of_n.csv", index=False)
+    grid = GridSpec(conditions=(Condition(name="rl"),))
+    study = StudySpec(name="s", shapes=tuple(Shape(name=name, grid=grid) for name in truth))
+    written: dict[str, str] = {}
+    lines = overoptimization_section(
+        study,
+        tmp_path,
+        lambda shape: tmp_path / "shapes" / shape,
+        {"small": 100, "large": 400},
+        written.__setitem__,
+        figures=False,
+    )
+    assert lines[0].startswith("## Overoptimization")
+    fits = pd.read_csv(io.StringIO(written[FITS_FILE]))
+    assert list(fits["shape"]) == ["small", "small", "large", "large"]
+    for row in fits.itertuples(index=False):
+        assert (row.alpha, row.beta) == pytest.approx(truth[row.shape], abs=1e-6)
+    assert HELD_OUT_FILE in written

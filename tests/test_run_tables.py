@@ -1,0 +1,142 @@
+"""Per-run tables (`harness.grid.contract.RunTable`): best_of_n.csv in every run directory, its values against a
+float64 enumeration of best-of-n, kept across a resume, joined by a merge of seed blocks; names refused that clash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.engine.models import judge_score_table, policy_log_prob_table
+from harness.experiment.blocks import block_dir
+from harness.experiment.merge import run_in_blocks
+from harness.experiment.runner import SilentProgress, execute
+from harness.grid import registry
+from harness.grid.contract import Mechanism, RunTable
+from harness.grid.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.trainer import GridTrainer
+from harness.mechanisms.best_of_n import N_GRID
+from tests.worlds import TWO_POSITIONS
+
+VOCAB, SEQ_LEN = TWO_POSITIONS["vocab_size"], TWO_POSITIONS["seq_len"]
+SPEC = GridSpec(
+    name="tables",
+    run=RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=5, batch_size=16),
+    world=TWO_POSITIONS,
+    conditions=(Condition(name="baseline"), Condition(name="frozen", knobs=Knobs(freeze_judge=True))),
+)
+COLUMNS = ["condition", "seed", "iteration", "base", "n", "gold", "proxy", "kl", "kl_bound"]
+
+
+def reference(log_pi: np.ndarray, proxy: np.ndarray, gold: np.ndarray, ns: tuple[int, ...]) -> np.ndarray:
+    """(gold, proxy, KL) of best-of-n per n in float64, from the tie blocks' masses: π_n(B) = F_hi^n − F_lo^n."""
+    pi = np.exp(log_pi.astype(np.float64) - np.logaddexp.reduce(log_pi.astype(np.float64)))
+    levels, block = np.unique(proxy.astype(np.float64), return_inverse=True)
+    mass = np.bincount(block, pi, len(levels))
+    f_hi = np.cumsum(mass)
+    f_lo = f_hi - mass
+    block_gold = np.bincount(block, pi * gold, len(levels)) / np.where(mass > 0, mass, 1.0)
+    rows = []
+    for n in ns:
+        mass_n = f_hi**n - f_lo**n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kl = np.sum(np.where(mass_n > 0, mass_n * np.log(mass_n / mass), 0.0))
+        rows.append((mass_n @ block_gold, mass_n @ levels, kl))
+    return np.array(rows)
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple[GridTrainer, list, object]:
+    trainer = GridTrainer(SPEC)
+    state, first = trainer.start()
+    records = [first]
+    for iteration in range(SPEC.run.iterations):
+        state, diagnostics = trainer.step(state, iteration)
+        records.append(diagnostics)
+    return trainer, records, state
+
+
+def test_the_table_is_best_of_n_of_every_run_from_each_base(trained) -> None:
+    trainer, records, state = trained
+    table = trainer.run_tables(records)["best_of_n"]
+    assert list(table.columns) == COLUMNS
+    assert len(table) == 4 * 3 * 2 * len(N_GRID)
+    q_star = np.asarray(trainer.world.q_star, np.float64)
+    judges = trainer.judge_params(trainer.constants.pretrained_judges)
+    policies = trainer.policy_params(state)
+    labels = trainer.layout.run_labels()
+    last = SPEC.run.iterations
+    for run, (condition, seed) in enumerate(labels):
+        # One judge per run; the frozen judge still scores as it was pretrained after the last iteration.
+        pretrained = np.asarray(judge_score_table(jax.tree.map(lambda x, r=run: x[r], judges), VOCAB, SEQ_LEN))
+        initial = np.asarray(trainer.constants.initial_log_pi[run])
+        own = table[(table["condition"] == condition) & (table["seed"] == seed)]
+        start = own[(own["iteration"] == 0) & (own["base"] == "initial")]
+        np.testing.assert_array_equal(start["n"], N_GRID)
+        expected = reference(initial, pretrained, q_star, N_GRID)
+        np.testing.assert_allclose(start[["gold", "proxy", "kl"]].to_numpy(), expected, rtol=2e-4, atol=2e-4)
+        np.testing.assert_allclose(start["kl_bound"], np.log(N_GRID) - (np.array(N_GRID) - 1) / N_GRID, rtol=1e-6)
+        # At iteration 0 the current policy is π₀.
+        np.testing.assert_allclose(
+            own[(own["iteration"] == 0) & (own["base"] == "current")][["gold", "proxy", "kl"]].to_numpy(),
+            start[["gold", "proxy", "kl"]].to_numpy(),
+            rtol=1e-4,
+            atol=1e-4,
+        )
+        if condition == "frozen":
+            current = np.asarray(policy_log_prob_table(jax.tree.map(lambda x, r=run: x[r], policies), VOCAB, SEQ_LEN))
+            end = own[(own["iteration"] == last) & (own["base"] == "current")][["gold", "proxy", "kl"]].to_numpy()
+            np.testing.assert_allclose(end, reference(current, pretrained, q_star, N_GRID), rtol=2e-4, atol=2e-4)
+
+
+class StopAfterFirstIteration(SilentProgress):
+    def iteration_done(self, iteration: int) -> None:
+        if iteration == 0:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("whole")
+    execute(SPEC, run_dir, write_report=False)
+    return run_dir
+
+
+def test_a_resumed_run_writes_the_table_of_an_uninterrupted_one(whole: Path, tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        execute(SPEC, tmp_path, StopAfterFirstIteration(), write_report=False)
+    assert not (tmp_path / "best_of_n.csv").exists()
+    execute(SPEC, tmp_path, resume=True, write_report=False)
+    assert (tmp_path / "best_of_n.csv").read_bytes() == (whole / "best_of_n.csv").read_bytes()
+    assert (tmp_path / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+
+
+def test_a_merge_joins_the_blocks_tables_in_the_grids_order(whole: Path, tmp_path: Path) -> None:
+    spec = SPEC.model_copy(update={"run": SPEC.run.model_copy(update={"block_seeds": 1})})
+    run_in_blocks(spec, tmp_path, figures=False)
+    merged = pd.read_csv(tmp_path / "best_of_n.csv")
+    blocks = [pd.read_csv(block_dir(tmp_path, k) / "best_of_n.csv") for k in (0, 1)]
+    expected = pd.concat(blocks).sort_values(["condition", "seed", "iteration"], kind="stable", key=_grid_order)
+    pd.testing.assert_frame_equal(merged, expected.reset_index(drop=True))
+    # The same runs as the whole grid's, to float rounding (a block's program batches other runs).
+    alone = pd.read_csv(whole / "best_of_n.csv")
+    pd.testing.assert_frame_equal(merged[COLUMNS[:5]], alone[COLUMNS[:5]])
+    np.testing.assert_allclose(merged[COLUMNS[5:]], alone[COLUMNS[5:]], rtol=1e-4, atol=1e-4)
+
+
+def _grid_order(column: pd.Series) -> pd.Series:
+    return column.map({"baseline": 0, "frozen": 1}) if column.name == "condition" else column
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("metrics", "is not a name of its own"), ("best_of_n", "table 'best_of_n' is taken by mechanism 'best_of_n'")],
+)
+def test_a_table_named_like_another_file_is_refused(name: str, problem: str) -> None:
+    table = RunTable(name, "a clash", {"k": (0,)}, {"v": "a value"}, lambda context: {})
+    with registry.restored_catalog(), pytest.raises(registry.MechanismError, match=problem):
+        registry.register(Mechanism("clashing", "a table of a taken name", tables=(table,)))
