@@ -153,7 +153,7 @@ def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp
 
     # `coevolab report` re-renders the run's own report byte for byte: every file, figures included.
     rendered = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    kept = ("metrics.csv", "best_of_n.csv", "grid.json", "manifest.json")  # what the run wrote; the report the rest
+    kept = ("metrics.csv", "best_of_n.csv", "progress.csv", "grid.json", "manifest.json")  # the run wrote these
     for path in [p for p in out.rglob("*") if p.is_file() and p.name not in kept]:
         path.unlink()
     report = coevolab("report", str(out))
