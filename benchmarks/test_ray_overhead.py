@@ -6,7 +6,8 @@ machine (each block a fresh worker process: Ray's start, the worker's start and 
 the price). Ray's daemons share this machine's cores with the blocks. From the blocks' records (block.json) the
 per-block and per-run costs follow, and from them `tools.ray_projection` projects the grid at 100 and 1,000 seeds
 on 1 to 64 machines of this kind. A timed run (`make bench`, or this file with --benchmark-enable) writes
-artifacts/bench/ray.json and ray.md; `python -m tools.ray_projection README.md` renders the README's table from it.
+artifacts/bench/ray.json and ray.md; `python -m tools.ray_projection docs/how-to/ray.md` renders the Ray page's table
+from it.
 """
 
 from __future__ import annotations

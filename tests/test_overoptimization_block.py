@@ -1,5 +1,5 @@
-"""The README's overoptimization block (tools/overoptimization_block.py) from a study's files: what held in every
-judge size, each claim's verdict per size, the across claims, Gao's fits; written between its markers only."""
+"""The results page's overoptimization block (tools/overoptimization_block.py) from a study's files: what held in
+every judge size, each claim's verdict per size, the across claims, Gao's fits; written between its markers only."""
 
 from __future__ import annotations
 

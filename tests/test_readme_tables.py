@@ -1,4 +1,6 @@
-"""The README's generated block: the published-vs-ours table and the wall-time line come from a run's files.
+"""The generated blocks of one run each (tools/readme_tables.py): the published-vs-ours table and the wall-time line,
+the claims, a run grown until decided and the follow-up mechanisms come from a run's files, written between their
+markers only, into every page given, with the links of a page below the root made relative to it.
 
 Each run directory here is written by hand (metrics.csv, manifest.json, and what else a block reads), with numbers
 chosen so that every expected cell is worked out by hand: nothing is trained.
@@ -18,11 +20,12 @@ from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.inference.claims import Claim
 from harness.inference.verdicts import verdict_table
+from tools.block_files import ROOT, relative_links
+from tools.published import ORIGINAL_BASELINE
 from tools.readme_tables import (
     CLAIMS_END,
     CLAIMS_START,
     END,
-    ORIGINAL_BASELINE,
     START,
     TEMPORAL_END,
     TEMPORAL_START,
@@ -34,6 +37,7 @@ from tools.readme_tables import (
     rewrite_until_decided,
     wall_time_line,
 )
+from tools.readme_tables import main as readme_tables
 
 MANIFEST = {
     "wall_seconds": {"pretrain": 8.04, "compile": 18.46, "train": 95.0, "report": 3.5},
@@ -253,3 +257,31 @@ def test_temporal_block_comes_from_the_runs_metrics_grid_and_verdicts(tmp_path: 
     assert rows["anchored"].replace(" ", "").endswith("|0.450|0.650|1.250|")
     assert "policy vs policy, judge-labelled" in rows["baseline"]
     assert "1 claim over 3 seeds per condition" in block and "make reference-temporal" in block
+
+
+def test_the_command_writes_the_block_into_every_page_given(tmp_path: Path) -> None:
+    hand_built_metrics().to_csv(tmp_path / "metrics.csv", index=False)
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    pages = [tmp_path / "README.md", tmp_path / "results.md"]
+    for page in pages:
+        page.write_text(f"{page.name}\n{START}\nstale\n{END}\n", encoding="utf-8")
+
+    readme_tables([str(tmp_path), *map(str, pages)])
+
+    blocks = [page.read_text(encoding="utf-8").split(START)[1] for page in pages]
+    assert blocks[0] == blocks[1] and "stale" not in blocks[0] and "| Baseline " in blocks[0]
+    assert pages[1].read_text(encoding="utf-8").startswith("results.md\n")
+
+
+def test_links_are_made_relative_to_a_page_below_the_root() -> None:
+    block = (
+        "[report](artifacts/reference/temporal/report.md), ![figure](artifacts/reference/x/figures/a.png), "
+        "[a site](https://example.org/a.md), [a section](#words) and `artifacts/reference/temporal` in code"
+    )
+    results = relative_links(block, ROOT / "docs" / "results" / "index.md")
+    assert results == (
+        "[report](../../artifacts/reference/temporal/report.md), ![figure](../../artifacts/reference/x/figures/a.png), "
+        "[a site](https://example.org/a.md), [a section](#words) and `artifacts/reference/temporal` in code"
+    )
+    assert relative_links(block, ROOT / "README.md") == block  # the root: as rendered
+    assert relative_links(block, Path("/nonexistent/elsewhere/page.md")) == block  # outside the repository

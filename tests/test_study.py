@@ -20,7 +20,7 @@ from harness.grid.study import load_study, parse_study
 from harness.inference.across_shapes import AcrossClaim, across_table
 from harness.inference.run_measures import q_star_range, run_measures
 from harness.report.study import FIGURE, MODEL_COLUMNS, SHAPE_COLUMNS
-from tools.readme_tables import study_block
+from tools.study_block import study_block
 
 TINY = {
     "run": {"seeds": 2, "iterations": 2, "steps_per_iteration": 5, "batch_size": 16},

@@ -4,8 +4,8 @@ From the code: every knob (each mechanism's knob model: its description, default
 registry's), the
 command line (its argparse parser), the built-in grids (the package's condition files) and one Python API page per
 layer of the package (mkdocstrings renders the docstrings). From the committed reference runs: each report, with its
-figures, under results/, and the blocks of the docs' own pages that the README tooling renders from the same runs
-(between the same markers as in the README). And the quickstart notebook, as it is kept in examples/. Nothing here is
+figures, under results/, and the generated blocks of the docs' own pages (tools/blocks.py), rendered again from the
+same runs. And the quickstart notebook, as it is kept in examples/. Nothing here is
 typed by hand, so none of it can go stale: a renamed knob or module changes its page, and a page that links to a
 name or a page that is gone fails the strict build.
 """
@@ -18,10 +18,8 @@ import itertools
 import os
 import re
 import sys
-import tempfile
 import types
 import typing
-from collections.abc import Callable
 from pathlib import Path
 
 import annotated_types
@@ -29,7 +27,7 @@ import mkdocs_gen_files
 from pydantic.fields import FieldInfo
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tools.readme_tables, whatever directory mkdocs was started from
+sys.path.insert(0, str(ROOT))  # tools.blocks, whatever directory mkdocs was started from
 
 from harness.cli import build_parser  # noqa: E402
 from harness.cli.arguments import BUILTIN_GRIDS  # noqa: E402
@@ -37,9 +35,10 @@ from harness.engine.metrics import all_metrics  # noqa: E402
 from harness.grid import registry  # noqa: E402
 from harness.grid.knobs import HOST_ONLY, UNIT  # noqa: E402
 from harness.report.markdown import markdown_table  # noqa: E402
-from tools import ray_projection, readme_tables  # noqa: E402
+from tools import blocks  # noqa: E402
+from tools.block_files import with_block  # noqa: E402
 
-REFERENCE = Path("artifacts") / "reference"  # relative: the blocks name their sources as the README does
+REFERENCE = Path("artifacts") / "reference"
 HELP_WIDTH = "100"
 
 
@@ -238,38 +237,17 @@ def results_pages() -> None:
         page.write(f"{measured}\n\n![Cost per run-step against the number of runs](scaling.png)\n")
 
 
-# The blocks the README tooling renders from the reference runs, by their start marker.
-BLOCKS: dict[str, Callable[[Path], None]] = {
-    readme_tables.START: lambda page: readme_tables.rewrite_readme(
-        REFERENCE / "paper", page, REFERENCE / "paper-original"
-    ),
-    readme_tables.CLAIMS_START: lambda page: readme_tables.rewrite_claims(REFERENCE / "paper-100", page),
-    readme_tables.UNTIL_DECIDED_START: lambda page: readme_tables.rewrite_until_decided(
-        REFERENCE / "paper-until-decided", page
-    ),
-    readme_tables.TEMPORAL_START: lambda page: readme_tables.rewrite_temporal(REFERENCE / "temporal", page),
-    readme_tables.SCALE_START: lambda page: readme_tables.rewrite_study(REFERENCE / "scale", page),
-    readme_tables.OVEROPTIMIZATION_START: lambda page: readme_tables.rewrite_overoptimization(
-        REFERENCE / "overoptimization", page
-    ),
-    ray_projection.RAY_START: lambda page: ray_projection.rewrite_readme(page),
-}
-
-
 def filled_page(source: Path) -> str | None:
-    """A docs page with its generated blocks filled from the reference runs (None if it has none); their links to a
-    reference report, and to its figures, point at its results page."""
+    """A docs page with its generated blocks rendered again from the committed runs (None if it has none): the
+    page's committed blocks are the same text (tests/test_generated_blocks.py), with links that resolve from the
+    page as a file; here their links to a reference report, and to its figures, point at its results page."""
     text = source.read_text(encoding="utf-8")
-    starts = [start for start in BLOCKS if start in text]
-    if not starts:
+    present = [block for block in blocks.BLOCKS if block.start in text]
+    if not present:
         return None
-    with tempfile.TemporaryDirectory() as scratch:
-        page = Path(scratch) / source.name
-        page.write_text(text, encoding="utf-8")
-        with contextlib.chdir(ROOT):
-            for start in starts:
-                BLOCKS[start](page)
-        text = page.read_text(encoding="utf-8")
+    with contextlib.chdir(ROOT):  # the blocks name their runs from the root
+        for block in present:
+            text = with_block(text, block.start, block.end, block.render(), where=str(source))
     depth = "../" * (len(source.relative_to(ROOT / "docs").parts) - 1)
     text = re.sub(r"\]\(artifacts/reference/([\w-]+)/report\.md\)", rf"]({depth}results/\1/index.md)", text)
     # A block's figure: the one its run's results page shows, copied there with the report (`results_pages`).

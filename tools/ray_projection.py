@@ -2,8 +2,9 @@
 
 `benchmarks/test_ray_overhead.py` measures one block's costs on this machine (a Ray run of the published grid at 10
 seeds) and writes them, with the projection below, to artifacts/bench/ray.json and ray.md;
-`python -m tools.ray_projection README.md` renders that file's projection into the README (between RAY_START and
-RAY_END). Nothing here is measured on many machines: it is arithmetic on one machine's block costs.
+`python -m tools.ray_projection docs/how-to/ray.md` renders that file's projection into the Ray page of the docs
+(between RAY_START and RAY_END). Nothing here is measured on many machines: it is arithmetic on one machine's block
+costs.
 
 Model: a grid of N seeds is ⌈N / b⌉ blocks of b seeds (b = 20 for the published grid's 18 conditions); each machine
 runs one block at a time with all its cores; the first block on a machine compiles cold, later ones load its compile
@@ -19,7 +20,7 @@ import json
 import math
 from pathlib import Path
 
-from tools.readme_tables import replace_block
+from tools.block_files import replace_block
 
 RAY_START, RAY_END = "<!-- ray-projection:start -->", "<!-- ray-projection:end -->"
 BENCH_FILE = Path(__file__).resolve().parents[1] / "artifacts" / "bench" / "ray.json"
@@ -96,7 +97,7 @@ def projection_table(costs: BlockCosts) -> str:
 
 
 def projection_block(payload: dict) -> str:
-    """The README's block: the measured overhead, the projection table and the machines for 1,000 seeds in 30 min."""
+    """The Ray page's block: the measured overhead, the projection table and the machines for 1,000 seeds in 30 min."""
     costs = BlockCosts(**payload["costs"])
     needed = machines_needed(costs, 1_000)
     blocks = math.ceil(1_000 / costs.block_seeds)
@@ -135,18 +136,19 @@ def projection_block(payload: dict) -> str:
     )
 
 
-def rewrite_readme(readme: Path, bench_file: Path = BENCH_FILE) -> None:
-    """Replace the README's projection block (between RAY_START and RAY_END) with one rendered from `bench_file`."""
+def rewrite_page(page: Path, bench_file: Path = BENCH_FILE) -> None:
+    """Replace the page's projection block (between RAY_START and RAY_END) with one rendered from `bench_file`."""
     block = projection_block(json.loads(bench_file.read_text(encoding="utf-8")))
-    replace_block(readme, RAY_START, RAY_END, block)
+    replace_block(page, RAY_START, RAY_END, block)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.ray_projection", description=__doc__.splitlines()[0])
-    parser.add_argument("readme", type=Path)
+    parser.add_argument("pages", type=Path, nargs="+", help="the pages to rewrite the block in (docs/how-to/ray.md)")
     parser.add_argument("--bench", type=Path, default=BENCH_FILE, help=f"measured costs (default {BENCH_FILE})")
     args = parser.parse_args(argv)
-    rewrite_readme(args.readme, args.bench)
+    for page in args.pages:
+        rewrite_page(page, args.bench)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""The README's generated blocks, rendered from real runs' files.
+"""The generated blocks of the README and the docs pages that show one run each, rendered from its files.
 
-`python -m tools.readme_tables RUN_DIR README.md [--original ORIGINAL_DIR]` rewrites the
-reproduced end-state table (between START and END), with the grid's run under the original
-lab's streams beside ours and its baseline seed by seed when ORIGINAL_DIR is given;
-`python -m tools.readme_tables --claims RUN_DIR README.md`
-rewrites the verdicts on the published claims (between CLAIMS_START and CLAIMS_END) from
-the run's claims.csv; `--temporal RUN_DIR README.md` the follow-up mechanisms' end state,
-pair audits and claims (between TEMPORAL_START and TEMPORAL_END); `--study RUN_DIR README.md` a study's shapes
-and its claims across them (between SCALE_START and SCALE_END); `--overoptimization RUN_DIR README.md` the
-overoptimization study's verdicts, figure and fits (tools/overoptimization_block.py). The README's numbers
-always come from a run, not from typing.
+`python -m tools.readme_tables RUN_DIR PAGE... [--original ORIGINAL_DIR]` rewrites the reproduced end-state table
+(between START and END) in each PAGE, with the grid's run under the original lab's streams beside ours and its
+baseline seed by seed when ORIGINAL_DIR is given; with `--claims` the verdicts on the published claims (between
+CLAIMS_START and CLAIMS_END) from the run's claims.csv; `--until-decided` a run grown until its claims were decided;
+`--temporal` the follow-up mechanisms' end state, pair audits and claims (between TEMPORAL_START and TEMPORAL_END);
+`--study` a study's shapes and its claims across them (tools/study_block.py); `--overoptimization` the
+overoptimization study's verdicts, figure and fits (tools/overoptimization_block.py); and `--findings REFERENCE_DIR`
+one line of findings per committed reference run (tools/findings_block.py). tools/blocks.py lists every block with
+the pages it is written into; `python -m tools.blocks` rewrites them all from the committed runs. The numbers always
+come from a run, not from typing.
 """
 
 from __future__ import annotations
@@ -21,50 +21,28 @@ from pathlib import Path
 import pandas as pd
 
 from harness import report
-from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE, atomic_write_text
+from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE
 from harness.common.wording import plural
 from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
 from harness.inference.sequential import SPENDING_NAMES
-from harness.inference.verdicts import VERDICTS
 from harness.report.findings import p_text, seeds_needed_text
 from harness.report.markdown import markdown_table
 from harness.report.pairs import pair_source
+from tools.block_files import replace_block
+from tools.findings_block import FINDINGS_END, FINDINGS_START, findings_block, verdict_tally
 from tools.overoptimization_block import OVEROPTIMIZATION_END, OVEROPTIMIZATION_START, overoptimization_block
+from tools.published import PUBLISHED, original_records, published_row
+from tools.study_block import SCALE_END, SCALE_START, study_block
 
 START, END = "<!-- reproduced-table:start -->", "<!-- reproduced-table:end -->"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
 TEMPORAL_START, TEMPORAL_END = "<!-- temporal:start -->", "<!-- temporal:end -->"
 UNTIL_DECIDED_START, UNTIL_DECIDED_END = "<!-- until-decided:start -->", "<!-- until-decided:end -->"
-SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
-# The original lab's own per-iteration records of its published baseline (see its README there).
-ORIGINAL_BASELINE = Path(__file__).resolve().parents[1] / "tests" / "data" / "original_lab" / "baseline"
-
-# End-state means over seeds 0–4 reported by the original lab (quality, alignment), and
-# the condition (or family, of which the best is reported) each row corresponds to here.
-PUBLISHED: list[tuple[str, str, float, float]] = [
-    ("Baseline", "baseline", 1.594, 0.449),
-    ("Frozen judge", "frozen", 1.610, 0.718),
-    ("Slower judge updates (every 10)", "slow-judge[judge_update_every=10]", 1.912, 0.674),
-    ("Slower updates + meta (every 10, 5%)", "slow-meta[judge_update_every=10,meta_update_every=10]", 1.977, 0.715),
-    ("Judge ensemble (best of 3, 5)", "ensemble[", 1.747, 0.480),
-    ("Periodic reset (best of 3, 5)", "reset[", 1.770, 0.718),
-    ("Anchor 10% (oracle)", "anchor[anchor_fraction=0.1]", 2.214, 0.993),
-]
 
 
 def _mean_std(row: pd.Series, metric: str) -> str:
     return f"{row[f'{metric}_mean']:.3f} ± {row[f'{metric}_std']:.3f}"
-
-
-def _published_row(summary: pd.DataFrame, match: str) -> pd.Series | None:
-    """The condition a published row corresponds to (the best by final quality for a family); None if absent."""
-    candidates = (
-        summary[summary.index == match] if not match.endswith("[") else summary[summary.index.str.startswith(match)]
-    )
-    if candidates.empty:
-        return None
-    return candidates.loc[candidates["policy_quality_mean"].idxmax()]
 
 
 def comparison_table(metrics: pd.DataFrame, original: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -76,7 +54,7 @@ def comparison_table(metrics: pd.DataFrame, original: pd.DataFrame | None = None
         runs = {"original streams": report.summarize(original).set_index("condition"), **runs}
     rows = []
     for label, match, quality, alignment in PUBLISHED:
-        chosen = {name: _published_row(summary, match) for name, summary in runs.items()}
+        chosen = {name: published_row(summary, match) for name, summary in runs.items()}
         if any(row is None for row in chosen.values()):
             continue
         names = {run: str(found.name) for run, found in chosen.items()}
@@ -143,18 +121,8 @@ def wall_time_line(manifest: dict) -> str:
     )
 
 
-def replace_block(readme: Path, start: str, end: str, block: str) -> None:
-    """Replace what lies between the markers `start` and `end` in `readme` with `block` (exit if they are absent)."""
-    text = readme.read_text(encoding="utf-8")
-    if start not in text or end not in text:
-        raise SystemExit(f"{readme}: markers {start} / {end} not found")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    atomic_write_text(readme, head + start + "\n" + block + "\n" + end + tail)
-
-
-def rewrite_readme(run_dir: Path, readme: Path, original_dir: Path | None = None) -> None:
-    """Rewrite the reproduced table from a run of the published grid, and its run under the original's streams."""
+def reproduced_block(run_dir: Path, original_dir: Path | None = None) -> str:
+    """The reproduced table from a run of the published grid, and its run under the original's streams."""
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     seeds = sorted(int(seed) for seed in metrics["seed"].unique())
@@ -166,22 +134,22 @@ def rewrite_readme(run_dir: Path, readme: Path, original_dir: Path | None = None
         f"{wall_time_line(manifest)}"
     )
     if original is not None:
-        theirs = pd.concat(pd.read_json(path, lines=True) for path in sorted(ORIGINAL_BASELINE.glob("seed_*.jsonl")))
         block += (
             "\n\nThe baseline seed by seed: the original lab's own runs (`tests/data/original_lab/baseline`) beside "
-            f"ours under its streams.\n\n{markdown(baseline_by_seed(original, theirs))}"
+            f"ours under its streams.\n\n{markdown(baseline_by_seed(original, original_records()))}"
         )
-    replace_block(readme, START, END, block)
+    return block
+
+
+def rewrite_readme(run_dir: Path, page: Path, original_dir: Path | None = None) -> None:
+    replace_block(page, START, END, reproduced_block(run_dir, original_dir))
 
 
 def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
     """The verdicts of a run's claims.csv as a compact table, with where they come from and how to regenerate it."""
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
-    counts = verdicts["verdict"].value_counts()
-    tally = ", ".join(
-        f"{int(counts.get(v, 0))} {v}" for v in VERDICTS if counts.get(v, 0) or v not in ("untested", "undecided")
-    )
+    tally = verdict_tally(verdicts["verdict"])
     rows = [
         [
             f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}",
@@ -223,8 +191,8 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
     )
 
 
-def rewrite_claims(run_dir: Path, readme: Path) -> None:
-    replace_block(readme, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
+def rewrite_claims(run_dir: Path, page: Path) -> None:
+    replace_block(page, CLAIMS_START, CLAIMS_END, claims_block(run_dir))
 
 
 def until_decided_block(run_dir: Path) -> str:
@@ -251,8 +219,8 @@ def until_decided_block(run_dir: Path) -> str:
     return lead + "\n\n" + claims_block(run_dir, regenerate="make reference-until-decided")
 
 
-def rewrite_until_decided(run_dir: Path, readme: Path) -> None:
-    replace_block(readme, UNTIL_DECIDED_START, UNTIL_DECIDED_END, until_decided_block(run_dir))
+def rewrite_until_decided(run_dir: Path, page: Path) -> None:
+    replace_block(page, UNTIL_DECIDED_START, UNTIL_DECIDED_END, until_decided_block(run_dir))
 
 
 def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
@@ -277,126 +245,77 @@ def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def rewrite_temporal(run_dir: Path, readme: Path) -> None:
+def temporal_block(run_dir: Path) -> str:
     """The follow-up mechanisms' block: end state with pair audits, then the claims' verdicts."""
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     grid = report.read_run_grid(run_dir)
     if grid is None:
         raise SystemExit(f"{run_dir}: no grid.json")
     seeds = metrics["seed"].nunique()
-    block = (
+    return (
         f"End state (iteration {metrics['iteration'].max()}), over {plural(seeds, 'seed')}, from "
         f"`{run_dir.as_posix()}` ([report]({run_dir.as_posix()}/report.md)); pair label error and q* gap are exact "
         f"over every pair the judge could train on.\n\n{markdown(temporal_table(metrics, grid))}\n\n"
         f"{claims_block(run_dir, 'make reference-temporal')}"
     )
-    replace_block(readme, TEMPORAL_START, TEMPORAL_END, block)
 
 
-def _interval(effect: float, low: float, high: float) -> str:
-    return f"{effect:+.3f}" if pd.isna(low) else f"{effect:+.3f} [{low:+.3f}, {high:+.3f}]"
+def rewrite_temporal(run_dir: Path, page: Path) -> None:
+    replace_block(page, TEMPORAL_START, TEMPORAL_END, temporal_block(run_dir))
 
 
-def study_block(run_dir: Path, regenerate: str = "make reference-scale") -> str:
-    """A study's shapes (baseline's per-run measures, the within-shape claim) and its claims across shapes."""
-    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
-    runs = pd.read_csv(run_dir / "runs.csv")
-    within = pd.read_csv(run_dir / CLAIMS_FILE) if (run_dir / CLAIMS_FILE).is_file() else pd.DataFrame()
-    across = pd.read_csv(run_dir / "across.csv")
-    baseline = runs[runs["condition"] == "baseline"].groupby("shape", sort=False)
-    first = runs.groupby("shape", sort=False).first()
-    rows = []
-    for shape, own in baseline:
-        facts = first.loc[shape]
-        q_star = facts["q_star"] if facts["q_star"] == "separable" else f"rugged (N = {facts['interaction_order']})"
-        own_claims = within[within["shape"] == shape] if not within.empty else within
-        claim = next(own_claims.itertuples(index=False), None)
-        rows.append(
-            [
-                str(shape),
-                f"{facts['outputs']:,}",
-                q_star,
-                f"{facts['policy_family']} {facts['policy_parameters']:,} / {facts['judge_family']} "
-                f"{facts['judge_parameters']:,}",
-                f"{own['share_of_q_star_range'].mean():.3f}",
-                f"{own['ceiling_iteration'].mean():.2f}",
-                f"{own['entropy_collapse_iteration'].mean():.2f}",
-                f"{own['at_dominant_mode'].mean():.2f}",
-                f"{own['judge_alignment'].mean():.3f}",
-                "n/a" if claim is None else f"{_interval(claim.effect, claim.ci_low, claim.ci_high)} {claim.verdict}",
-            ]
-        )
-    header = ["Shape", "Outputs", "q*", "Policy / judge (parameters)", "Share of q*'s range", "Ceiling iteration"]
-    header += ["Entropy < 1 nat at", "At dominant mode", "Judge alignment", "Slow judge − baseline [CI]"]
-    shapes = markdown_table(header, rows, right=[False, True, False, False, True, True, True, True, True, True])
-    claim_rows = [
-        [
-            row.statement,
-            f"{row.shape} vs {row.than_shape}" if row.kind == "between" else f"all {len(row.shape.split(', '))} shapes",
-            _interval(row.effect, row.ci_low, row.ci_high),
-            f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
-            f"**{row.verdict}**",
-            row.why,
-        ]
-        for row in across.itertuples(index=False)
-    ]
-    claims = markdown_table(
-        ["Claim (stated before the run)", "Compared", "Δ [CI]", "p (adj.)", "Verdict", "Why"],
-        claim_rows,
-        right=[False, False, True, True, False, False],
-    )
-    seeds = int(runs["seed"].nunique())
-    seconds, machine = manifest["wall_seconds"]["invocation"], manifest["machine"]
-    return (
-        f"{plural(len(rows), 'shape')} × {plural(runs['condition'].nunique(), 'condition')} × "
-        f"{plural(seeds, 'seed')} ({len(runs):,} runs), from `{run_dir.as_posix()}` "
-        f"([report]({run_dir.as_posix()}/report.md)); regenerate: `{regenerate}`. The baseline's runs per shape "
-        "(means over seeds), and the within-shape claim that slower judge updates (every 10) end above the baseline "
-        f"(seed-paired, Δ real quality):\n\n{shapes.rstrip()}\n\nThe claims across shapes (one Holm family; "
-        "between two shapes the runs are independent samples: Δ of means with a BCa interval at the claim's "
-        f"adjusted level and a permutation p):\n\n{claims.rstrip()}\n\n"
-        f"That study took {seconds:.0f} s in one command on {machine['cores']} cores of an {machine['cpu']}, at a "
-        f"peak resident memory of {manifest['peak_resident_bytes'] / 2**30:.1f} GiB (its shapes: "
-        + ", ".join(f"{name} {value:.0f} s" for name, value in manifest["shape_seconds"].items())
-        + ")."
-    )
+def rewrite_study(run_dir: Path, page: Path) -> None:
+    replace_block(page, SCALE_START, SCALE_END, study_block(run_dir))
 
 
-def rewrite_study(run_dir: Path, readme: Path) -> None:
-    replace_block(readme, SCALE_START, SCALE_END, study_block(run_dir))
+def rewrite_overoptimization(run_dir: Path, page: Path) -> None:
+    replace_block(page, OVEROPTIMIZATION_START, OVEROPTIMIZATION_END, overoptimization_block(run_dir))
 
 
-def rewrite_overoptimization(run_dir: Path, readme: Path) -> None:
-    replace_block(readme, OVEROPTIMIZATION_START, OVEROPTIMIZATION_END, overoptimization_block(run_dir))
+def rewrite_findings(reference_dir: Path, page: Path) -> None:
+    replace_block(page, FINDINGS_START, FINDINGS_END, findings_block(reference_dir))
+
+
+# Each option: the block it rewrites in every page given, from RUN_DIR.
+REWRITES = {
+    "claims": rewrite_claims,
+    "until_decided": rewrite_until_decided,
+    "temporal": rewrite_temporal,
+    "study": rewrite_study,
+    "overoptimization": rewrite_overoptimization,
+    "findings": rewrite_findings,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tools.readme_tables", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path, help="a run of the published grid (or, with --claims, of paper-100)")
-    parser.add_argument("readme", type=Path)
-    parser.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
-    parser.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
-    parser.add_argument("--study", action="store_true", help="rewrite the scale study's block instead")
     parser.add_argument(
+        "run_dir",
+        type=Path,
+        help="a run of the published grid (with --claims, of paper-100; ...); with --findings, artifacts/reference",
+    )
+    parser.add_argument("pages", type=Path, nargs="+", help="the pages to rewrite the block in (README.md, docs/...)")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--claims", action="store_true", help="rewrite the claims block instead")
+    choice.add_argument(
+        "--until-decided", action="store_true", help="rewrite the block of a run grown until its claims were decided"
+    )
+    choice.add_argument("--temporal", action="store_true", help="rewrite the follow-up mechanisms' block instead")
+    choice.add_argument("--study", action="store_true", help="rewrite the scale study's block instead")
+    choice.add_argument(
         "--overoptimization", action="store_true", help="rewrite the overoptimization study's block instead"
     )
-    parser.add_argument(
-        "--until-decided", action="store_true", help="rewrite the block of a run grown until its claims were decided"
+    choice.add_argument(
+        "--findings", action="store_true", help="rewrite the findings of every reference run under RUN_DIR instead"
     )
     parser.add_argument("--original", type=Path, help="the same grid run under the original lab's streams")
     args = parser.parse_args(argv)
-    if args.study:
-        rewrite_study(args.run_dir, args.readme)
-    elif args.overoptimization:
-        rewrite_overoptimization(args.run_dir, args.readme)
-    elif args.until_decided:
-        rewrite_until_decided(args.run_dir, args.readme)
-    elif args.claims:
-        rewrite_claims(args.run_dir, args.readme)
-    elif args.temporal:
-        rewrite_temporal(args.run_dir, args.readme)
-    else:
-        rewrite_readme(args.run_dir, args.readme, args.original)
+    chosen = [rewrite for option, rewrite in REWRITES.items() if getattr(args, option)]
+    for page in args.pages:
+        if chosen:
+            chosen[0](args.run_dir, page)
+        else:
+            rewrite_readme(args.run_dir, page, args.original)
 
 
 if __name__ == "__main__":
