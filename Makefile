@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all bench docs docs-serve reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
+.PHONY: run test test-all bench docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(STAMP): requirements.lock pyproject.toml harness/common/version.py
@@ -47,17 +47,28 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
 
-# Regenerates the committed reference reports that the README quotes: the published grid under our
-# streams and under the original lab's.
+# The generated blocks of the README and the docs pages, rewritten from the committed reference runs (seconds, nothing
+# is trained): after a change of how a block or a verdict is rendered. tools/blocks.py lists every block, its pages and
+# its command; tests/test_generated_blocks.py fails while a page differs from what its blocks render.
+blocks: $(STAMP)
+	$(BIN)/python -m tools.blocks
+
+# Each reference-* target reruns a committed reference run, then rewrites its blocks and the findings, one line per
+# run, in the README and the results page (docs/results/index.md).
+FINDINGS := $(BIN)/python -m tools.readme_tables --findings artifacts/reference README.md docs/results/index.md
+
+# The published grid under our streams and under the original lab's: the reproduced table.
 reference: $(STAMP)
 	$(BIN)/coevolab run conditions/paper.toml --out artifacts/reference/paper --force --no-compile-cache
 	$(BIN)/coevolab run conditions/paper-original.toml --out artifacts/reference/paper-original --force --no-compile-cache
-	$(BIN)/python -m tools.readme_tables artifacts/reference/paper README.md --original artifacts/reference/paper-original
+	$(BIN)/python -m tools.readme_tables artifacts/reference/paper README.md docs/results/index.md --original artifacts/reference/paper-original
+	$(FINDINGS)
 
 # The published grid at 100 seeds and the verdicts on its claims (about an hour on two cores).
 reference-100: $(STAMP)
 	$(BIN)/coevolab run conditions/paper-100.toml --out artifacts/reference/paper-100 --force --no-compile-cache
-	$(BIN)/python -m tools.readme_tables --claims artifacts/reference/paper-100 README.md
+	$(BIN)/python -m tools.readme_tables --claims artifacts/reference/paper-100 docs/results/index.md
+	$(FINDINGS)
 
 # The published grid's claims left open at 100 seeds, decided by adding seeds: the committed 100-seed run is the
 # first look, and the conditions of open claims grow to 200 seeds (α spent over the two looks; see
@@ -68,13 +79,15 @@ reference-until-decided: $(STAMP)
 	rm -rf artifacts/reference/paper-until-decided
 	cp -r artifacts/reference/paper-100 artifacts/reference/paper-until-decided
 	$(BIN)/coevolab run --resume artifacts/reference/paper-until-decided --until-decided --max-seeds 200 --no-compile-cache
-	$(BIN)/python -m tools.readme_tables --until-decided artifacts/reference/paper-until-decided README.md
+	$(BIN)/python -m tools.readme_tables --until-decided artifacts/reference/paper-until-decided docs/results/index.md
+	$(FINDINGS)
 
 # The follow-up work's mechanisms (temporal contrast, anchored rejection, look-ahead, meta-judging, judge strength)
 # at 20 seeds, with exact audits of their training pairs (about 10 minutes on two cores).
 reference-temporal: $(STAMP)
 	$(BIN)/coevolab run conditions/temporal.toml --out artifacts/reference/temporal --force --no-compile-cache
-	$(BIN)/python -m tools.readme_tables --temporal artifacts/reference/temporal README.md
+	$(BIN)/python -m tools.readme_tables --temporal artifacts/reference/temporal docs/results/index.md
+	$(FINDINGS)
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -84,16 +97,19 @@ clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site
 
 # The scale study: the published conditions in larger worlds, a rugged q*, a larger judge and attention networks
-# (conditions/scale.toml, about an hour on two cores), and the README's "Does it survive scale?" block.
+# (conditions/scale.toml, about an hour on two cores), and the results page's "Does it survive scale?" block.
 reference-scale: $(STAMP)
 	$(BIN)/coevolab run conditions/scale.toml --out artifacts/reference/scale --force --no-compile-cache
-	$(BIN)/python -m tools.readme_tables --study artifacts/reference/scale README.md
+	$(BIN)/python -m tools.readme_tables --study artifacts/reference/scale docs/results/index.md
+	$(FINDINGS)
 
 # The overoptimization study: best-of-n and RL against frozen judges of three sizes, less and noisier pretraining
-# data, a KL penalty (conditions/overoptimization.toml, about 10 minutes on two cores), and the README's block. Each
-# shape is one seed block, whose best_of_n.csv is the shape's own, byte for byte: the copy under blocks/ is dropped.
+# data, a KL penalty (conditions/overoptimization.toml, about 10 minutes on two cores), and the results page's block.
+# Each shape is one seed block, whose best_of_n.csv is the shape's own, byte for byte: the copy under blocks/ is
+# dropped.
 reference-overoptimization: $(STAMP)
 	$(BIN)/coevolab run conditions/overoptimization.toml --out artifacts/reference/overoptimization --force --no-compile-cache
 	cmp artifacts/reference/overoptimization/shapes/judge-small/best_of_n.csv artifacts/reference/overoptimization/shapes/judge-small/blocks/0/best_of_n.csv
 	rm artifacts/reference/overoptimization/shapes/*/blocks/*/best_of_n.csv
-	$(BIN)/python -m tools.readme_tables --overoptimization artifacts/reference/overoptimization README.md
+	$(BIN)/python -m tools.readme_tables --overoptimization artifacts/reference/overoptimization docs/results/index.md
+	$(FINDINGS)

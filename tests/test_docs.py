@@ -81,9 +81,14 @@ def test_every_reference_run_has_its_report_and_figures(site: Path) -> None:
         assert (site / "results" / run.name / "index.html").is_file(), run.name
         for figure in re.findall(r"\]\((figures/[^)]+\.png)\)", (run / "report.md").read_text(encoding="utf-8")):
             assert (site / "results" / run.name / figure).is_file(), (run.name, figure)
-    # The README's generated blocks, rendered into the results page from the same runs.
+    # The generated blocks of the results page, rendered again from the same runs: the findings, one line per run,
+    # link to the runs' results pages.
     results = page_text(site, "results")
     assert "claims over 100 seeds per condition" in results and "Looks planned at" in results
+    assert "the published grid under the original lab's random streams" in results
+    html_page = (site / "results" / "index.html").read_text(encoding="utf-8")
+    hrefs = re.findall(r'href="([^"]*)"', html_page)
+    assert "paper-100/" in hrefs and not any("artifacts/reference" in href for href in hrefs)
 
 
 def test_the_api_reference_and_the_notebook_are_built(site: Path) -> None:

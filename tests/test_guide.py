@@ -1,5 +1,5 @@
 """The guide to a mechanism in one file (and its metrics) is checked against the code it cites: the docs page
-docs/tutorials/your-mechanism.md, and the README's section of that name while the README still has one.
+docs/tutorials/your-mechanism.md, its one copy (the README links to it).
 
 The section runs from its heading to the next one of the same level. Every backticked file path must exist; every
 backticked name must resolve: a dotted name from `harness` by importing, any other name as an attribute (or a field) of
@@ -20,10 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where the guide lives: the file and its heading.
-GUIDES = {
-    "docs page": ("docs/tutorials/your-mechanism.md", "# Your mechanism in one file"),
-    "README": ("README.md", "## Your mechanism in one file"),
-}
+GUIDE = ("docs/tutorials/your-mechanism.md", "# Your mechanism in one file")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 PATH = re.compile(r"[\w./-]+\.(py|toml|csv|md)")
 FENCE = re.compile(r"^[ \t]*```python\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
@@ -41,13 +38,10 @@ def section(readme: str, heading: str) -> str:
     return "\n".join(lines[start + 1 : end])
 
 
-@pytest.fixture(scope="module", params=list(GUIDES))
-def guide(request: pytest.FixtureRequest) -> str:
-    path, heading = GUIDES[request.param]
-    lines = (ROOT / path).read_text().splitlines()
-    if request.param == "README" and heading not in lines:
-        pytest.skip("the README no longer has the guide: the docs page is its one copy")
-    text = section("\n".join(lines), heading)
+@pytest.fixture(scope="module")
+def guide() -> str:
+    path, heading = GUIDE
+    text = section((ROOT / path).read_text(), heading)
     assert "**Metrics**" in text  # the metric paragraph is part of the guide
     return text
 
