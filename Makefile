@@ -70,15 +70,13 @@ reference-100: $(STAMP)
 	$(BIN)/python -m tools.readme_tables --claims artifacts/reference/paper-100 docs/results/index.md
 	$(FINDINGS)
 
-# The published grid's claims left open at 100 seeds, decided by adding seeds: the committed 100-seed run is the
-# first look, and the conditions of open claims grow to 200 seeds (α spent over the two looks; see
-# harness/inference/sequential.py). About 11 minutes on two cores (the committed run: 652 s): only the six
-# conditions of the open claims grow. With --max-seeds 400 the looks would be at 100, 200 and 400 seeds, α spread
-# over three (about an hour).
+# The published grid's claims decided by adding seeds, on seeds no earlier verdict saw (1000 on; paper-100's are
+# 0-99): the looks (100 and 200 seeds) and their α (Pocock-type spending of 0.05) are planned before the first look
+# trains. Look 1 runs all 18 conditions at seeds 1000-1099 (as many runs as reference-100, about an hour on two
+# cores); look 2 grows only the conditions of the claims still open, at seeds 1100-1199. See
+# harness/inference/sequential.py and docs/how-to/until-decided.md.
 reference-until-decided: $(STAMP)
-	rm -rf artifacts/reference/paper-until-decided
-	cp -r artifacts/reference/paper-100 artifacts/reference/paper-until-decided
-	$(BIN)/coevolab run --resume artifacts/reference/paper-until-decided --until-decided --max-seeds 200 --no-compile-cache
+	$(BIN)/coevolab run conditions/paper.toml --seed-list 1000-1099 --until-decided --max-seeds 200 --spending pocock --out artifacts/reference/paper-until-decided --force --no-compile-cache
 	$(BIN)/python -m tools.readme_tables --until-decided artifacts/reference/paper-until-decided docs/results/index.md
 	$(FINDINGS)
 

@@ -205,12 +205,18 @@ def test_until_decided_block_says_what_each_look_decided_and_what_is_open(tmp_pa
     block = text.split(UNTIL_DECIDED_START)[1].split(UNTIL_DECIDED_END)[0]
     assert text.startswith("intro\n") and text.endswith("\nrest\n") and "stale" not in block
     assert block.lstrip().startswith(
-        "Looks planned at 20 seeds (α 0.0300), 40 seeds (α 0.0200): Pocock-type spending of α = 0.05. 2 looks taken: "
+        "Looks planned at 20 seeds (α 0.0300), 40 seeds (α 0.0200) on seeds 0–39: Pocock-type spending of α = 0.05. "
+        "2 looks taken: "
         "look 1 (20 seeds) decided clear (holds); look 2 (40 seeds) decided none. "
         "1 claim still open after the last look: unclear."
     )
     assert "2 claims over 40 seeds per condition: 1 holds" in block
     assert "(regenerate: `make reference-until-decided`)" in block
+    # A plan from a later first seed (the manifest of a plan older than first_seed, above, started at 0).
+    sequential["first_seed"] = 1000
+    (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "sequential": sequential}))
+    rewrite_until_decided(tmp_path, readme)
+    assert "40 seeds (α 0.0200) on seeds 1000–1039: Pocock-type" in readme.read_text(encoding="utf-8")
 
 
 def test_temporal_block_comes_from_the_runs_metrics_grid_and_verdicts(tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
 """`coevolab run FILE --until-decided --max-seeds N` on a tiny grid with claims, in this process (the stages share
 compiled programs): a clear claim is decided at the first look and its condition stops growing, the open claim's
 conditions grow to the budget, resuming recomputes the same verdicts without training, a changed budget is refused,
-and a condition's runs in a grid of fewer conditions match its runs in the whole grid."""
+a condition's runs in a grid of fewer conditions match its runs in the whole grid, and a run from a later first seed
+runs each seed as a fixed-seed grid does. The loop's seed bookkeeping (later first seeds, gaps, resuming, which
+finished runs may be a first look) is checked without training, on a backend that writes known metrics."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import zlib
 from collections.abc import Sequence
@@ -16,6 +19,7 @@ import pandas as pd
 import pytest
 
 from harness import cli
+from harness.common.locks import LOCK_SUFFIX
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
 from harness.engine.metrics import all_metrics
 from harness.experiment import until_decided
@@ -30,7 +34,7 @@ from harness.experiment.blocks import (
     read_record,
 )
 from harness.experiment.runner import execute, load_spec
-from harness.experiment.until_decided import LOOKS_FILE, stage_dir
+from harness.experiment.until_decided import LOOKS_FILE, PLAN_FILE, STAGES_DIR, SequentialPlan, stage_dir
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import grid_from_mapping
 from harness.grid.layout import GridSpec
@@ -82,7 +86,8 @@ def _coevolab(*argv: object) -> int:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -> dict[str, Path]:
-    """The grid grown until decided (kept), a copy resumed, and the whole grid at the second look's seeds."""
+    """The grid grown until decided (kept), a copy resumed, the whole grid at the second look's seeds, and the grid
+    grown from seed 20 (its first look: those seeds again, every condition)."""
     root = tmp_path_factory.mktemp("until-decided")
     grid = root / "grid.toml"
     grid.write_text(GRID)
@@ -96,7 +101,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
         whole = whole.model_copy(update={"run": whole.run.model_copy(update={"seeds": tuple(range(20, 40))})})
         (root / "whole").mkdir()
         execute(whole, root / "whole", write_report=False)
-    return {"grid": grid, "run": root / "run", "resumed": root / "resumed", "whole": root / "whole"}
+        later = ("--seed-list", "20-39", "--until-decided", "--max-seeds", MAX_SEEDS, "--out", root / "later")
+        assert _coevolab("run", grid, *later) == 0
+    return {
+        "grid": grid,
+        "run": root / "run",
+        "resumed": root / "resumed",
+        "whole": root / "whole",
+        "later": root / "later",
+    }
 
 
 @pytest.mark.heavy
@@ -161,6 +174,21 @@ def test_a_condition_runs_alike_in_a_grid_of_fewer_conditions(runs: dict[str, Pa
     np.testing.assert_array_equal(stage["mode_index"], whole["mode_index"])
     floats = [name for name in whole.columns if whole[name].dtype.kind == "f"]
     np.testing.assert_allclose(stage[floats].to_numpy(float), whole[floats].to_numpy(float), rtol=0, atol=1e-4)
+
+
+@pytest.mark.heavy
+def test_a_run_from_a_later_first_seed_runs_each_seed_as_a_fixed_seed_grid_does(runs: dict[str, Path]) -> None:
+    """Grown from seed 20: its first look holds seeds 20..39 of every condition, row for row the bytes of a plain
+    grid of those seeds (the same program shape), and a second look, if any, seeds 40..59."""
+    plan = SequentialPlan.model_validate_json((runs["later"] / PLAN_FILE).read_text())
+    assert (plan.first_seed, plan.looks) == (20, (20, 40))
+    first = (stage_dir(runs["later"], 0) / METRICS_FILE).read_text().splitlines()
+    assert first == (runs["whole"] / METRICS_FILE).read_text().splitlines()
+    assert pd.read_csv(runs["later"] / LOOKS_FILE)["conditions_grown"].tolist() == [3, 2]
+    assert load_spec(stage_dir(runs["later"], 1)).run.seeds == tuple(range(40, 60))
+    seeds = pd.read_csv(runs["later"] / METRICS_FILE).groupby("condition")["seed"].agg(["min", "max", "nunique"])
+    assert (seeds["min"] == 20).all() and (seeds["max"] - seeds["min"] + 1 == seeds["nunique"]).all()
+    assert set(seeds["nunique"]) <= {20, 40}
 
 
 # The loop on known truth, without training: a backend that writes every pending block's metrics as a function of
@@ -283,3 +311,90 @@ def test_a_finished_run_grows_as_the_first_look(tmp_path: Path) -> None:
     assert (stage_dir(tmp_path, 0) / "report.md").read_text() == "# the run's own report\n"
     assert "retired_metric" not in outcome.metrics.columns
     assert outcome.claims.set_index("claim").loc["better-is-better", "decided_at_look"] == 1
+
+
+def _seed_sets(metrics: pd.DataFrame) -> dict[str, list[int]]:
+    return {name: sorted(group["seed"].unique().tolist()) for name, group in metrics.groupby("condition")}
+
+
+def test_a_run_from_a_later_first_seed_grows_the_seeds_that_follow_and_resumes(tmp_path: Path) -> None:
+    """Seeds 1000..1004 (fewer than a verdict needs): the first look is 1000..1019, the next looks take the seeds
+    that follow; the merged metrics are the backend's values for exactly those seeds, and verify; a resume after the
+    last stage was lost runs that stage's seeds again and writes the same files."""
+    spec = grid_from_mapping(SYNTHETIC, seeds=range(1000, 1005))
+    calls.clear()
+    outcome = until_decided.run_until_decided(spec, tmp_path, 80, backend=synthetic_backend, figures=False)
+    plan = SequentialPlan.model_validate_json((tmp_path / PLAN_FILE).read_text())
+    assert (plan.first_seed, plan.looks) == (1000, (20, 40, 80))
+    assert outcome.looks["seeds"].tolist() == [20, 40, 80]
+    stages = [load_spec(stage_dir(tmp_path, stage)).run.seeds for stage in range(3)]
+    assert stages == [tuple(range(1000, 1020)), tuple(range(1020, 1040)), tuple(range(1040, 1080))]
+    assert load_spec(tmp_path).run.seeds == tuple(range(1000, 1020))  # grid.json: the first look's grid
+    grown = {"base": list(range(1000, 1080)), "better": list(range(1000, 1020)), "same": list(range(1000, 1080))}
+    assert _seed_sets(outcome.metrics) == grown
+    expected = pd.concat(synthetic_rows([name], seeds, 1) for name, seeds in grown.items())
+    merged = outcome.metrics[outcome.metrics["iteration"] == 1].sort_values(["condition", "seed"])
+    np.testing.assert_array_equal(merged["policy_quality"], expected[expected["iteration"] == 1]["policy_quality"])
+    assert cli.main(["verify", str(tmp_path)]) == cli.EXIT_OK  # each condition's seeds read back from 1000 on
+
+    written = {name: (tmp_path / name).read_bytes() for name in (CLAIMS_FILE, METRICS_FILE, LOOKS_FILE)}
+    shutil.rmtree(stage_dir(tmp_path, 2))
+    calls.clear()
+    until_decided.run_until_decided(None, tmp_path, backend=synthetic_backend, figures=False)
+    assert calls == [(("base", "same"), (0, 1, 2, 3))]
+    assert load_spec(stage_dir(tmp_path, 2)).run.seeds == tuple(range(1040, 1080))
+    assert {name: (tmp_path / name).read_bytes() for name in written} == written
+
+
+def test_only_consecutive_seeds_can_grow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A gap or another order is refused in one line before anything is written, by the loop and by the CLI."""
+    for seeds in ([*range(1000, 1010), *range(1011, 1021)], [1, 0, *range(2, 20)]):
+        with pytest.raises(BlockError, match="consecutive seeds"):
+            until_decided.run_until_decided(grid_from_mapping(SYNTHETIC, seeds=seeds), tmp_path, 40)
+        assert not (tmp_path / PLAN_FILE).exists() and not (tmp_path / GRID_FILE).exists()
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    argv = ("run", grid, "--seed-list", "0-9,11-20", "--until-decided", "--max-seeds", 40, "--out", tmp_path / "x")
+    assert _coevolab(*argv) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "consecutive seeds" in err and err.count("\n") == 1 and not (tmp_path / "x").exists()
+
+
+def _finished_run(run_dir: Path, seeds: Sequence[int]) -> GridSpec:
+    """A finished fixed-seed run directory of the synthetic grid (its metrics and grid.json), not yet judged."""
+    spec = grid_from_mapping(SYNTHETIC, seeds=seeds)
+    rows = synthetic_rows([c.name for c in spec.conditions], spec.run.seeds, spec.run.iterations)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / METRICS_FILE).write_text(rows.to_csv(index=False))
+    (run_dir / GRID_FILE).write_text(spec.model_dump_json())
+    return spec
+
+
+def test_a_run_whose_claims_were_judged_cannot_be_a_look(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its verdicts (claims.csv) spent α before any plan: refused in one line, its files left as they were; so is a
+    directory that holds stages without a plan."""
+    judged = tmp_path / "judged"
+    _finished_run(judged, range(20))
+    (judged / CLAIMS_FILE).write_text("claim,verdict\nbetter-is-better,holds\n")
+    before = {path: path.read_bytes() for path in judged.rglob("*")}
+    assert _coevolab("run", "--resume", judged, "--until-decided", "--max-seeds", 40) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "already judged" in err and "start a fresh plan" in err and err.count("\n") == 1
+    after = {path: path.read_bytes() for path in judged.rglob("*") if not path.name.endswith(LOCK_SUFFIX)}
+    assert after == before  # the lock the command took is the only file added
+    stages = tmp_path / "stages-without-plan"
+    _finished_run(stages, range(20))
+    (stages / STAGES_DIR / "0").mkdir(parents=True)
+    with pytest.raises(BlockError, match="no plan"):
+        until_decided.run_until_decided(None, stages, 40, backend=synthetic_backend)
+
+
+def test_a_finished_run_never_judged_from_a_later_first_seed_grows_as_its_first_look(tmp_path: Path) -> None:
+    _finished_run(tmp_path, range(500, 520))
+    calls.clear()
+    outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend, figures=False)
+    plan = json.loads((tmp_path / PLAN_FILE).read_text())
+    assert (plan["first_seed"], plan["looks"]) == (500, [20, 40])
+    assert calls == [(("base", "same"), (0, 1))]  # the run itself is the first look: nothing of it runs again
+    assert load_spec(stage_dir(tmp_path, 1)).run.seeds == tuple(range(520, 540))
+    assert outcome.metrics.groupby("condition")["seed"].max().to_dict() == {"base": 539, "better": 519, "same": 539}

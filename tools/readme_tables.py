@@ -196,8 +196,8 @@ def rewrite_claims(run_dir: Path, page: Path) -> None:
 
 
 def until_decided_block(run_dir: Path) -> str:
-    """A run grown until its claims were decided: its looks and their levels, what each look decided, what is still
-    open, then its claims table (each claim's row from the look that decided it, else from the last look)."""
+    """A run grown until its claims were decided: its looks, their levels and seeds, what each look decided, what is
+    still open, then its claims table (each claim's row from the look that decided it, else from the last look)."""
     verdicts, looks = pd.read_csv(run_dir / CLAIMS_FILE), pd.read_csv(run_dir / LOOKS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     plan = manifest["sequential"]
@@ -210,8 +210,10 @@ def until_decided_block(run_dir: Path) -> str:
         claims = ", ".join(f"{row.claim} ({row.verdict})" for row in rows.itertuples()) or "none"
         decided.append(f"look {look} ({seeds} seeds) decided {claims}")
     still_open = verdicts[verdicts["decided_at_look"].isna()]
+    first = plan.get("first_seed", 0)  # a plan written before the first seed was recorded started at 0
     lead = (
-        f"Looks planned at {planned}: {SPENDING_NAMES[plan['spending']]} spending of α = {plan['alpha']:g}. "
+        f"Looks planned at {planned} on seeds {first}–{first + plan['looks'][-1] - 1}: "
+        f"{SPENDING_NAMES[plan['spending']]} spending of α = {plan['alpha']:g}. "
         f"{plural(len(looks), 'look')} taken: "
         f"{'; '.join(decided)}. {plural(len(still_open), 'claim')} still open after the last look"
         + (f": {', '.join(still_open['claim'])}." if len(still_open) else ".")

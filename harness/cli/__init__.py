@@ -82,7 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("conditions", nargs="?", help=_conditions_help())
     chosen = run.add_mutually_exclusive_group()
     chosen.add_argument("--seeds", type=seed_count, metavar="N", help="run seeds 0..N-1")
-    chosen.add_argument("--seed-list", type=seed_list, metavar="SEEDS", help='run these seeds, e.g. "3", "0-4,7"')
+    chosen.add_argument(
+        "--seed-list",
+        type=seed_list,
+        metavar="SEEDS",
+        help='run these seeds, e.g. "3", "0-4,7"; with --until-decided, a range S-E: the first look\'s seeds (the '
+        "looks after it take the seeds that follow)",
+    )
     run.add_argument("--out", help=f"output directory (default: a fresh one under {DEFAULT_RUNS_ROOT}/)")
     run.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
     run.add_argument(
@@ -117,10 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--until-decided",
         action="store_true",
         help="grow the grid in seed blocks, only the conditions of undecided claims, until every claim is decided "
-        "or --max-seeds is spent (looks planned up front, α spent over them); with --resume DIR, continue such a run "
-        "or grow a finished one",
+        "or --max-seeds is spent (looks and their α planned before the first); the grid's seeds (--seeds N or a "
+        "range --seed-list S-E, e.g. 1000-1099 for seeds no earlier verdict saw) are the first look's; with --resume "
+        "DIR, continue such a run, or grow a finished run whose claims were never judged (no claims.csv)",
     )
-    until.add_argument("--max-seeds", type=seed_count, metavar="N", help="the seed budget of --until-decided")
+    until.add_argument(
+        "--max-seeds",
+        type=seed_count,
+        metavar="N",
+        help="the seed budget of --until-decided: the last look's seed count (seeds S..S+N-1 from the first seed S)",
+    )
     until.add_argument(
         "--spending",
         choices=SPENDING_FUNCTIONS,

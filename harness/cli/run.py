@@ -256,26 +256,27 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_until_decided(args: argparse.Namespace) -> int:
-    """`coevolab run [FILE] --until-decided --max-seeds N`, or `--resume DIR --until-decided` (see
-    harness.experiment.until_decided)."""
+    """`coevolab run [FILE] [--seeds N | --seed-list S-E] --until-decided --max-seeds N`, or `--resume DIR
+    --until-decided` (see harness.experiment.until_decided). The grid's seeds (the file's, --seeds N: 0..N-1, or a
+    consecutive --seed-list S-E) are the first look's; the looks after it take the seeds that follow."""
     from harness.experiment.blocks import block_spec
     from harness.experiment.ray_backend import RAY, RayBackend
-    from harness.experiment.until_decided import run_until_decided
+    from harness.experiment.until_decided import first_seed_of, run_until_decided
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
     if not args.until_decided:
         raise UsageError("--max-seeds is the budget of --until-decided; pass both")
-    if args.block is not None or args.seed_list is not None:
-        raise UsageError("--until-decided grows seeds 0..N-1 itself; do not pass --block or --seed-list")
+    if args.block is not None:
+        raise UsageError("--until-decided runs each look's seed blocks itself; do not pass --block")
     with contextlib.ExitStack() as stack:
         ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
         if ray:
             stack.callback(ray.close)
         if args.resume:
-            if args.conditions or args.seeds is not None:
+            if args.conditions or args.seeds is not None or args.seed_list is not None:
                 raise UsageError(
-                    "--resume DIR --until-decided continues the grid in DIR; do not pass a file or --seeds"
+                    "--resume DIR --until-decided continues the grid in DIR; do not pass a file, --seeds or --seed-list"
                 )
             spec, run_dir = None, existing_directory(Path(args.resume), "--resume")
             if not (run_dir / "grid.json").is_file():
@@ -283,7 +284,9 @@ def command_until_decided(args: argparse.Namespace) -> int:
             stack.enter_context(writing(run_dir))
             _check_earlier_results(run_dir)
         else:
-            spec = grid_and_warnings(conditions_path(args.conditions), args.seeds)
+            seeds = args.seeds if args.seeds is not None else args.seed_list
+            spec = grid_and_warnings(conditions_path(args.conditions), seeds)
+            first_seed_of(spec.run.seeds)  # refuse a gap before writing anything
             largest = block_spec(spec, 0)
             check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
             run_dir = _prepare_run_dir(args, spec.name)

@@ -1,9 +1,11 @@
 """A grid grown in seed blocks until its claims are decided or the seed budget is spent.
 
 The looks and the error level each spends are planned before the first look (`harness.inference.sequential`): n_1 (the
-grid's own seeds) doubling to the budget n_K. Stage k (stages/<k>/ of the run directory) holds seeds n_{k−1}..n_k − 1 of
-the conditions that still appear in an undecided claim (stage 0: every condition, seeds 0..n_1 − 1), run as a seed-block
-grid by `run_in_blocks` on any `Backend`. A run of condition c and seed s depends on which other conditions its grid
+grid's own seeds) doubling to the budget n_K. The grid's seeds are any consecutive run s_0..s_0 + n_1 − 1 (seeds are
+just PRNG keys; a fresh range gives looks on data no earlier verdict saw), and the looks after the first take the seeds
+that follow: stage k (stages/<k>/ of the run directory) holds seeds s_0 + n_{k−1}..s_0 + n_k − 1 of the conditions that
+still appear in an undecided claim (stage 0: every condition, seeds s_0..s_0 + n_1 − 1), run as a seed-block grid by
+`run_in_blocks` on any `Backend`. A run of condition c and seed s depends on which other conditions its grid
 holds only through float rounding (another program shape rounds differently, as seed blocks against a grid run whole
 do): the same end modes, other floats within 1e-4 (tests/test_until_decided.py); measured on the published grid at full
 length (its six conditions of open claims alone at seeds 0–7 against the committed 100-seed grid), real quality within
@@ -15,6 +17,10 @@ look.
 
 A grid of fewer seeds than a verdict needs (MIN_SEEDS) starts at that many: a look that can decide nothing would
 still spend α.
+
+The plan (sequential.json: looks, levels, first seed) is written before the first look trains and never changes. A
+finished run is adopted as the first look only if its claims were never judged: one with verdicts (claims.csv) spent α
+outside any plan, and growing it would spend more than α in all (decide its claims on a fresh plan and fresh seeds).
 
 The run directory: grid.json (the grid at its first look's seeds), sequential.json (the plan), stages/<k>/ (each a
 blocks run with its own report), metrics.csv (the stages merged: conditions may hold different seed counts),
@@ -35,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.common.integrity import run_entries, write_manifest
 from harness.common.run_files import (
@@ -66,7 +72,8 @@ UNDECIDED = ("undecided", "untested")
 
 
 class SequentialPlan(BaseModel):
-    """sequential.json: the looks (seed counts) planned before the first, and the level each spends."""
+    """sequential.json: the looks (seed counts) planned before the first, the level each spends, and the first seed
+    (look k's seeds are first_seed..first_seed + looks[k] − 1; a plan written before it was recorded started at 0)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -74,11 +81,20 @@ class SequentialPlan(BaseModel):
     alpha: float
     looks: tuple[int, ...]
     levels: tuple[float, ...]
+    first_seed: int = Field(0, ge=0)
 
     @classmethod
-    def planned(cls, start: int, max_seeds: int, spending: Spending, alpha: float) -> SequentialPlan:
+    def planned(
+        cls, start: int, max_seeds: int, spending: Spending, alpha: float, first_seed: int = 0
+    ) -> SequentialPlan:
         looks = planned_looks(start, max_seeds)
-        return cls(spending=spending, alpha=alpha, looks=looks, levels=tuple(look_levels(looks, alpha, spending)))
+        levels = tuple(look_levels(looks, alpha, spending))
+        return cls(spending=spending, alpha=alpha, looks=looks, levels=levels, first_seed=first_seed)
+
+    def stage_seeds(self, stage: int) -> tuple[int, ...]:
+        """The seeds stage `stage` adds: first_seed + n_{k−1} .. first_seed + n_k − 1 (n_0 = 0)."""
+        before = 0 if stage == 0 else self.looks[stage - 1]
+        return tuple(range(self.first_seed + before, self.first_seed + self.looks[stage]))
 
 
 @dataclass
@@ -90,6 +106,27 @@ class UntilDecidedOutcome:
     diverged: pd.DataFrame
     claims: pd.DataFrame
     looks: pd.DataFrame
+
+
+def first_seed_of(seeds: Sequence[int]) -> int:
+    """The first seed of a grid that can grow: its seeds are s_0, s_0 + 1, …, in that order.
+
+    Raises:
+        BlockError: a gap or another order (the looks after the first take the seeds that follow the last).
+    """
+    first = seeds[0]
+    if tuple(seeds) != tuple(range(first, first + len(seeds))):
+        raise BlockError(
+            f"only a grid of consecutive seeds S..S+N-1 can grow (e.g. --seed-list 1000-1099); this one has seeds "
+            f"{_seeds_text(seeds)}"
+        )
+    return first
+
+
+def _seeds_text(seeds: Sequence[int]) -> str:
+    """A seed list for an error line: whole where short, else its first and last few."""
+    shown = list(seeds) if len(seeds) <= 12 else [*seeds[:5], "…", *seeds[-5:]]
+    return "[" + ", ".join(map(str, shown)) + "]"
 
 
 def stage_dir(run_dir: Path, stage: int) -> Path:
@@ -109,25 +146,36 @@ def claim_conditions(claims: Sequence[Claim], spec: GridSpec) -> list[str]:
 
 
 def stage_spec(spec: GridSpec, plan: SequentialPlan, stage: int, names: Sequence[str]) -> GridSpec:
-    """Stage `stage`'s grid: the conditions `names`, seeds n_{k−1}..n_k − 1, no claims (they are judged merged)."""
-    first = 0 if stage == 0 else plan.looks[stage - 1]
-    run = spec.run.model_copy(update={"seeds": tuple(range(first, plan.looks[stage]))})
+    """Stage `stage`'s grid: the conditions `names`, the seeds the stage adds (`SequentialPlan.stage_seeds`), no
+    claims (they are judged merged)."""
+    run = spec.run.model_copy(update={"seeds": plan.stage_seeds(stage)})
     return spec.only(names).model_copy(update={"run": run, "claims": ()})
 
 
 def adopt_finished_run(run_dir: Path) -> GridSpec:
-    """Make a finished run directory (not yet sequential) the first stage of a sequential one: its files move into
-    stages/0/. Returns its grid.
+    """Make a finished run directory (not yet sequential) whose claims were never judged the first stage of a
+    sequential one: its files move into stages/0/. Returns its grid.
+
+    A run whose report judged its claims (claims.csv) is refused: that look spent α before any plan, and counting
+    it again as a planned look would spend more than α over the looks (see the module).
 
     Raises:
-        BlockError: the run has not finished, states no claims, or its seeds are not 0..N-1 with N ≥ MIN_SEEDS.
+        BlockError: the run has not finished, states no claims, its claims were judged, it holds stages without a
+            plan, or its seeds are not consecutive (S..S+N-1) with N ≥ MIN_SEEDS.
     """
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
     if not spec.claims:
         raise BlockError(f"{run_dir}: its grid states no claims; there is nothing to decide")
-    if spec.run.seeds != tuple(range(len(spec.run.seeds))):
-        raise BlockError(f"only a run of seeds 0..N-1 can grow; {run_dir} has seeds {list(spec.run.seeds)}")
+    if (run_dir / STAGES_DIR).exists():
+        raise BlockError(f"{run_dir} holds {STAGES_DIR}/ but no plan ({PLAN_FILE}); it cannot be resumed or grown")
+    if (run_dir / CLAIMS_FILE).is_file():
+        raise BlockError(
+            f"{run_dir}: its claims were already judged ({CLAIMS_FILE}), so it cannot be a planned look (its verdicts "
+            "spent α before any plan); start a fresh plan on seeds it did not use: coevolab run FILE --until-decided "
+            "--seed-list S-E --max-seeds N"
+        )
+    first_seed_of(spec.run.seeds)
     if len(spec.run.seeds) < MIN_SEEDS:
         raise BlockError(
             f"{run_dir} has {len(spec.run.seeds)} seeds, fewer than a verdict needs ({MIN_SEEDS}); grow it first "
@@ -148,8 +196,9 @@ def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spendin
     the plan's), else planned now from `spec` (or from a finished run in it, adopted as stage 0) and written.
 
     Raises:
-        BlockError: a plan that differs from the one in the directory, no budget for a new plan, a grid without
-            claims or with seeds other than 0..N-1.
+        BlockError: a plan that differs from the one in the directory or from its grid's seeds, no budget for a
+            new plan, a grid without claims or with seeds other than S..S+N-1, a finished run that cannot be adopted
+            (`adopt_finished_run`).
     """
     run_dir = Path(run_dir)
     if is_sequential(run_dir):
@@ -159,25 +208,30 @@ def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spendin
                 f"{run_dir} was planned for {plan.looks[-1]} seeds; its looks cannot change once taken (the error "
                 "control rests on them): resume it as it is"
             )
-        return load_spec(run_dir), plan
+        spec = load_spec(run_dir)
+        if spec.run.seeds != plan.stage_seeds(0):
+            raise BlockError(
+                f"{run_dir}: its grid's seeds {_seeds_text(spec.run.seeds)} are not its plan's first look "
+                f"({_seeds_text(plan.stage_seeds(0))}); its files were changed"
+            )
+        return spec, plan
     if max_seeds is None:
         raise BlockError("--until-decided needs a seed budget: --max-seeds N")
     if spec is None:
         spec = adopt_finished_run(run_dir)
     if not spec.claims:
         raise BlockError(f"the grid '{spec.name}' states no claims; there is nothing to decide")
-    start = len(spec.run.seeds)
-    if spec.run.seeds != tuple(range(start)):
-        raise BlockError(f"only a grid of seeds 0..N-1 can grow; this one has seeds {list(spec.run.seeds)}")
+    start, first = len(spec.run.seeds), first_seed_of(spec.run.seeds)
     if max_seeds < max(start, MIN_SEEDS):
         raise BlockError(
             f"a budget of {max_seeds} seeds is too small: the grid has {start}, and a claim needs {MIN_SEEDS} for a "
             "verdict"
         )
     # A look with fewer seeds than a verdict needs could decide nothing but would spend α: the first has MIN_SEEDS.
-    plan = SequentialPlan.planned(max(start, MIN_SEEDS), max_seeds, spending, alpha)
+    plan = SequentialPlan.planned(max(start, MIN_SEEDS), max_seeds, spending, alpha, first)
     if plan.looks[0] > start:
-        spec = spec.model_copy(update={"run": spec.run.model_copy(update={"seeds": tuple(range(plan.looks[0]))})})
+        spec = spec.model_copy(update={"run": spec.run.model_copy(update={"seeds": plan.stage_seeds(0)})})
+    # Both before the first look's training: the looks, their levels and their seeds are fixed before any verdict.
     write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / PLAN_FILE, plan.model_dump_json(indent=2) + "\n")
     return spec, plan
@@ -214,12 +268,13 @@ def run_until_decided(
     confidence: float = 0.95,
     figures: bool = True,
 ) -> UntilDecidedOutcome:
-    """Grow `spec` (seeds 0..N-1, with claims) in stages until its claims are decided or `max_seeds` are spent.
+    """Grow `spec` (seeds S..S+N-1, with claims) in stages until its claims are decided or `max_seeds` are spent.
 
     Args:
         spec: the grid at its first look's seeds; None resumes run_dir (a sequential run, or a finished run of a
-            grid with claims, adopted as its first stage).
-        max_seeds: the budget (the last look's seeds); None only where run_dir already holds a plan.
+            grid with claims never judged, adopted as its first stage).
+        max_seeds: the budget (the last look's seed count: seeds S..S+max_seeds-1); None only where run_dir already
+            holds a plan.
         spending: how α = 1 − confidence is spent over the looks (`harness.inference.sequential`).
         backend: what runs each stage's seed blocks.
         how: the backend's name for the manifests and reports.
@@ -311,7 +366,8 @@ def _write_outputs(
     atomic_write_text(run_dir / LOOKS_FILE, looks.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     line = (
         f"Grown until its claims were decided: {len(looks)} of {len(plan.looks)} planned looks "
-        f"({', '.join(map(str, plan.looks))} seeds), each look's new seeds run as seed blocks, {how}."
+        f"({', '.join(map(str, plan.looks))} seeds from seed {plan.first_seed}), each look's new seeds run as seed "
+        f"blocks, {how}."
     )
     render_report(run_dir, figures, how_run=line)
     write_manifest(

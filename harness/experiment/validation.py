@@ -81,7 +81,8 @@ def _check_values(metric: Metric, values: pd.Series, alive: np.ndarray, where: P
 
 def _check_rows(keys: pd.DataFrame, spec: GridSpec, where: Path, complete: bool) -> None:
     """Every (condition, seed, iteration) at most once, of the grid; with `complete`, every one of the grid's; else
-    every condition's seeds 0..n−1 (a grid grown until decided grows some conditions further than others)."""
+    every condition's seeds S..S+n−1 from the grid's first seed S (a grid grown until decided grows some conditions
+    further than others, each from its first look's first seed)."""
     names = [c.name for c in spec.conditions]
     unknown = ~keys["condition"].isin(names)
     if unknown.any():
@@ -103,7 +104,7 @@ def _check_rows(keys: pd.DataFrame, spec: GridSpec, where: Path, complete: bool)
         raise RunDirectoryError(
             f"{where}: {_row(first)}: iteration {keys['iteration'].iloc[first]}, but the grid has 0..{iterations}"
         )
-    seeds = list(spec.run.seeds)
+    seeds, first_seed = list(spec.run.seeds), spec.run.seeds[0]
     if complete:
         expected = pd.MultiIndex.from_product([names, seeds, range(iterations + 1)], names=KEY_COLUMNS)
     else:
@@ -112,7 +113,7 @@ def _check_rows(keys: pd.DataFrame, spec: GridSpec, where: Path, complete: bool)
             [
                 (name, seed, iteration)
                 for name in names
-                for seed in range(int(counts.get(name, 0)))
+                for seed in range(first_seed, first_seed + int(counts.get(name, 0)))
                 for iteration in range(iterations + 1)
             ],
             names=KEY_COLUMNS,
@@ -121,10 +122,11 @@ def _check_rows(keys: pd.DataFrame, spec: GridSpec, where: Path, complete: bool)
     if len(missing):
         condition, seed, iteration = missing[0]
         runs = f"{len(names)} conditions × {len(seeds)} seeds × {iterations + 1} iterations"
+        if not complete:
+            runs = f"each condition its seeds {first_seed}..{first_seed}+n−1"
         raise RunDirectoryError(
-            f"{where}: holds {len(keys)} rows, {len(missing)} short of its grid's "
-            f"({runs if complete else 'each condition its seeds 0..n−1'}): the first missing is condition "
-            f"{condition!r} seed {seed} iteration {iteration} (cut short?)"
+            f"{where}: holds {len(keys)} rows, {len(missing)} short of its grid's ({runs}): the first missing is "
+            f"condition {condition!r} seed {seed} iteration {iteration} (cut short?)"
         )
     surplus = pd.MultiIndex.from_frame(keys).difference(expected)
     if len(surplus):
@@ -138,7 +140,8 @@ def validated_metrics(text: str, spec: GridSpec, where: Path, complete: bool = T
     Args:
         where: the file's path, for the messages.
         complete: every condition × seed × iteration of the grid (False: a grid grown until decided, whose conditions
-            have their own seed counts, 0..n−1; and metrics of an earlier version may be missing).
+            have their own seed counts, S..S+n−1 from the grid's first seed S; and metrics of an earlier version may
+            be missing).
 
     Raises:
         RunDirectoryError: the first problem (one line).
