@@ -11,7 +11,10 @@ import pytest
 
 from harness.grid.conditions import ConditionFileError, load_grid
 from harness.inference.claims import Claim
-from harness.inference.verdicts import MIN_SEEDS, decide, paired_bootstrap_ci, verdict_table
+from harness.inference.monte_carlo import MonteCarloP
+from harness.inference.paired_tests import resolved, resolved_pairs
+from harness.inference.rule import MIN_EQUIVALENCE_SEEDS, RivalTest, judge
+from harness.inference.verdicts import MIN_SEEDS, paired_bootstrap_ci, verdict_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +54,7 @@ def test_verdicts_on_known_effects(shift: float, direction: str, expected: str) 
     row = verdict_table(_metrics(side, other), [_claim(direction=direction, resolution=0.05)]).iloc[0]
     assert row["verdict"] == expected, row["why"]
     assert row["ci_low"] <= row["effect"] <= row["ci_high"]
-    assert row["effect"] == pytest.approx(np.mean(side - other))
+    assert row["effect"] == pytest.approx(np.mean(resolved(side - other, 0.05)))  # noise within 0.05 counts as 0
 
 
 def test_float_noise_is_no_difference_never_a_finding() -> None:
@@ -70,29 +73,40 @@ def test_too_few_seeds_never_give_a_verdict() -> None:
     assert "too few seeds" in row["why"]
 
 
-def test_decide_is_symmetric_in_direction() -> None:
-    assert (
-        decide("above", 0.2, 0.1, 0.3, 0.01, 0.001)[0] == decide("below", -0.2, -0.3, -0.1, 0.01, 0.001)[0] == "holds"
-    )
-    assert decide("above", -0.2, -0.3, -0.1, 0.01, 0.001)[0] == decide("below", 0.2, 0.1, 0.3, 0.01, 0.001)[0]
-    assert decide("above", 0.005, 0.001, 0.009, 0.01, 0.001) == ("not supported", "no difference (CI within ±0.01)")
+def _rival(effect: float, p: float, favours: bool, equivalence: float = 1.0) -> RivalTest:
+    return RivalTest(effect, favours, MonteCarloP.exact(p), "sign test", MonteCarloP.exact(equivalence))
 
 
-def test_a_verdict_needs_the_interval_and_the_test_to_agree() -> None:
-    # The interval excludes 0 but the (adjusted) permutation test does not reject, and the reverse: undecided.
-    verdict, why = decide("above", 0.2, 0.1, 0.3, 0.01, 0.2)
-    assert verdict == "undecided" and "the tests disagree" in why
-    verdict, why = decide("above", 0.2, -0.1, 0.5, 0.01, 0.001)
-    assert verdict == "undecided" and "the tests disagree" in why
-    assert decide("above", 0.2, -0.1, 0.5, 0.01, 0.3)[0] == "undecided"  # neither: more seeds needed
+def _verdict(direction: str, rival: RivalTest, effect_p: float, equivalence_p: float = 1.0, seeds: int = 100) -> str:
+    claim = _claim(direction=direction, resolution=0.01)
+    return judge(claim, [rival], seeds, effect_p, equivalence_p, 0.05).verdict
 
 
-def test_equal_claims_are_symmetric() -> None:
-    # holds only inside the margin, contradicted only wholly outside it; straddling the margin is undecided
-    assert decide("equal", 0.01, -0.02, 0.04, 0.05, 0.01)[0] == "holds"
-    assert decide("equal", 0.2, 0.1, 0.3, 0.05, 0.01)[0] == "contradicted"
-    assert decide("equal", -0.2, -0.3, -0.1, 0.05, 0.01)[0] == "contradicted"
-    assert decide("equal", 0.06, 0.03, 0.09, 0.05, 0.01)[0] == "undecided"  # the old rule said contradicted
+def test_judge_is_symmetric_in_direction() -> None:
+    assert _verdict("above", _rival(0.2, 0.001, True), 0.001) == "holds"
+    assert _verdict("below", _rival(-0.2, 0.001, True), 0.001) == "holds"
+    assert _verdict("above", _rival(-0.2, 0.001, False), 0.001) == "contradicted"
+    assert _verdict("below", _rival(0.2, 0.001, False), 0.001) == "contradicted"
+    assert _verdict("above", _rival(0.0, 1.0, False), 1.0, equivalence_p=0.001) == "not supported"
+
+
+def test_a_finding_needs_the_test_and_an_effect_as_large_as_the_resolution() -> None:
+    # the seeds jump the claimed way (significantly) but the mean resolved difference is below the resolution
+    assert _verdict("above", _rival(0.005, 0.001, True), 0.001) == "undecided"
+    assert _verdict("above", _rival(0.2, 0.2, True), 0.2) == "undecided"  # an effect the test does not find
+    # an unsettled Monte-Carlo p never decides, whichever side of α it shows
+    claim = _claim(direction="above", resolution=0.01)
+    unsettled = judge(claim, [_rival(0.2, 0.001, True)], 100, 0.001, 1.0, 0.05, determined=(False, True))
+    assert unsettled.verdict == "undecided" and "Monte-Carlo" in unsettled.why
+
+
+def test_equivalence_verdicts_need_their_seeds() -> None:
+    assert _verdict("above", _rival(0.0, 1.0, False), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS) == "not supported"
+    assert _verdict("above", _rival(0.0, 1.0, False), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS - 1) == "undecided"
+    assert _verdict("equal", _rival(0.0, 1.0, True), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS) == "holds"
+    assert _verdict("equal", _rival(0.0, 1.0, True), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS - 1) == "undecided"
+    assert _verdict("equal", _rival(0.3, 0.001, False), 0.001) == "contradicted"
+    assert _verdict("equal", _rival(-0.3, 0.001, False), 0.001) == "contradicted"
 
 
 def test_comparison_with_a_value_and_of_spreads() -> None:
@@ -106,7 +120,8 @@ def test_comparison_with_a_value_and_of_spreads() -> None:
         ],
     ).set_index("claim")
     assert table.loc["spread", "verdict"] == "holds"
-    assert table.loc["spread", "effect"] == pytest.approx(np.std(calm, ddof=1) - np.std(noisy, ddof=1))
+    calm_pairs, noisy_pairs = resolved_pairs(calm, noisy, 0.01)  # seeds within the resolution count as equal
+    assert table.loc["spread", "effect"] == pytest.approx(np.std(calm_pairs, ddof=1) - np.std(noisy_pairs, ddof=1))
     assert np.isnan(table.loc["spread", "p_improvement"])
     assert table.loc["value", "verdict"] == "holds"
     assert table.loc["value", "effect"] == pytest.approx(np.mean(calm) - 1.5)

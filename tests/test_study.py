@@ -162,13 +162,21 @@ def _end_modes(rng: np.random.Generator, n: int, share_high: float) -> np.ndarra
 
 
 def _verdicts(claim: AcrossClaim, shares: tuple[float, float], experiments: int, seed: int) -> list[tuple[str, bool]]:
-    """(verdict, interval covers the true difference) of simulated studies, 20 runs a side as in the scale study."""
+    """(verdict, interval covers the true difference) of simulated studies, 20 runs a side as in the scale study,
+    paired by seed (here drawn independently, so the pairs carry no shared stream)."""
     rng = np.random.default_rng(seed)
     truth = 0.2 * (shares[0] - shares[1])
     out = []
     for _ in range(experiments):
         values = np.concatenate([_end_modes(rng, 20, shares[0]), _end_modes(rng, 20, shares[1])])
-        measures = pd.DataFrame({"shape": ["big"] * 20 + ["small"] * 20, "condition": "base", "policy_quality": values})
+        measures = pd.DataFrame(
+            {
+                "shape": ["big"] * 20 + ["small"] * 20,
+                "seed": [*range(20)] * 2,
+                "condition": "base",
+                "policy_quality": values,
+            }
+        )
         row = across_table([claim], measures, pd.DataFrame()).iloc[0]
         out.append((row["verdict"], row["ci_low"] <= truth <= row["ci_high"]))
     return out

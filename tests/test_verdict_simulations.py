@@ -1,9 +1,9 @@
 """The verdict rule on simulated experiments with known truth, shaped like the real per-seed differences: mostly
 exact ties (identical end modes, float noise) and a few jumps of ±0.25 / ±0.5 between end modes.
 
-Each experiment goes through the real rule (`rule.rival_tests` and `rule.judge`, scipy's permutation test) with
-999 resamples instead of 10,000 to keep the suite fast. Wrong verdicts must stay at the nominal 5% plus
-Monte-Carlo error (3 sd of a binomial share over the experiments).
+Each experiment is a family of one claim judged by the rule as shipped (`verdicts.judge_family`: exact sign test,
+TOST drawn until no decision depends on its Monte-Carlo error) with its BCa interval. Wrong verdicts must stay at
+the nominal 5% plus Monte-Carlo error (3 sd of a binomial share over the experiments).
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from harness.inference.claims import Claim
-from harness.inference.rule import ClaimData, judge, rival_tests
+from harness.inference.intervals import paired_bootstrap_ci
+from harness.inference.paired_tests import resolved
+from harness.inference.rule import ClaimData
+from harness.inference.verdicts import judge_family
 
 RESAMPLES = 999
 ALPHA = 0.05
@@ -45,9 +48,11 @@ def _verdicts(claim: Claim, n: int, experiments: int, up: float, down: float, se
     out = []
     for _ in range(experiments):
         data = ClaimData(_differences(rng, n, up, down), (None,), ("0",))
-        tests = rival_tests(data, claim, RESAMPLES, rng)
-        outcome = judge(data, claim, tests, 1.0, ALPHA, ALPHA, RESAMPLES, rng)
-        out.append((outcome.verdict, outcome.low <= truth <= outcome.high))
+        verdict = judge_family([claim], [data], ALPHA)[0].outcome.verdict
+        _, low, high = paired_bootstrap_ci(
+            resolved(data.side, claim.resolution), None, "mean", 1 - ALPHA, RESAMPLES, rng
+        )
+        out.append((verdict, low <= truth <= high))
     return out
 
 

@@ -15,41 +15,41 @@ Two kinds, written as `[across.NAME]` tables of a study file:
       than_shape = "small"
       resolution = 0.5
 
-  Runs of two shapes are independent samples (other worlds and networks: seed s of one shape has nothing in common
-  with seed s of another), so the effect is the difference of the two means, its interval scipy.stats.bootstrap's
-  BCa interval resampling each shape's runs on their own, and its p-value scipy.stats.permutation_test's, with
-  runs exchanged between the shapes (two-sided).
+  Seed s of every shape draws from the same streams (`PRNGKey(s)`, `harness.engine.keys`): its runs in two shapes
+  are correlated (the ceiling iteration of one seed correlates r = 0.70 between two shapes of the scale study), so
+  runs are paired by seed and the claim is judged by the seed-paired rule (`rule`, `verdicts.judge_family`): the
+  per-seed differences resolved at the claim's resolution, the exact sign test on the jumps, a TOST for "not
+  supported", the BCa interval of the mean resolved difference.
 - **every** shape: a `[claims]` claim of the file (judged within each shape's grid, seed-paired) said to hold in
   every shape that has it (or in the `shapes` listed). It holds where every shape's verdict is "holds" (an
   intersection–union test, whose p-value is the largest of the shapes' adjusted p-values); it is contradicted where
-  some shape's is "contradicted" (p: the smallest of those shapes' adjusted p-values times the number of shapes,
-  Bonferroni over the shapes); otherwise it is not supported, or undecided where some shape is. Either positive
-  or negative verdict also needs its p-value to pass the study's adjustment, else it is undecided.
+  some shape's is "contradicted" (p: the smallest of those shapes' adjusted p-values times the number of shapes:
+  each shape's level is α split over the shapes); otherwise it is not supported, or undecided where some shape is.
+  Either positive or negative verdict also needs its p-value to pass the study's adjustment, else it is undecided.
 
-A study's across claims are one family: their p-values are adjusted together (Holm), and a between claim's interval
-is built at its adjusted level. The verdict rule for a between claim is the seed-paired rule's (`rule`), with these
-tests: with resolution r, "above" holds if p_adj ≤ α, the interval's low end > 0 and Δ ≥ r; it is contradicted if
-p_adj ≤ α, the high end < 0 and Δ ≤ −r; not supported if the interval lies within ±r; undecided otherwise. Fewer
-than MIN_SEEDS runs on a side: untested.
+A study's across claims are one family: the between claims' hypotheses and the every claims' p-values are adjusted
+together (Holm), and a between claim's interval is built at its adjusted level. Fewer than MIN_SEEDS seeds that
+both shapes ran with a finite measure: untested.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.engine.metrics import QUALITY_RESOLUTION
-from harness.inference.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
-from harness.inference.multiplicity import adjust, levels
-from harness.inference.paired_tests import PERMUTATIONS
-from harness.inference.rule import MIN_SEEDS
+from harness.inference.claims import Claim
+from harness.inference.intervals import paired_bootstrap_ci
+from harness.inference.monte_carlo import claim_generator
+from harness.inference.multiplicity import adjust
+from harness.inference.paired_tests import resolved
+from harness.inference.rule import MIN_SEEDS, ClaimData
 from harness.inference.run_measures import measure_names
+from harness.inference.verdicts import Judged, adjusted_extra, judge_family
 
 ACROSS_COLUMNS = [
     "claim",
@@ -129,60 +129,45 @@ class AcrossClaim(BaseModel):
             raise ValueError(f"across claim {self.name!r}: measure must be one of {', '.join(measure_names())}")
 
 
-def _mean_difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+def paired_measures(claim: AcrossClaim, measures: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """(shape's values, than_shape's values, excluded) of a between claim over the seeds both shapes ran with a
+    finite measure, in seed order; excluded counts the shared seeds left out for a non-finite value."""
 
-
-def independent_interval(
-    a: np.ndarray, b: np.ndarray, confidence: float, resamples: int = BOOTSTRAP_RESAMPLES
-) -> tuple[float, float]:
-    """BCa interval of mean(a) − mean(b), each sample resampled on its own (percentile where BCa is undefined; the
-    point where neither sample varies); a generator seeded with BOOTSTRAP_SEED, so a table repeats its bounds."""
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        effect = float(np.mean(a) - np.mean(b))
-        return effect, effect
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DegenerateDataWarning: the percentile fallback below
-            result = scipy.stats.bootstrap(
-                (a, b),
-                _mean_difference,
-                confidence_level=confidence,
-                n_resamples=resamples,
-                method=method,
-                rng=np.random.default_rng(BOOTSTRAP_SEED),
-            )
-        bounds = (float(result.confidence_interval.low), float(result.confidence_interval.high))
-        if np.all(np.isfinite(bounds)):
-            return bounds
-    return bounds
-
-
-def independent_p(a: np.ndarray, b: np.ndarray, resamples: int = PERMUTATIONS) -> float:
-    """Two-sided permutation p-value of mean(a) − mean(b) (runs exchanged between the samples); exact where the
-    permutations are fewer than `resamples`."""
-    result = scipy.stats.permutation_test(
-        (a, b),
-        _mean_difference,
-        permutation_type="independent",
-        alternative="two-sided",
-        n_resamples=resamples,
-        vectorized=True,
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    )
-    return float(result.pvalue)
-
-
-def _between_row(claim: AcrossClaim, measures: pd.DataFrame) -> dict[str, object]:
-    """A between claim's sides, effect and tests (verdict and interval are filled in with the family)."""
-
-    def values(shape: str | None) -> np.ndarray:
+    def values(shape: str | None) -> pd.Series:
         own = measures[(measures["shape"] == shape) & (measures["condition"] == claim.condition)]
-        column = own[claim.measure].to_numpy(np.float64)
-        return column[np.isfinite(column)]
+        return own.set_index("seed")[claim.measure].astype(float)
 
     side, other = values(claim.shape), values(claim.than_shape)
-    tested = min(len(side), len(other)) >= MIN_SEEDS
+    seeds = side.index.intersection(other.index).sort_values()
+    side_values, other_values = side[seeds].to_numpy(), other[seeds].to_numpy()
+    finite = np.isfinite(side_values) & np.isfinite(other_values)
+    return side_values[finite], other_values[finite], int(np.sum(~finite))
+
+
+def _as_claim(claim: AcrossClaim) -> Claim:
+    """The between claim as a seed-paired claim of one family (its measure need not be a grid metric)."""
+    return Claim.model_construct(
+        name=claim.name,
+        statement=claim.statement,
+        metric=claim.measure,
+        condition=claim.condition,
+        direction=claim.direction,
+        statistic="mean",
+        resolution=claim.resolution,
+        family="across",
+        adjustment="holm",
+        than_value=None,
+    )
+
+
+def _between_row(claim: AcrossClaim, measures: pd.DataFrame, judged: Judged, alpha: float) -> dict[str, object]:
+    side, other, _ = paired_measures(claim, measures)
+    level = judged.equivalence_level if judged.outcome.deciding == "equivalence" else judged.level
+    differences = resolved(side - other, claim.resolution)
+    effect, low, high = paired_bootstrap_ci(
+        differences, None, "mean", 1 - level, rng=claim_generator(claim.name, "interval")
+    )
+    tested = judged.tested
     return {
         "measure": claim.measure,
         "condition": claim.condition,
@@ -192,27 +177,15 @@ def _between_row(claim: AcrossClaim, measures: pd.DataFrame) -> dict[str, object
         "than_runs": len(other),
         "shape_mean": float(np.mean(side)) if len(side) else np.nan,
         "than_mean": float(np.mean(other)) if len(other) else np.nan,
-        "effect": float(np.mean(side) - np.mean(other)) if len(side) and len(other) else np.nan,
-        "p_value": independent_p(side, other) if tested else np.nan,
-        "samples": (side, other),
+        "effect": effect,
+        "ci_low": low,
+        "ci_high": high,
+        "ci_level": 1 - level,
+        "p_value": judged.effect.p if tested else np.nan,
+        "p_adjusted": judged.adjusted if tested else np.nan,
+        "verdict": judged.outcome.verdict if tested else "untested",
+        "why": judged.outcome.why if tested else f"fewer than {MIN_SEEDS} seeds both shapes ran",
     }
-
-
-def _between_verdict(claim: AcrossClaim, row: dict, alpha: float) -> tuple[str, str]:
-    if not np.isfinite(row["p_value"]):
-        return "untested", f"fewer than {MIN_SEEDS} runs on a side"
-    sign = 1.0 if claim.direction == "above" else -1.0
-    effect, low, high = sign * row["effect"], *sorted((sign * row["ci_low"], sign * row["ci_high"]))
-    r = claim.resolution
-    if row["p_adjusted"] <= alpha and low > 0 and effect >= r:
-        return "holds", "the permutation test and the interval agree, beyond the resolution"
-    if row["p_adjusted"] <= alpha and high < 0 and effect <= -r:
-        return "contradicted", "the permutation test and the interval agree on the opposite, beyond the resolution"
-    if -r < low and high < r:
-        return "not supported", "the interval lies within ± the resolution: no difference that counts"
-    if row["p_adjusted"] <= alpha:
-        return "undecided", "the tests disagree: the permutation test finds a difference, the interval includes 0"
-    return "undecided", "the interval includes 0 and reaches past the resolution: more runs needed"
 
 
 def _every_row(claim: AcrossClaim, within: pd.DataFrame) -> dict[str, object]:
@@ -253,28 +226,44 @@ def across_table(
     """One row per across claim (ACROSS_COLUMNS), the claims one Holm family.
 
     Args:
-        measures: per-run measures of every shape (`run_measures` with a `shape` column).
+        measures: per-run measures of every shape (`run_measures` with `shape` and `seed` columns).
         within: every shape's claims table (`verdicts.verdict_table`) with a `shape` column.
     """
     alpha = 1 - confidence
-    rows = [
-        {"claim": c.name, "statement": c.statement, "kind": c.kind, "resolution": c.resolution}
-        | (_every_row(c, within) if c.kind == "every" else _between_row(c, measures))
-        for c in claims
-    ]
-    raw = np.array([row["p_value"] for row in rows], dtype=float)
-    adjusted, level = adjust(raw, "holm"), levels(raw, "holm", alpha)
-    for claim, row, p_adjusted, claim_level in zip(claims, rows, adjusted, level, strict=True):
-        row["p_adjusted"], row["ci_level"] = p_adjusted, 1 - claim_level
-        if claim.kind == "every":
-            shapes_hold = row.pop("shape_verdict")
-            row["verdict"] = shapes_hold
-            if shapes_hold in ("holds", "contradicted") and not p_adjusted <= alpha:
-                row["verdict"] = "undecided"
-                row["why"] += f"; but its p, adjusted over the study's claims, is {p_adjusted:.3g} > {alpha:g}"
+    between = [c for c in claims if c.kind == "between"]
+    every = {c.name: _every_row(c, within) for c in claims if c.kind == "every"}
+    every_p = [float(row["p_value"]) for row in every.values()]
+    if between:
+        paired = [paired_measures(c, measures) for c in between]
+        datas = [
+            ClaimData(side, (other,), (c.than_shape or "",))
+            for c, (side, other, _) in zip(between, paired, strict=True)
+        ]
+        as_claims = [_as_claim(c) for c in between]
+        found = judge_family(as_claims, datas, alpha, every_p)
+        every_adjusted = adjusted_extra(as_claims, found, every_p, alpha)
+        judged_between = dict(zip([c.name for c in between], found, strict=True))
+    else:
+        every_adjusted = adjust(np.asarray(every_p, dtype=float), "holm")
+        judged_between = {}
+    every_adjusted_by = dict(zip(every, every_adjusted, strict=True))
+    rows = []
+    for claim in claims:
+        row: dict[str, object] = {
+            "claim": claim.name,
+            "statement": claim.statement,
+            "kind": claim.kind,
+            "resolution": claim.resolution,
+        }
+        if claim.kind == "between":
+            rows.append(row | _between_row(claim, measures, judged_between[claim.name], alpha))
             continue
-        side, other = row.pop("samples")
-        tested = np.isfinite(row["p_value"])
-        row["ci_low"], row["ci_high"] = independent_interval(side, other, 1 - claim_level) if tested else (np.nan,) * 2
-        row["verdict"], row["why"] = _between_verdict(claim, row, alpha)
+        own = every[claim.name]
+        p_adjusted = float(every_adjusted_by[claim.name])
+        shapes_hold = own.pop("shape_verdict")
+        row |= own | {"p_adjusted": p_adjusted, "ci_level": np.nan, "verdict": shapes_hold}
+        if shapes_hold in ("holds", "contradicted") and not p_adjusted <= alpha:
+            row["verdict"] = "undecided"
+            row["why"] = f"{row['why']}; but its p, adjusted over the study's claims, is {p_adjusted:.3g} > {alpha:g}"
+        rows.append(row)
     return pd.DataFrame(rows).reindex(columns=ACROSS_COLUMNS)

@@ -1,34 +1,53 @@
-"""The verdict rule for one claim, given its adjusted significance level.
+"""The verdict rule for one claim, given its two adjusted p-values.
 
-For a claim with resolution r, effect Δ (claimed side minus other side), its interval [lo, hi] at the claim's
-level and its adjusted p-value (`paired_tests.claim_test`, adjusted within its family):
-- "above": holds if p_adj ≤ α, lo > 0 and Δ ≥ r; contradicted if p_adj ≤ α, hi < 0 and Δ ≤ −r. "below" mirrors it.
-  Otherwise: not supported if the interval lies within ±r (no difference as large as the resolution) or if both
-  tests find an effect smaller than r; undecided if the tests disagree (one finds an effect, the other not) or if
-  the interval includes 0 and reaches past ±r (more seeds needed).
-- "equal" (r is the margin): holds if p_adj (2 × TOST) ≤ α and the interval lies within ±r; contradicted if p_adj
-  (2 × the shifted test beyond the margin) ≤ α and the interval lies wholly beyond ±r; otherwise undecided.
-- Several rivals (a pattern): an intersection–union test. The claim holds only if it holds against every rival,
-  at the claim's own level (no correction: every comparison must pass). A negative verdict against one rival
-  (contradicted, not supported) is a statement about some rival, so it must survive Bonferroni over the rivals
-  (p × R, interval at level / R); otherwise the claim is undecided. The reported rival is the worst case.
-A difference smaller than r is never a finding: identical end modes differ by float noise alone.
+Every claim's differences are resolved first (`paired_tests.resolved`: a difference within the resolution r is 0).
+Each claim then has up to two hypotheses, both in its family's adjustment (`verdicts.verdict_table`):
+- the **effect** hypothesis, whose rejection gives "holds" or "contradicted": for "above"/"below" on a mean, as many
+  seeds jump up as down (the exact sign test); on a spread, equal spreads (pair-swap test); for "equal", the mean of
+  the resolved differences lies within ±r (a shifted sign-flip test beyond the margin: rejection contradicts);
+- the **equivalence** hypothesis (mean claims only), whose rejection says the mean of the resolved differences lies
+  within ±r (TOST): "not supported" for "above"/"below", "holds" for "equal". It is only ever given from
+  MIN_EQUIVALENCE_SEEDS seeds on, the count at which the calibration (`harness.inference.calibration`) finds the
+  TOST's error at the margin within its level.
+
+With R distinct rivals (a pattern): a positive verdict needs every rival (intersection–union: the claim-level p is
+the largest of the rivals'); a negative one is a statement about some rival (union: the smallest p times R).
+
+- "above" (below mirrors it): holds if the effect p_adj ≤ α, every rival's jumps favour the claim and every
+  rival's mean resolved difference is ≥ r on the claimed side; contradicted if p_adj ≤ α against a rival whose
+  jumps go the other way, by a mean of at least r; not supported if the equivalence p_adj ≤ α; else undecided.
+- "equal": holds if the equivalence p_adj ≤ α; contradicted if the effect p_adj ≤ α; else undecided.
+A difference smaller than r is never a finding, and a Monte-Carlo p whose interval still straddles a threshold
+(`monte_carlo.MonteCarloP.determined`) never decides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from harness.inference.claims import Claim
-from harness.inference.intervals import paired_bootstrap_ci
-from harness.inference.paired_tests import ClaimTest, claim_test
+from harness.inference.monte_carlo import FIRST_BATCH, MonteCarloP
+from harness.inference.paired_tests import (
+    beyond_margin_test,
+    equivalence_test,
+    resolved,
+    resolved_pairs,
+    shift_test,
+    swap_test,
+)
 
 VERDICTS = ("holds", "not supported", "contradicted", "undecided", "untested")
 MIN_SEEDS = 20
+# "not supported" and "equal … holds" rest on a TOST; below this many seeds its error at the margin exceeds the level
+# (the calibration table, harness.inference.calibration, measures it at 20, 100 and 200 seeds).
+MIN_EQUIVALENCE_SEEDS = 100
 NEGATIVE = ("contradicted", "not supported")
+
+# A test's generator, from the names that make its stream its own: (rival index, test name) -> generator
+Streams = Callable[[int, str], np.random.Generator]
 
 
 @dataclass(frozen=True)
@@ -44,132 +63,171 @@ class ClaimData:
         """The same claim over the seed rows given (resampling whole seeds: every side moves together)."""
         return ClaimData(self.side[rows], tuple(None if o is None else o[rows] for o in self.others), self.labels)
 
+    def differences(self, index: int, resolution: float) -> np.ndarray:
+        """Resolved per-seed differences side − rival `index`."""
+        other = self.others[index]
+        return resolved(self.side if other is None else self.side - other, resolution)
+
+
+@dataclass(frozen=True)
+class RivalTest:
+    """A claim's tests against one rival: its effect (mean of the resolved differences; spread difference of the
+    resolved pairs), whether it lies on the claim's side, the effect test and the equivalence test (None: not
+    a mean claim, or not asked for)."""
+
+    effect: float
+    favours: bool
+    effect_test: MonteCarloP
+    effect_name: str
+    equivalence: MonteCarloP | None
+
 
 @dataclass(frozen=True)
 class Outcome:
-    """A claim's verdict and the comparison it reports (the worst-case rival where there are several)."""
+    """A claim's verdict, why, and the rival it reports (the one that decided, or the weakest)."""
 
     verdict: str
     why: str
     rival: int
     effect: float
-    low: float
-    high: float
-    confidence: float
     test: str
-
-
-def decide(
-    direction: str, effect: float, low: float, high: float, resolution: float, p_adjusted: float, alpha: float = 0.05
-) -> tuple[str, str]:
-    """(verdict, why) of one comparison by the module's rule; [low, high] is the interval at the claim's level."""
-    r = resolution
-    significant = bool(p_adjusted <= alpha)
-    test = f"p_adj = {p_adjusted:.2g}"
-    if direction == "equal":
-        inside = -r <= low and high <= r
-        outside = low > r or high < -r
-        if inside and significant:
-            return "holds", f"CI within ±{r:g}, {test}"
-        if outside and significant:
-            return "contradicted", f"a difference of {effect:+.3g}: CI beyond ±{r:g}, {test}"
-        if inside or outside or significant:
-            where = "within" if inside else "beyond" if outside else "across"
-            return "undecided", f"the tests disagree: CI {where} ±{r:g}, {test}"
-        return "undecided", f"CI reaches across ±{r:g}: more seeds needed"
-    sign = 1.0 if direction == "above" else -1.0
-    claimed_low, claimed_high = sorted((sign * low, sign * high))
-    if significant and claimed_low > 0 and sign * effect >= r:
-        return "holds", f"CI excludes 0 on the claimed side, {test}, |Δ| ≥ {r:g}"
-    if significant and claimed_high < 0 and sign * effect <= -r:
-        return "contradicted", f"the opposite effect: CI excludes 0 on the other side, {test}, |Δ| ≥ {r:g}"
-    if -r <= low and high <= r:
-        return "not supported", f"no difference (CI within ±{r:g})"
-    excludes = claimed_low > 0 or claimed_high < 0
-    if significant and excludes:
-        return "not supported", f"effect below the resolution ({r:g})"
-    if significant or excludes:
-        interval = "CI excludes 0" if excludes else "CI includes 0"
-        return "undecided", f"the tests disagree: {interval}, {test}"
-    return "undecided", "CI includes 0 and reaches past the resolution: more seeds needed"
+    deciding: str  # "effect" or "equivalence": whose level the reported interval is built at
 
 
 def rival_tests(
-    data: ClaimData, claim: Claim, resamples: int, rng: np.random.Generator, fast: bool = False
-) -> tuple[ClaimTest, ...]:
-    """The claim's test against each rival (`paired_tests.claim_test`; fast: for simulations)."""
-    return tuple(
-        claim_test(data.side, other, claim.statistic, claim.direction, claim.resolution, resamples, rng, fast)
-        for other in data.others
-    )
+    data: ClaimData, claim: Claim, streams: Streams, draws: int = FIRST_BATCH, equivalence: bool = True
+) -> tuple[RivalTest, ...]:
+    """The claim's tests against each rival, drawn permutation tests with `draws` draws each (`monte_carlo`);
+    equivalence: run the TOST too (mean claims)."""
+    r, tests = claim.resolution, []
+    for index, other in enumerate(data.others):
+        if claim.statistic == "std":
+            side, rival = resolved_pairs(data.side, other, r)
+            effect = float(np.std(side, ddof=1) - np.std(rival, ddof=1))
+            found = swap_test(side, rival, streams(index, "swap"), draws)
+            favours = (effect > 0) == (claim.direction == "above") and effect != 0
+            tests.append(RivalTest(effect, favours, found, "pair-swap permutation", None))
+            continue
+        differences = data.differences(index, r)
+        effect = float(np.mean(differences))
+        tost = equivalence_test(differences, r, streams(index, "tost"), draws) if equivalence else None
+        if claim.direction == "equal":
+            beyond = beyond_margin_test(differences, r, streams(index, "beyond"), draws)
+            tests.append(RivalTest(effect, abs(effect) < r, beyond, "sign-flip beyond the margin", tost))
+            continue
+        shift = shift_test(differences)
+        sign = 1.0 if claim.direction == "above" else -1.0
+        favours = sign * (shift.up - shift.down) > 0
+        tests.append(RivalTest(effect, favours, MonteCarloP.exact(shift.p), "sign test on the jumps", tost))
+    return tuple(tests)
 
 
-def claim_p(tests: Sequence[ClaimTest]) -> float:
-    """The claim's p-value over its rivals: the largest where every point estimate favours the claim (the
-    intersection–union test); else the smallest against it, times the rivals (Bonferroni over a union)."""
-    if all(t.favours for t in tests):
-        return max(t.p for t in tests)
-    return min(1.0, min(t.p for t in tests if not t.favours) * len(tests))
+def _largest(found: Sequence[MonteCarloP]) -> MonteCarloP:
+    """The largest of several p (an intersection–union test), bound by bound."""
+    worst = max(found, key=lambda f: f.p)
+    low, high = max(f.low for f in found), max(f.high for f in found)
+    return MonteCarloP(worst.p, worst.error, low, high, worst.draws, all(f.determined for f in found))
 
 
-def _compare(
-    data: ClaimData,
-    claim: Claim,
-    index: int,
-    p_adjusted: float,
-    level: float,
-    alpha: float,
-    resamples: int,
-    rng: np.random.Generator | None,
-) -> tuple[str, str, float, float, float]:
-    effect, low, high = paired_bootstrap_ci(data.side, data.others[index], claim.statistic, 1 - level, resamples, rng)
-    return (*decide(claim.direction, effect, low, high, claim.resolution, p_adjusted, alpha), effect, low, high)
+def _smallest(found: Sequence[MonteCarloP], rivals: int) -> MonteCarloP:
+    """The smallest of several p times the rivals (Bonferroni over a union), bound by bound."""
+    best = min(found, key=lambda f: f.p)
+    low, high = min(f.low for f in found), min(f.high for f in found)
+    return MonteCarloP(best.p, best.error, low, high, best.draws, all(f.determined for f in found)).scaled(rivals)
+
+
+def effect_p(claim: Claim, tests: Sequence[RivalTest]) -> MonteCarloP:
+    """The claim-level p of its effect hypothesis: the largest rival p where every rival favours the claim
+    (intersection–union; "equal": never), else the smallest p against it times the rivals (Bonferroni)."""
+    if claim.direction != "equal" and all(t.favours for t in tests):
+        return _largest([t.effect_test for t in tests])
+    return _smallest([t.effect_test for t in tests if claim.direction == "equal" or not t.favours], len(tests))
+
+
+def equivalence_p(claim: Claim, tests: Sequence[RivalTest]) -> MonteCarloP | None:
+    """The claim-level p of its equivalence hypothesis: "equal" with every rival (the largest p); "not supported"
+    against some rival (the smallest p times the rivals). None where a rival has no TOST (spread claims)."""
+    found = [t.equivalence for t in tests]
+    if any(f is None for f in found):
+        return None
+    if claim.direction == "equal":
+        return _largest(found)  # type: ignore[arg-type]
+    return _smallest(found, len(found))  # type: ignore[arg-type]
 
 
 def judge(
-    data: ClaimData,
     claim: Claim,
-    tests: Sequence[ClaimTest],
-    factor: float,
-    level: float,
+    tests: Sequence[RivalTest],
+    seeds: int,
+    effect_adjusted: float,
+    equivalence_adjusted: float,
     alpha: float,
-    resamples: int,
-    rng: np.random.Generator | None = None,
+    determined: tuple[bool, bool] = (True, True),
 ) -> Outcome:
-    """The claim's verdict by the module's rule. tests: `rival_tests`; factor: the family's adjustment as a
-    multiplier of raw p (adjusted / raw); level: the error level of its intervals (e.g. Holm's α / (m − k + 1))."""
-    rivals = len(tests)
-    found = [
-        _compare(data, claim, i, min(1.0, t.p * factor), level, alpha, resamples, rng) for i, t in enumerate(tests)
-    ]
-    verdicts = [f[0] for f in found]
+    """The claim's verdict by the module's rule from its adjusted p-values (NaN: not tested); determined: whether
+    the effect and the equivalence p are settled (no value in their Monte-Carlo intervals changes a decision)."""
+    r = claim.resolution
+    effect_found = effect_adjusted <= alpha and determined[0]
+    equivalent = equivalence_adjusted <= alpha and determined[1]
+    text = f"p_adj = {effect_adjusted:.2g}"
+    equivalence_text = f"TOST p_adj = {equivalence_adjusted:.2g}"
+    sign = -1.0 if claim.direction == "below" else 1.0
+    # the weakest rival: the largest p, and among equal p (exact tests tie often) the smallest effect the claimed way
+    weakest = max(range(len(tests)), key=lambda i: (tests[i].effect_test.p, -sign * tests[i].effect))
 
-    def outcome(index: int, verdict: str, why: str, row: tuple, confidence: float) -> Outcome:  # type: ignore[type-arg]
-        return Outcome(verdict, why, index, row[2], row[3], row[4], confidence, tests[index].name)
+    def outcome(index: int, verdict: str, why: str, deciding: str = "effect") -> Outcome:
+        test = tests[index]
+        name = "TOST sign-flip" if deciding == "equivalence" else test.effect_name
+        return Outcome(verdict, why, index, test.effect, name, deciding)
 
-    def strength(i: int) -> float:  # how far the point estimate lies on the claim's side
-        effect = found[i][2]
-        return -abs(effect) if claim.direction == "equal" else (effect if claim.direction == "above" else -effect)
-
-    if rivals == 1 or all(v == "holds" for v in verdicts):
-        weakest = max(range(rivals), key=lambda i: (tests[i].p, -strength(i)))  # the weakest win
-        return outcome(weakest, verdicts[weakest], found[weakest][1], found[weakest], 1 - level)
-    negative = [i for i in range(rivals) if verdicts[i] in NEGATIVE]
-    if negative:
-        worst = min(
-            negative,
-            key=lambda i: (
-                NEGATIVE.index(verdicts[i]),
-                -tests[i].p if verdicts[i] == "not supported" else tests[i].p,
-                strength(i),
-            ),
+    unsettled = [name for name, settled in zip(("effect", "equivalence"), determined, strict=True) if not settled]
+    note = f" (the {' and '.join(unsettled)} test's Monte-Carlo p could not be settled)" if unsettled else ""
+    if claim.direction == "equal":
+        tightest = weakest
+        if all(t.equivalence is not None for t in tests):
+            tightest = max(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
+        if equivalent and seeds >= MIN_EQUIVALENCE_SEEDS:
+            return outcome(
+                tightest, "holds", f"the mean difference lies within ±{r:g}, {equivalence_text}", "equivalence"
+            )
+        if effect_found:
+            worst = min(range(len(tests)), key=lambda i: tests[i].effect_test.p)
+            return outcome(worst, "contradicted", f"a difference beyond ±{r:g}: {tests[worst].effect:+.3g}, {text}")
+        if equivalent:
+            return outcome(
+                tightest,
+                "undecided",
+                f"within ±{r:g} ({equivalence_text}), but an equivalence needs {MIN_EQUIVALENCE_SEEDS} seeds",
+                "equivalence",
+            )
+        return outcome(tightest, "undecided", f"neither within nor beyond ±{r:g} yet: more seeds needed{note}")
+    signed = [sign * t.effect for t in tests]
+    if effect_found and all(t.favours for t in tests):
+        weakest_effect = min(range(len(tests)), key=lambda i: signed[i])
+        if signed[weakest_effect] >= r:
+            return outcome(weakest, "holds", f"seeds jump the claimed way, {text}, |Δ| ≥ {r:g}")
+        return outcome(
+            weakest_effect,
+            "undecided",
+            f"seeds jump the claimed way ({text}), but the mean difference is below the resolution ({r:g})",
         )
-        strict = _compare(
-            data, claim, worst, min(1.0, tests[worst].p * factor * rivals), level / rivals, alpha, resamples, rng
+    if effect_found:
+        against = [i for i in range(len(tests)) if not tests[i].favours]
+        worst = min(against, key=lambda i: tests[i].effect_test.p)
+        if signed[worst] <= -r:
+            return outcome(worst, "contradicted", f"seeds jump the other way, {text}, |Δ| ≥ {r:g}")
+    if equivalent:
+        closest = min(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
+        if seeds >= MIN_EQUIVALENCE_SEEDS:
+            return outcome(
+                closest, "not supported", f"no difference as large as {r:g}: {equivalence_text}", "equivalence"
+            )
+        return outcome(
+            closest,
+            "undecided",
+            f"no difference as large as {r:g} ({equivalence_text}), but that needs {MIN_EQUIVALENCE_SEEDS} seeds",
+            "equivalence",
         )
-        if strict[0] in NEGATIVE:
-            return outcome(worst, strict[0], strict[1], strict, 1 - level / rivals)
-        why = f"against {data.labels[worst]}: {verdicts[worst]} at the claim's level, not after Bonferroni (×{rivals})"
-        return outcome(worst, "undecided", why, strict, 1 - level / rivals)
-    worst = max((i for i in range(rivals) if verdicts[i] == "undecided"), key=lambda i: (tests[i].p, -strength(i)))
-    return outcome(worst, "undecided", found[worst][1], found[worst], 1 - level)
+    if effect_found:
+        return outcome(weakest, "undecided", f"the jumps and the mean disagree ({text}){note}")
+    return outcome(weakest, "undecided", f"no test decides yet: more seeds needed{note}")

@@ -15,10 +15,11 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+import scipy.optimize
 import scipy.stats
 
 TARGET = 0.8
-SIMULATED_DATASETS = 40
+SIMULATED_DATASETS = 400
 SIMULATION_RESAMPLES = 999
 RESAMPLES_PER_LEVEL = 10  # at least 10 / level resamples: the tail a test at that level reads is 10 draws deep
 LADDER_RATIO = math.sqrt(2)
@@ -40,20 +41,37 @@ def simulation_resamples(level: float) -> int:
     return max(SIMULATION_RESAMPLES, math.ceil(RESAMPLES_PER_LEVEL / level))
 
 
-def decided_share(rule: Rule, observed: int, n: int, datasets: int, rng: np.random.Generator) -> float:
-    """Share of `datasets` resampled datasets of n seeds (rows drawn from 0..observed−1) that `rule` decides."""
-    return float(np.mean([rule(rng.integers(0, observed, size=n), rng) for _ in range(datasets)]))
+def decided_share(rule: Rule, observed: int, n: int, datasets: int, seed: int, longest: int) -> float:
+    """Share of `datasets` resampled datasets of n seeds (rows drawn from 0..observed−1) that `rule` decides.
+
+    Dataset k of every rung comes from the same generator (seeded with `seed` and k): its first n rows are the
+    first n of `longest` draws, so a larger rung extends the smaller one's datasets (common random numbers). The
+    decided share then climbs smoothly with n and the crossing is estimated from differences, not from noise."""
+    decided = []
+    for dataset in range(datasets):
+        rng = np.random.default_rng([seed, dataset])
+        rows = rng.integers(0, observed, size=longest)[:n]
+        decided.append(rule(rows, rng))
+    return float(np.mean(decided))
 
 
 def _crossing(ns: list[int], shares: list[float], datasets: int) -> float:
-    """n at which a logistic fit of shares against log n reaches TARGET; linear interpolation where it fails."""
-    clipped = np.clip(shares, 0.5 / datasets, 1 - 0.5 / datasets)
-    x, y = np.log(ns), np.log(clipped / (1 - clipped))
+    """n at which a logistic curve in log n, fit to the rungs' decided counts by maximum likelihood (binomial),
+    reaches TARGET; linear interpolation between the rungs around TARGET where the fit fails (no slope upwards)."""
+    x = np.log(ns)
+    decided = np.round(np.asarray(shares) * datasets)
+    center = float(np.mean(x))
+
+    def negative_log_likelihood(parameters: np.ndarray) -> float:
+        logits = parameters[0] + parameters[1] * (x - center)
+        return float(np.sum(datasets * np.logaddexp(0, logits) - decided * logits))
+
     informative = (np.asarray(shares) > 0) & (np.asarray(shares) < 1)
-    if informative.sum() >= 2:
-        slope, intercept = np.polyfit(x, y, 1)
-        if slope > 0:
-            return float(np.exp((math.log(TARGET / (1 - TARGET)) - intercept) / slope))
+    if informative.sum() >= 1 and len(ns) >= 2:
+        fit = scipy.optimize.minimize(negative_log_likelihood, np.array([0.0, 1.0]), method="Nelder-Mead")
+        intercept, slope = fit.x
+        if fit.success and slope > 0:
+            return float(np.exp(center + (math.log(TARGET / (1 - TARGET)) - intercept) / slope))
     above = next(i for i, share in enumerate(shares) if share >= TARGET)
     if above == 0:
         return float(ns[0])
@@ -74,22 +92,27 @@ def out_of_reach(share: float, growth: float) -> bool:
 
 
 def seeds_needed(
-    rule: Rule, observed: int, datasets: int = SIMULATED_DATASETS, top: int = LADDER_TOP, single_test: bool = True
+    rule: Rule,
+    observed: int,
+    datasets: int = SIMULATED_DATASETS,
+    top: int = LADDER_TOP,
+    single_test: bool = True,
+    seed: int = SEEDS_NEEDED_SEED,
 ) -> float:
     """Seeds at which `rule` (a resampled set of seed rows, a generator → decided?) decides with chance TARGET;
     inf where even `top` × the observed seeds do not. Rounded up to a whole seed, never below the observed count.
     single_test: the rule is one test (not an intersection over rivals, whose chance of deciding climbs far more
     steeply than one test's): only then may the ladder stop early, and only within its top two rungs' reach."""
-    rng = np.random.default_rng(SEEDS_NEEDED_SEED)
     ns: list[int] = []
+    longest = math.ceil(top * observed + 1e-9)
     shares: list[float] = []
     n = float(observed)
     while n <= top * observed + 1e-9:
         ns.append(math.ceil(n))
-        shares.append(decided_share(rule, observed, ns[-1], datasets, rng))
+        shares.append(decided_share(rule, observed, ns[-1], datasets, seed, longest))
         first = next((i for i, share in enumerate(shares) if share >= TARGET), None)
         if first is not None and (len(shares) - first >= 2 or shares[-1] == 1.0):
-            keep = slice(max(0, first - 2), len(shares))  # the rungs around the crossing: the curve is local
+            keep = slice(max(0, first - 2), first + 2)  # two rungs either side of the crossing: the curve is local
             return float(max(observed, math.ceil(_crossing(ns[keep], shares[keep], datasets))))
         growth = top * observed / ns[-1]
         if single_test and first is None and growth <= 4 + 1e-9 and out_of_reach(shares[-1], growth):

@@ -1,29 +1,46 @@
 """Test claims (`harness.inference.claims`) against a metrics table: effect, interval, tests, verdict.
 
-Every claim compares a side with one or more others, paired by seed (`rule.judge` states the verdict rule). A
-condition file's claims form one family by default (a claim may name its own `family`); within a family the
-claims' p-values are adjusted (Holm by default, Benjamini–Hochberg as an option: `multiplicity`), and each claim's
-interval is built at the level its adjusted test uses, so that interval and test agree as far as they can. With
-fewer than MIN_SEEDS paired seeds a claim is "untested" (effect, interval and tests still shown from 2 seeds on).
-An undecided claim gets an estimate of the seeds that would decide it (`seeds_needed`).
+Every claim compares a side with one or more others, paired by seed (`rule` states the verdict rule and its
+tests). A condition file's claims form one family by default (a claim may name its own `family`); within a family
+the p-values of every claim's hypotheses (its effect test and, for a mean, its equivalence test) are adjusted
+together (Holm by default, Benjamini–Hochberg as an option: `multiplicity`). Each claim's interval is the BCa
+interval of its resolved differences at the level of the hypothesis that decided it (Holm's step for its rank).
+A run whose value is not finite is left out of the claim and counted (`seeds_excluded`); with fewer than MIN_SEEDS
+paired seeds left a claim is "untested" (effect, interval and tests still shown from 2 seeds on). Permutation
+p-values are drawn until no threshold of the family can flip (`monte_carlo`), from one stream per claim and rival;
+`p_error` is the Monte-Carlo standard error of p_value (0: exact). An undecided claim gets an estimate of the seeds
+that would decide it (`seeds_needed`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import scipy.stats
 
 from harness.inference.claims import Claim
-from harness.inference.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, paired_bootstrap_ci, share_interval
+from harness.inference.intervals import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci, share_interval
+from harness.inference.monte_carlo import FIRST_BATCH, GROWTH, MAX_DRAWS, MonteCarloP, claim_generator
 from harness.inference.multiplicity import ADJUSTMENT_NAMES, adjust, levels
-from harness.inference.paired_tests import PERMUTATIONS, mode_counts
-from harness.inference.rule import MIN_SEEDS, VERDICTS, ClaimData, claim_p, decide, judge, rival_tests
+from harness.inference.paired_tests import mode_counts, resolved, resolved_pairs
+from harness.inference.rule import (
+    MIN_EQUIVALENCE_SEEDS,
+    MIN_SEEDS,
+    VERDICTS,
+    ClaimData,
+    Outcome,
+    RivalTest,
+    effect_p,
+    equivalence_p,
+    judge,
+    rival_tests,
+)
 from harness.inference.seeds_needed import seeds_needed, simulation_resamples
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "MIN_SEEDS", "VERDICTS", "claim_verdict", "decide", "paired_bootstrap_ci"]
+__all__ = ["BOOTSTRAP_RESAMPLES", "MIN_SEEDS", "VERDICTS", "claim_verdict", "paired_bootstrap_ci"]
 
 DEFAULT_FAMILY = "condition file"
 
@@ -35,6 +52,7 @@ VERDICT_COLUMNS = [
     "other_side",
     "statistic",
     "seeds",
+    "seeds_excluded",
     "side_mean",
     "other_mean",
     "side_iqm",
@@ -49,9 +67,12 @@ VERDICT_COLUMNS = [
     "exact_p",
     "test",
     "p_value",
+    "p_error",
     "family",
     "adjustment",
     "p_adjusted",
+    "equivalence_p",
+    "equivalence_p_adjusted",
     "p_improvement",
     "p_improvement_low",
     "p_improvement_high",
@@ -78,8 +99,9 @@ def _interquartile_mean(values: np.ndarray) -> float:
     return float(scipy.stats.trim_mean(values, 0.25)) if len(values) else np.nan
 
 
-def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str, int]:
-    """(data, side label, other label, iteration) of a claim: its sides over the seeds every side shares.
+def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str, int, int]:
+    """(data, side label, other label, iteration, excluded) of a claim: its sides over the seeds every side shares
+    with a finite value on every side; excluded counts the shared seeds left out for a non-finite value.
 
     Rivals (the conditions a pattern names) whose per-seed values are identical are one rival, labelled with all
     their names. A comparison with a fixed value has one other side, None, and the side's values minus the value.
@@ -89,14 +111,19 @@ def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str
     side = _values(metrics, claim.metric, claim.condition, iteration)
     side_label = f"{claim.condition} @ {iteration}"
     if claim.than_value is not None:
-        data = ClaimData(side.to_numpy() - claim.than_value, (None,), (f"the value {claim.than_value:g}",))
-        return data, side_label, f"the value {claim.than_value:g}", iteration
+        finite = np.isfinite(side.to_numpy())
+        data = ClaimData(side.to_numpy()[finite] - claim.than_value, (None,), (f"the value {claim.than_value:g}",))
+        return data, side_label, f"the value {claim.than_value:g}", iteration, int(np.sum(~finite))
     other_iteration = _resolve(claim.than_iteration if claim.than_iteration is not None else iteration, last)
     names = claim.other_conditions(list(dict.fromkeys(metrics["condition"])))
     others = {name: _values(metrics, claim.metric, name, other_iteration) for name in names}
     seeds = side.index
     for values in others.values():
         seeds = seeds.intersection(values.index)  # paired: only seeds every side has
+    finite = np.isfinite(side[seeds].to_numpy())
+    for values in others.values():
+        finite &= np.isfinite(values[seeds].to_numpy())
+    excluded, seeds = int(np.sum(~finite)), seeds[finite]
     groups: dict[bytes, tuple[np.ndarray, list[str]]] = {}
     for name, values in others.items():
         array = values[seeds].to_numpy()
@@ -106,7 +133,7 @@ def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str
         for _, named in groups.values()
     )
     data = ClaimData(side[seeds].to_numpy(), tuple(array for array, _ in groups.values()), labels)
-    return data, side_label, labels[0], iteration
+    return data, side_label, labels[0], iteration, excluded
 
 
 def _improvement_scores(claim: Claim, differences: np.ndarray) -> np.ndarray:
@@ -123,66 +150,231 @@ def _family(claim: Claim) -> str:
     return claim.family or DEFAULT_FAMILY
 
 
+def _streams(claim: Claim, labels: Sequence[str]):  # noqa: ANN202
+    return lambda index, test: claim_generator(claim.name, labels[index], test)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A claim judged within its family: its verdict, the claim-level p of its effect and equivalence hypotheses
+    (raw and adjusted; NaN where it has none or is untested) and the levels of their Holm steps."""
+
+    outcome: Outcome
+    effect: MonteCarloP
+    equivalence: MonteCarloP | None
+    adjusted: float
+    adjusted_equivalence: float
+    level: float
+    equivalence_level: float
+    tested: bool
+
+    def factors(self) -> tuple[float, float]:
+        """The family's adjustment of each hypothesis as a multiplier of its raw p (1 where nothing to adjust)."""
+
+        def ratio(adjusted: float, raw: float) -> float:
+            return adjusted / raw if raw > 0 and np.isfinite(adjusted) else 1.0
+
+        equivalence = np.nan if self.equivalence is None else self.equivalence.p
+        return ratio(self.adjusted, self.effect.p), ratio(self.adjusted_equivalence, equivalence)
+
+
+def _adjusted(
+    claims: Sequence[Claim],
+    tested: np.ndarray,
+    effect: np.ndarray,
+    equivalence: np.ndarray,
+    alpha: float,
+    extra: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(effect p, equivalence p, effect level, equivalence level, extra p) adjusted within each family, where a
+    mean claim brings two hypotheses and a spread claim one; untested claims are left out (NaN). extra: p-values of
+    hypotheses judged elsewhere that join the first claim's family."""
+    extra = np.zeros(0) if extra is None else np.asarray(extra, dtype=float)
+    adjusted_extra = np.full(len(extra), np.nan)
+    families = [_family(c) for c in claims]
+    adjusted, adjusted_equivalence = np.full(len(claims), np.nan), np.full(len(claims), np.nan)
+    level, equivalence_level = np.full(len(claims), alpha), np.full(len(claims), alpha)
+    for family in dict.fromkeys(families):
+        members = np.array([f == family for f in families])
+        methods = {c.adjustment for c, member in zip(claims, members, strict=True) if member}
+        if len(methods) > 1:
+            raise ValueError(f"claims of family {family!r} ask for different adjustments: {sorted(methods)}")
+        method = methods.pop()
+        own = tested[members]
+        joined = extra if family == families[0] else np.zeros(0)
+        p = np.concatenate(
+            [np.where(own, effect[members], np.nan), np.where(own, equivalence[members], np.nan), joined]
+        )
+        both, both_levels = adjust(p, method), levels(p, method, alpha)
+        count = int(members.sum())
+        adjusted[members], adjusted_equivalence[members] = both[:count], both[count : 2 * count]
+        level[members], equivalence_level[members] = both_levels[:count], both_levels[count : 2 * count]
+        if len(joined):
+            adjusted_extra = both[2 * count :]
+    return adjusted, adjusted_equivalence, level, equivalence_level, adjusted_extra
+
+
+def _bounds(found: Sequence[MonteCarloP | None], bound: str) -> np.ndarray:
+    return np.array([np.nan if f is None else getattr(f, bound) for f in found], dtype=float)
+
+
+def adjusted_extra(
+    claims: Sequence[Claim], found: Sequence[Judged], extra: Sequence[float], alpha: float
+) -> np.ndarray:
+    """The adjusted p-values of `extra` hypotheses in the family of `judge_family`'s result `found`."""
+    tested = np.array([j.tested for j in found], dtype=bool)
+    effect = np.array([j.effect.p for j in found])
+    equivalence = np.array([np.nan if j.equivalence is None else j.equivalence.p for j in found])
+    return _adjusted(claims, tested, effect, equivalence, alpha, np.asarray(extra, dtype=float))[-1]
+
+
+def judge_family(
+    claims: Sequence[Claim], datas: Sequence[ClaimData], alpha: float, extra: Sequence[float] = ()
+) -> list[Judged]:
+    """Every claim judged by the rule, the p-values of each family's hypotheses (a mean claim's effect and
+    equivalence tests, a spread claim's effect test) adjusted together; claims with fewer than MIN_SEEDS seeds are
+    left out of their family (their verdict is the table's "untested").
+
+    Drawn p-values are refined until no decision depends on their Monte-Carlo error (`monte_carlo`): the family is
+    adjusted with every p at its interval's low end and at its high end, and the claims whose decisions differ are
+    drawn again with GROWTH times the draws, up to MAX_DRAWS. Raises ValueError where one family's claims ask for
+    different adjustments. extra: p-values of hypotheses judged elsewhere that join the first claim's family (their
+    adjusted values: `adjusted_extra`)."""
+    tested = np.array([len(data.side) >= MIN_SEEDS for data in datas])
+    extra_p = np.asarray(extra, dtype=float)
+    draws = [FIRST_BATCH] * len(claims)
+
+    def tests_of(index: int) -> tuple[RivalTest, ...]:
+        claim, data = claims[index], datas[index]
+        return rival_tests(data, claim, _streams(claim, data.labels), draws[index])
+
+    tests = [tests_of(index) for index in range(len(claims))]
+    while True:
+        effect = [effect_p(claim, found) for claim, found in zip(claims, tests, strict=True)]
+        equivalence = [equivalence_p(claim, found) for claim, found in zip(claims, tests, strict=True)]
+        decisions = []
+        for bound in ("low", "high"):
+            adjusted_effect, adjusted_equivalence, *_ = _adjusted(
+                claims, tested, _bounds(effect, bound), _bounds(equivalence, bound), alpha, extra_p
+            )
+            decisions.append((adjusted_effect <= alpha, adjusted_equivalence <= alpha))
+        unsettled_effect = decisions[0][0] != decisions[1][0]
+        unsettled_equivalence = decisions[0][1] != decisions[1][1]
+        open_claims = [i for i in np.flatnonzero(unsettled_effect | unsettled_equivalence) if draws[i] < MAX_DRAWS]
+        if not open_claims:
+            break
+        for index in open_claims:
+            draws[index] = min(MAX_DRAWS, draws[index] * GROWTH)
+            tests[index] = tests_of(index)
+    effect = [f.unsettled() if unsettled_effect[i] else f for i, f in enumerate(effect)]
+    equivalence = [
+        f.unsettled() if f is not None and unsettled_equivalence[i] else f for i, f in enumerate(equivalence)
+    ]
+    adjusted, adjusted_equivalence, level, equivalence_level, _ = _adjusted(
+        claims, tested, _bounds(effect, "p"), _bounds(equivalence, "p"), alpha, extra_p
+    )
+    judged_claims = []
+    for index, (claim, data) in enumerate(zip(claims, datas, strict=True)):
+        found = equivalence[index]
+        determined = (effect[index].determined, True if found is None else found.determined)
+        effect_adjusted = adjusted[index] if tested[index] else effect[index].p
+        equivalence_adjusted = adjusted_equivalence[index] if tested[index] else _bounds([found], "p")[0]
+        outcome = judge(claim, tests[index], len(data.side), effect_adjusted, equivalence_adjusted, alpha, determined)
+        judged_claims.append(
+            Judged(
+                outcome,
+                effect[index],
+                found,
+                adjusted[index],
+                adjusted_equivalence[index],
+                level[index],
+                equivalence_level[index],
+                bool(tested[index]),
+            )
+        )
+    return judged_claims
+
+
 def verdict_table(
     metrics: pd.DataFrame, claims: Sequence[Claim], confidence: float = 0.95, estimate_seeds: bool = True
 ) -> pd.DataFrame:
     """The verdicts table: one row per claim, in the given order (columns VERDICT_COLUMNS).
 
-    effect, ci_low, ci_high: Δ and its BCa interval at confidence ci_level (the claim's adjusted level), against
-    other_side (the worst-case rival of a pattern). seeds_up / seeds_down: seeds whose Δ exceeds ± the resolution
-    (spread: escapes from the dominant end mode), exact_test and exact_p the exact test on them. test: which
-    permutation test gave p_value; p_adjusted: p_value adjusted within family by adjustment (NaN where untested).
-    p_improvement with p_improvement_low/high: P(better) and its 95% interval. seeds_needed: for undecided
-    claims, the seeds that would decide them with chance 0.8 (inf: more than the ladder's top), NaN otherwise.
+    effect, ci_low, ci_high: the mean of the resolved differences (a spread: the difference of the resolved pairs'
+    spreads) and its BCa interval at confidence ci_level, against other_side (the rival that decided, or the
+    weakest). seeds_up / seeds_down: seeds whose difference exceeds ± the resolution (spread: escapes from the
+    dominant end mode), exact_test and exact_p the exact test on them. p_value: the effect test's p (test names it)
+    with its Monte-Carlo error p_error; equivalence_p: the TOST's (mean claims); both adjusted within the family by
+    `adjustment` (NaN where untested). p_improvement with p_improvement_low/high: P(better) and its 95% interval.
+    seeds_needed: for undecided claims, the seeds that would decide them with chance 0.8 (inf: more than the
+    ladder's top), NaN otherwise.
 
     α = 1 − confidence is each family's error rate. estimate_seeds: give undecided claims a seeds_needed (the
     costly part); NaN otherwise. Raises ValueError where one family's claims ask for different adjustments.
     """
     alpha = 1 - confidence
     prepared = [claim_data(metrics, claim) for claim in claims]
-    tests = [
-        rival_tests(data, claim, PERMUTATIONS, np.random.default_rng(BOOTSTRAP_SEED))
-        for claim, (data, *_) in zip(claims, prepared, strict=True)
-    ]
-    raw = np.array([claim_p(found) for found in tests])
-    tested = np.array([len(data.side) >= MIN_SEEDS for data, *_ in prepared])
-    adjusted, level = np.full(len(claims), np.nan), np.full(len(claims), alpha)
-    for family in dict.fromkeys(_family(c) for c in claims):
-        members = np.array([_family(c) == family for c in claims])
-        methods = {c.adjustment for c, member in zip(claims, members, strict=True) if member}
-        if len(methods) > 1:
-            raise ValueError(f"claims of family {family!r} ask for different adjustments: {sorted(methods)}")
-        method = methods.pop()
-        p = np.where(tested[members], raw[members], np.nan)  # untested claims are left out of the family
-        adjusted[members], level[members] = adjust(p, method), levels(p, method, alpha)
+    found = judge_family(claims, [data for data, *_ in prepared], alpha)
     rows = []
-    for index, claim in enumerate(claims):
-        data, side_label, _, _ = prepared[index]
-        adjusted_p = adjusted[index] if tested[index] else raw[index]
-        factor = adjusted_p / raw[index] if raw[index] > 0 else 1.0  # the adjustment, applied to every rival
-        outcome = judge(data, claim, tests[index], factor, level[index], alpha, BOOTSTRAP_RESAMPLES)
+    for claim, (data, side_label, _, _, excluded), judged_claim in zip(claims, prepared, found, strict=True):
+        outcome = judged_claim.outcome
+        equivalence = judged_claim.equivalence
+        level = judged_claim.equivalence_level if outcome.deciding == "equivalence" else judged_claim.level
         rows.append(
-            _row(claim, data, side_label, outcome, raw[index], adjusted[index], level[index], tested[index], alpha)
+            _row(claim, data, side_label, outcome, judged_claim.tested, alpha, level, excluded)
+            | {
+                "p_value": judged_claim.effect.p,
+                "p_error": judged_claim.effect.error,
+                "p_adjusted": judged_claim.adjusted,
+                "equivalence_p": np.nan if equivalence is None else equivalence.p,
+                "equivalence_p_adjusted": judged_claim.adjusted_equivalence,
+            }
         )
         if rows[-1]["verdict"] == "undecided" and estimate_seeds:
-            rows[-1]["seeds_needed"] = _seeds_needed(data, claim, factor, level[index], alpha)
+            rows[-1]["seeds_needed"] = _seeds_needed(data, claim, judged_claim.factors(), level, alpha)
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
-def _seeds_needed(data: ClaimData, claim: Claim, factor: float, level: float, alpha: float) -> float:
-    """seeds_needed through `judge` at the claim's current level and adjustment, with fewer resamples."""
-    resamples = simulation_resamples(level)
+def judged(
+    data: ClaimData,
+    claim: Claim,
+    factors: tuple[float, float],
+    alpha: float,
+    streams,  # noqa: ANN001
+    draws: int = FIRST_BATCH,
+) -> Outcome:
+    """One claim judged on its own with its family's adjustment held fixed (factors: adjusted / raw p of its effect
+    and equivalence hypotheses): what the seeds-needed estimate runs on resampled data. The TOST runs only where it
+    can still change the verdict: from MIN_EQUIVALENCE_SEEDS seeds on, and for "above"/"below" only where the effect
+    test leaves the claim open."""
+    can_equal = claim.statistic == "mean" and len(data.side) >= MIN_EQUIVALENCE_SEEDS
+    found = rival_tests(data, claim, streams, draws, equivalence=can_equal and claim.direction == "equal")
+    first = effect_p(claim, found)
+    adjusted_effect = min(1.0, first.p * factors[0])
+    second = equivalence_p(claim, found)
+    if second is None and can_equal:
+        outcome = judge(claim, found, len(data.side), adjusted_effect, np.nan, alpha, (first.determined, True))
+        if outcome.verdict != "undecided":
+            return outcome
+        found = rival_tests(data, claim, streams, draws, equivalence=True)
+        second = equivalence_p(claim, found)
+    adjusted_equivalence = np.nan if second is None else min(1.0, second.p * factors[1])
+    determined = (first.determined, True if second is None else second.determined)
+    return judge(claim, found, len(data.side), adjusted_effect, adjusted_equivalence, alpha, determined)
+
+
+def _seeds_needed(data: ClaimData, claim: Claim, factors: tuple[float, float], level: float, alpha: float) -> float:
+    """seeds_needed through the rule at the claim's current adjustment, with a fixed number of resamples."""
+    draws = simulation_resamples(level)
 
     def decided(rows: np.ndarray, rng: np.random.Generator) -> bool:
-        resampled = data.take(rows)
-        found = rival_tests(resampled, claim, resamples, rng, fast=True)
-        outcome = judge(resampled, claim, found, factor, level, alpha, resamples, rng)
+        outcome = judged(data.take(rows), claim, factors, alpha, lambda *_: rng, draws)
         return outcome.verdict != "undecided"
 
     return seeds_needed(decided, len(data.side), single_test=len(data.others) == 1)
 
 
-def _row(claim, data, side_label, outcome, raw_p, adjusted_p, level, tested, alpha) -> dict[str, object]:  # noqa: ANN001
+def _row(claim, data, side_label, outcome, tested, alpha, level, excluded) -> dict[str, object]:  # noqa: ANN001
     rival = outcome.rival
     other = data.others[rival]
     side_values = data.side + (claim.than_value or 0.0) if other is None else data.side
@@ -194,11 +386,18 @@ def _row(claim, data, side_label, outcome, raw_p, adjusted_p, level, tested, alp
         if claim.statistic == "mean"
         else (np.nan,) * 3
     )
+    rng = claim_generator(claim.name, data.labels[rival], "interval")
+    if claim.statistic == "std":
+        interval = paired_bootstrap_ci(*resolved_pairs(data.side, other, claim.resolution), "std", 1 - level, rng=rng)
+    else:
+        interval = paired_bootstrap_ci(resolved(differences, claim.resolution), None, "mean", 1 - level, rng=rng)
     rivals = len(data.others)
     other_label = data.labels[rival] + (f" (worst of {rivals} distinct rivals)" if rivals > 1 else "")
     verdict, why = outcome.verdict, outcome.why
     if not tested:
         verdict, why = "untested", f"too few seeds ({len(data.side)} < {MIN_SEEDS}) for a verdict"
+    if excluded:
+        why += f"; {excluded} run{'s' if excluded > 1 else ''} with a non-finite value left out"
     return {
         "claim": claim.name,
         "statement": claim.statement,
@@ -207,23 +406,22 @@ def _row(claim, data, side_label, outcome, raw_p, adjusted_p, level, tested, alp
         "other_side": other_label,
         "statistic": claim.statistic,
         "seeds": len(data.side),
+        "seeds_excluded": excluded,
         "side_mean": float(np.mean(side_values)) if len(side_values) else np.nan,
         "other_mean": float(np.mean(other_values)) if len(other_values) else np.nan,
         "side_iqm": _interquartile_mean(side_values),
         "other_iqm": _interquartile_mean(other_values),
-        "effect": outcome.effect,
-        "ci_low": outcome.low,
-        "ci_high": outcome.high,
-        "ci_level": outcome.confidence,
+        "effect": interval[0],
+        "ci_low": interval[1],
+        "ci_high": interval[2],
+        "ci_level": 1 - level,
         "seeds_up": up,
         "seeds_down": down,
         "exact_test": exact,
         "exact_p": exact_p,
         "test": outcome.test + (f", intersection–union over {rivals} rivals" if rivals > 1 else ""),
-        "p_value": raw_p,
         "family": _family(claim),
         "adjustment": ADJUSTMENT_NAMES[claim.adjustment] if tested else "none (untested)",
-        "p_adjusted": adjusted_p if tested else np.nan,
         "p_improvement": share[0],
         "p_improvement_low": share[1],
         "p_improvement_high": share[2],

@@ -16,8 +16,8 @@ from harness.common.run_files import CLAIMS_FILE
 from harness.common.wording import plural
 from harness.inference.claims import Claim
 from harness.inference.intervals import BOOTSTRAP_RESAMPLES, COVERAGE
-from harness.inference.paired_tests import PERMUTATIONS
-from harness.inference.seeds_needed import LADDER_TOP, SIMULATED_DATASETS, SIMULATION_RESAMPLES, TARGET
+from harness.inference.rule import MIN_EQUIVALENCE_SEEDS
+from harness.inference.seeds_needed import LADDER_TOP, SIMULATED_DATASETS, TARGET
 from harness.inference.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
@@ -38,31 +38,37 @@ def verdict_rule(verdicts: pd.DataFrame, confidence: float = 0.95) -> str:
     return (
         "Δ is the claimed side minus the other side: a mean of seed-paired differences (or of the difference from a "
         "fixed value), or for *spread* claims the difference of standard deviations over seeds. Per-seed differences "
-        "are mostly ties (identical end modes, float noise) and a few jumps between end modes, so *Seeds ↑/↓* counts "
-        "the seeds that differ by more than the resolution each way, with an exact test on them: the sign test for a "
-        "mean, McNemar's exact test on escapes from the dominant end mode for a spread. The p-value a verdict uses is "
-        f"a permutation test over seeds (scipy.stats.permutation_test, {PERMUTATIONS:,} resamples): random sign flips "
-        "of the paired differences for a mean, swaps within seed pairs for a spread; for *equal* claims two one-sided "
-        "sign-flip tests shifted by the margin (TOST), doubled so that each side is tested at α/2. A condition file's "
-        f"claims are one family (unless a claim names another), their p-values adjusted together ({adjusted}; "
-        f"*p (adj.)* shows both). Each claim's CI is {MEAN_CI} at the level of its adjusted test (Holm: "
-        f"1 − {alpha}/(m − k + 1) for the claim of rank k of m, the *level* shown), so interval and test agree as far "
-        f"as they can. {COVERAGE} A claim **holds** when its adjusted p ≤ {alpha} and its CI excludes 0 on the "
-        "claimed side with |Δ| at least the resolution (*equal*: the CI lies within ± the margin); it is "
-        "**contradicted** when the same is true on the opposite side (*equal*: the CI lies wholly beyond ± the "
-        "margin); it is **not supported** when the CI lies within ± the resolution (no effect as large as claimed) "
-        "or both tests find an effect smaller than it; otherwise it is **undecided**: the interval and the "
-        "permutation test disagree, or more seeds are needed. *Seeds needed* estimates how many would decide an "
-        f"undecided claim with {TARGET:.0%} probability: the observed seeds resampled with replacement at "
-        f"1–{LADDER_TOP}× their number (a √2 ladder, {SIMULATED_DATASETS} datasets a step, {SIMULATION_RESAMPLES} "
-        "resamples inside) through this rule at the claim's level, a logistic curve fit to the share decided; "
-        f'"> N" when even {LADDER_TOP}× the seeds would not. A claim against several conditions (a pattern) must '
-        "hold against every one of them (an intersection–union test, identical conditions counted once; a negative "
-        "verdict against one must survive Bonferroni over them); the row shows the worst case. With fewer than "
-        f"{MIN_SEEDS} seeds a claim is **untested**: no verdict, numbers shown for orientation only. P(better) is the "
-        "share of seeds on the claimed side by more than the resolution, ties counted half (*equal*: the share within "
-        f"the margin), with a {confidence:.0%} interval: exact (Clopper–Pearson) for a plain share, a BCa bootstrap "
-        "over seeds where ties count half. IQM: interquartile mean over seeds, robust to the few runs in rare modes."
+        "are mostly ties (identical end modes, float noise) and a few jumps between end modes, so a difference within "
+        "the claim's resolution counts as 0 in every test and interval, and Δ is the mean of these resolved "
+        "differences. *Seeds ↑/↓* counts the seeds that jumped each way, with an exact test on them: the sign test for "
+        "a mean, McNemar's exact test on escapes from the dominant end mode for a spread. A mean claim (*above*, "
+        "*below*) is a claim about the jumps: its p-value is that exact sign test (a permutation test of the mean "
+        "would assume symmetric jumps, and end-mode jumps are not), and a verdict also needs |Δ| at least the "
+        "resolution. A spread claim's p-value is a permutation test swapping the two values within seed pairs. No "
+        "difference as large as the resolution (*not supported*; an *equal* claim's *holds*) is a TOST: two one-sided "
+        "sign-flip tests of the resolved differences shifted by ± the resolution, doubled; it is only given from "
+        f"{MIN_EQUIVALENCE_SEEDS} seeds on, where the calibration finds its error at the margin within its level. "
+        "Permutation p-values are exact where the tied values allow, else drawn until no decision depends on the "
+        f"Monte-Carlo error (each claim its own random stream). A condition file's claims are one family (unless a "
+        f"claim names another): the p-values of every claim's hypotheses (its effect test and, for a mean, its TOST) "
+        f"are adjusted together ({adjusted}; *p (adj.)* shows both). Each claim's CI is {MEAN_CI} of the resolved "
+        f"differences at the level of the hypothesis that decided it (Holm: 1 − {alpha}/(m − k + 1) for the "
+        f"hypothesis of rank k of m, the *level* shown); it describes the effect, the tests decide. {COVERAGE} A claim "
+        f"**holds** when its adjusted p ≤ {alpha}, the seeds jump the claimed way and |Δ| reaches the resolution "
+        "(*equal*: the TOST passes); it is **contradicted** when the same is true the other way (*equal*: a shifted "
+        "test puts the mean beyond the margin); it is **not supported** when the TOST passes; otherwise it is "
+        "**undecided**. *Seeds needed* estimates how many would decide an undecided claim with "
+        f"{TARGET:.0%} probability: the observed seeds resampled with replacement at 1–{LADDER_TOP}× their number (a "
+        f"√2 ladder, {SIMULATED_DATASETS} datasets a step that extend each other, the permutation tests inside drawn "
+        "at least 10 / level times) through this rule at the claim's adjustment, a logistic curve fit to the decided "
+        f'counts; "> N" when even {LADDER_TOP}× the seeds would not. A claim against several conditions (a pattern) '
+        "must hold against every one of them (an intersection–union test, identical conditions counted once; a "
+        "negative verdict against one must survive Bonferroni over them); the row shows the one that decided. With "
+        f"fewer than {MIN_SEEDS} seeds (runs with a non-finite value left out and counted) a claim is **untested**: no "
+        "verdict, numbers shown for orientation only. P(better) is the share of seeds on the claimed side by more "
+        "than the resolution, ties counted half (*equal*: the share within the margin), with a "
+        f"{confidence:.0%} interval: exact (Clopper–Pearson) for a plain share, a BCa bootstrap over seeds where ties "
+        "count half. IQM: interquartile mean over seeds, robust to the few runs in rare modes."
     )
 
 

@@ -1,0 +1,208 @@
+"""The verdict rule calibrated by simulation: families of claims with known truth through the rule as shipped.
+
+A scenario says how a claim's two sides are drawn for n seeds and which verdicts are wrong for it. Each simulated
+family is the published grid's claims (their statistic, direction and resolution; one rival each) with data drawn
+by the scenario, judged together by `verdicts.judge_family` (the tests, the family's Holm adjustment over every
+hypothesis, the Monte-Carlo precision rule) exactly as a report judges them. What is measured per scenario and seed
+count:
+- familywise error: the share of families with at least one wrong verdict (the rule promises ≤ α = 5%);
+- per-claim error: the share of wrong verdicts of a claim, averaged over the claims and its worst claim;
+- power: the share of "holds" for the scenario's claim that carries a true effect;
+- coverage: how often the BCa interval of the mean resolved difference at 95% covers the true value.
+
+The nulls follow the review of the earlier rule: A, both sides drawn independently from the real baseline's end
+values (about 14% of seed pairs then differ by a jump); B, mean zero but skewed jumps (+0.764 with chance 3.5%,
+−0.25 with chance 10.7%, the end-mode ladder's shape); C, A with every difference moved by −0.001 (a sub-resolution
+shift on every seed, as real same-mode differences are). Under B the jumps go down more often than up while the
+mean is 0: the rule's "above"/"below" are claims about jumps, so under B "below" is true of the jumps and false of
+the mean. B's errors are counted both ways (`wrong` for the rule's reading, `wrong_mean` for the mean's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from harness.inference.claims import Claim
+from harness.inference.intervals import paired_bootstrap_ci
+from harness.inference.paired_tests import resolved
+from harness.inference.rule import ClaimData
+from harness.inference.verdicts import judge_family, judged
+
+ALPHA = 0.05
+POSITIVE = ("holds", "contradicted")
+
+# (generator, claim, seeds) -> (side, other)
+Draw = Callable[[np.random.Generator, Claim, int], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Jumps:
+    """A distribution of per-seed differences: each value with its chance, 0 (a tie) otherwise."""
+
+    values: tuple[float, ...]
+    chances: tuple[float, ...]
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        support = np.array([*self.values, 0.0])
+        chances = np.array([*self.chances, 1 - sum(self.chances)])
+        return rng.choice(support, size=n, p=chances)
+
+    def resolved_mean(self, resolution: float) -> float:
+        return float(sum(v * c for v, c in zip(self.values, self.chances, strict=True) if abs(v) > resolution))
+
+    def shift(self) -> float:
+        """P(jump up) − P(jump down)."""
+        return float(sum(np.sign(v) * c for v, c in zip(self.values, self.chances, strict=True)))
+
+
+SKEWED_NULL = Jumps((0.764, -0.25), (0.035, 0.107))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """How claims' data are drawn and judged wrong. effect_claim: the claim (by index) carrying a true effect, drawn by
+    `effect` instead of `draw` (None: a pure null)."""
+
+    name: str
+    description: str
+    draw: Draw
+    effect: Draw | None = None
+    effect_claim: int | None = None
+    mean_truth: dict[str, float] = field(default_factory=dict)  # claim name -> true mean resolved difference
+
+
+def independent_ends(baseline: np.ndarray, shift: float = 0.0) -> Draw:
+    """Both sides drawn independently from `baseline` (end values), side moved by `shift`."""
+
+    def draw(rng: np.random.Generator, claim: Claim, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.choice(baseline, size=n) + shift, rng.choice(baseline, size=n)
+
+    return draw
+
+
+def jumps_from(baseline: np.ndarray, jumps: Jumps, spread: Draw) -> Draw:
+    """Mean claims: the other side from `baseline`, the side that plus a draw of `jumps`; spread claims: `spread`."""
+
+    def draw(rng: np.random.Generator, claim: Claim, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if claim.statistic == "std":
+            return spread(rng, claim, n)
+        other = rng.choice(baseline, size=n)
+        return other + jumps.draw(rng, n), other
+
+    return draw
+
+
+def wrong_verdicts(claim: Claim, scenario: str, effect: bool) -> tuple[set[str], set[str]]:
+    """(wrong by the rule's reading, wrong for the mean) of a claim in a scenario. Nulls: a positive verdict about an
+    effect is wrong ("equal" claims: only "contradicted", the sides being equal); under B (jumps down more often,
+    mean 0) the rule's "below" is right for mean claims. A true effect on the claimed side: negative verdicts."""
+    if effect:
+        return {"contradicted", "not supported"}, {"contradicted", "not supported"}
+    if claim.direction == "equal":
+        return {"contradicted"}, {"contradicted"}
+    if scenario == "B" and claim.statistic == "mean":
+        # B's jumps (claimed side minus other) go down more often than up: "below" is true of them, "above" false
+        return {"contradicted"} if claim.direction == "below" else {"holds"}, set(POSITIVE)
+    return set(POSITIVE), set(POSITIVE)
+
+
+def _family_data(scenario: Scenario, claims: Sequence[Claim], n: int, rng: np.random.Generator) -> list[ClaimData]:
+    datas = []
+    for index, claim in enumerate(claims):
+        draw = scenario.effect if index == scenario.effect_claim and scenario.effect else scenario.draw
+        side, other = draw(rng, claim, n)
+        datas.append(ClaimData(side, (other,), ("rival",)))
+    return datas
+
+
+def family_errors(
+    scenario: Scenario, claims: Sequence[Claim], n: int, families: int, seed: int
+) -> dict[str, float | int | str]:
+    """One row of the calibration table: `families` families of n seeds judged by the rule."""
+    rng = np.random.default_rng([seed, n, sum(map(ord, scenario.name))])
+    wrong = np.zeros((families, len(claims)), dtype=bool)
+    wrong_mean = np.zeros_like(wrong)
+    holds = np.zeros(families, dtype=bool)
+    for family in range(families):
+        datas = _family_data(scenario, claims, n, rng)
+        for index, (claim, verdict) in enumerate(zip(claims, judge_family(claims, datas, ALPHA), strict=True)):
+            is_effect = index == scenario.effect_claim
+            rule_wrong, mean_wrong = wrong_verdicts(claim, scenario.name, is_effect)
+            wrong[family, index] = verdict.outcome.verdict in rule_wrong
+            wrong_mean[family, index] = verdict.outcome.verdict in mean_wrong
+            holds[family] |= is_effect and verdict.outcome.verdict == "holds"
+    per_claim = wrong.mean(axis=0)
+    return {
+        "scenario": scenario.name,
+        "seeds": n,
+        "families": families,
+        "familywise_error": float(wrong.any(axis=1).mean()),
+        "familywise_error_mean": float(wrong_mean.any(axis=1).mean()),
+        "per_claim_error": float(per_claim.mean()),
+        "worst_claim_error": float(per_claim.max()),
+        "worst_claim": claims[int(np.argmax(per_claim))].name,
+        "power": float(holds.mean()) if scenario.effect_claim is not None else np.nan,
+    }
+
+
+def margin_error(claim: Claim, jumps: Jumps, n: int, datasets: int, seed: int) -> float:
+    """The share of verdicts the truth at the margin makes wrong, for one claim alone (a family of one: its own
+    level α, the least protected case): an "equal" claim whose true mean resolved difference is exactly the margin
+    ("holds" is wrong), or an "above" claim whose true mean is exactly the resolution ("not supported" is wrong)."""
+    rng = np.random.default_rng([seed, n])
+    wrong = "holds" if claim.direction == "equal" else "not supported"
+    found = 0
+    for _ in range(datasets):
+        data = ClaimData(jumps.draw(rng, n), (None,), ("0",))
+        found += judge_family([claim], [data], ALPHA)[0].outcome.verdict == wrong
+    return found / datasets
+
+
+def tost_error(claim: Claim, jumps: Jumps, n: int, datasets: int, seed: int) -> float:
+    """The share of datasets at the margin (as `margin_error`) whose equivalence test alone rejects at α, whatever
+    the seeds: the error the minimum seed count for equivalence verdicts guards against."""
+    rng = np.random.default_rng([seed, n])
+    found = 0
+    for _ in range(datasets):
+        data = ClaimData(jumps.draw(rng, n), (None,), ("0",))
+        found += judge_family([claim], [data], ALPHA)[0].adjusted_equivalence <= ALPHA
+    return found / datasets
+
+
+def population_mean(draw: Draw, claim: Claim, size: int = 2_000_000) -> float:
+    """The mean resolved difference of a scenario's claim, from one large draw (standard error about 1e-4)."""
+    side, other = draw(np.random.default_rng(23), claim, size)
+    return float(np.mean(resolved(side - other, claim.resolution)))
+
+
+def coverage(jumps_or_draw: Draw, claim: Claim, truth: float, n: int, datasets: int, seed: int) -> float:
+    """How often the 95% BCa interval of the mean resolved difference covers its true value."""
+    rng = np.random.default_rng([seed, n, 7])
+    covered = 0
+    for _ in range(datasets):
+        side, other = jumps_or_draw(rng, claim, n)
+        differences = resolved(side - other, claim.resolution)
+        _, low, high = paired_bootstrap_ci(differences, None, "mean", 0.95, resamples=2_000, rng=rng)
+        covered += low <= truth <= high
+    return covered / datasets
+
+
+def power_at(
+    population: np.ndarray, claim: Claim, factors: tuple[float, float], n: int, datasets: int, seed: int
+) -> float:
+    """The share of datasets of n seeds resampled from `population` (differences) that the rule decides, the
+    claim's adjustment held at `factors`: what `seeds_needed` predicts to be TARGET at its estimate."""
+    rng = np.random.default_rng([seed, n, 11])
+    decided = 0
+    for _ in range(datasets):
+        data = ClaimData(rng.choice(population, size=n), (None,), ("0",))
+        decided += judged(data, claim, factors, ALPHA, lambda *_: rng).verdict != "undecided"
+    return decided / datasets
+
+
+def calibration_table(rows: Sequence[dict[str, float | int | str]]) -> pd.DataFrame:
+    return pd.DataFrame(list(rows))

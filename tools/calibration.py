@@ -1,0 +1,274 @@
+"""The verdict rule's calibration table: `python -m tools.calibration [--families N] [--out DIR]` (make calibration).
+
+Simulates nulls A, B, C and two true effects at 20, 100 and 200 seeds through the rule as shipped
+(`harness.inference.calibration`), with the real baseline's end values and the published grid's claims read from
+the committed 100-seed run, and writes into DIR (default artifacts/reference/calibration):
+- families.csv: familywise and per-claim error, power (per scenario and seed count);
+- margins.csv: the error of the equivalence verdicts when the truth sits exactly at the margin;
+- coverage.csv: the BCa interval's coverage of the mean resolved difference;
+- seeds_needed.csv: the seeds-needed estimate across generator seeds, and the power the rule has there;
+- calibration.md: all four as tables (the README's docs block is rendered from it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.grid.conditions import load_grid
+from harness.inference import calibration as cal
+from harness.inference.claims import Claim
+from harness.inference.rule import MIN_EQUIVALENCE_SEEDS, ClaimData
+from harness.inference.seeds_needed import TARGET, seeds_needed
+from harness.inference.verdicts import judged
+from harness.report.markdown import markdown_table
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "artifacts" / "reference" / "paper-100"
+OUT = ROOT / "artifacts" / "reference" / "calibration"
+SEEDS = (20, 100, 200)
+EFFECT_CLAIM = "reset-3-modestly-above"
+MODERATE = cal.Jumps((0.25, 0.5, -0.25, -0.5), (0.075, 0.075, 0.02, 0.02))
+EQUAL_AT_MARGIN = cal.Jumps((0.25, -0.25), (0.25, 0.05))  # mean 0.05: an "equal" claim's margin
+ABOVE_AT_RESOLUTION = cal.Jumps((0.25, -0.25), (0.10, 0.06))  # mean 0.01: an "above" claim's resolution
+HOLM_FIRST_STEP = 34  # a 17-claim family, two hypotheses each: Holm's first step is Bonferroni over 34
+POPULATION = 60  # seeds observed before estimating the seeds needed
+
+
+def _end_values(metrics: pd.DataFrame, condition: str, metric: str = "policy_quality") -> np.ndarray:
+    last = metrics["iteration"].max()
+    rows = metrics[(metrics["condition"] == condition) & (metrics["iteration"] == last)].sort_values("seed")
+    return rows[metric].to_numpy(np.float64)
+
+
+def scenarios(metrics: pd.DataFrame, claims: list[Claim]) -> list[cal.Scenario]:
+    baseline = _end_values(metrics, "baseline")
+    slow = _end_values(metrics, "slow-judge[judge_update_every=10]")
+    null_a = cal.independent_ends(baseline)
+    effect_at = [c.name for c in claims].index(EFFECT_CLAIM)
+
+    def empirical(differences: np.ndarray) -> cal.Draw:
+        def draw(rng: np.random.Generator, claim: Claim, n: int) -> tuple[np.ndarray, np.ndarray]:
+            other = rng.choice(baseline, size=n)
+            return other + rng.choice(differences, size=n), other
+
+        return draw
+
+    return [
+        cal.Scenario("A", "both sides drawn independently from the baseline's end values", null_a),
+        cal.Scenario(
+            "B",
+            "skewed jumps of mean 0 (+0.764 at 3.5%, −0.25 at 10.7%)",
+            cal.jumps_from(baseline, cal.SKEWED_NULL, null_a),
+        ),
+        cal.Scenario("C", "A with every difference moved by −0.001", cal.independent_ends(baseline, -0.001)),
+        cal.Scenario(
+            "moderate",
+            "A, and one claim with jumps up 15%, down 4% (±0.25, ±0.5)",
+            null_a,
+            cal.jumps_from(baseline, MODERATE, null_a),
+            effect_at,
+        ),
+        cal.Scenario(
+            "large",
+            "A, and one claim with slower judge updates' own differences from the baseline",
+            null_a,
+            empirical(slow - baseline),
+            effect_at,
+        ),
+    ]
+
+
+def margins(claims: list[Claim], datasets: int) -> pd.DataFrame:
+    equal = Claim(
+        name="equal-at-margin",
+        statement="s",
+        metric="policy_quality",
+        condition="a",
+        direction="equal",
+        than_value=0.0,
+        resolution=0.05,
+    )
+    above = Claim(
+        name="above-at-resolution",
+        statement="s",
+        metric="policy_quality",
+        condition="a",
+        direction="above",
+        than_value=0.0,
+        resolution=0.01,
+    )
+    rows = []
+    for claim, jumps in ((equal, EQUAL_AT_MARGIN), (above, ABOVE_AT_RESOLUTION)):
+        for n in SEEDS:
+            rows.append(
+                {
+                    "claim": claim.name,
+                    "margin": claim.resolution,
+                    "true_mean": jumps.resolved_mean(claim.resolution),
+                    "seeds": n,
+                    "datasets": datasets,
+                    "verdict_error": cal.margin_error(claim, jumps, n, datasets, seed=3),
+                    "tost_error": cal.tost_error(claim, jumps, n, datasets, seed=3),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def coverage(found: list[cal.Scenario], metrics: pd.DataFrame, datasets: int) -> pd.DataFrame:
+    claim = Claim(
+        name="c",
+        statement="s",
+        metric="policy_quality",
+        condition="a",
+        direction="above",
+        than_value=0.0,
+        resolution=0.01,
+    )
+    rows = []
+    for scenario in found:
+        draw = scenario.effect if scenario.effect is not None else scenario.draw
+        truth = cal.population_mean(draw, claim)
+        for n in SEEDS:
+            rows.append(
+                {
+                    "scenario": scenario.name,
+                    "seeds": n,
+                    "datasets": datasets,
+                    "true_mean": truth,
+                    "coverage": cal.coverage(draw, claim, truth, n, datasets, seed=5),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def seeds_needed_rows(found: list[cal.Scenario], datasets: int) -> pd.DataFrame:
+    claim = Claim(
+        name="c",
+        statement="s",
+        metric="policy_quality",
+        condition="a",
+        direction="above",
+        than_value=0.0,
+        resolution=0.01,
+    )
+    factors = (float(HOLM_FIRST_STEP), float(HOLM_FIRST_STEP))
+    rows = []
+    for scenario in [s for s in found if s.effect is not None]:
+        side, other = scenario.effect(np.random.default_rng(17), claim, POPULATION)
+        population = side - other
+
+        def decided(rows_: np.ndarray, rng: np.random.Generator, population: np.ndarray = population) -> bool:
+            data = ClaimData(population[rows_], (None,), ("0",))
+            return judged(data, claim, factors, cal.ALPHA, lambda *_: rng).verdict != "undecided"
+
+        estimates = [seeds_needed(decided, POPULATION, seed=seed) for seed in range(1, 6)]
+        n80 = int(np.median(estimates))
+        rows.append(
+            {
+                "scenario": scenario.name,
+                "observed": POPULATION,
+                "level": cal.ALPHA / HOLM_FIRST_STEP,
+                "seeds_needed": n80,
+                "lowest": min(estimates),
+                "highest": max(estimates),
+                "spread": (max(estimates) - min(estimates)) / 2 / n80,
+                "target": TARGET,
+                "power_there": cal.power_at(population, claim, factors, n80, datasets, seed=9),
+                "datasets": datasets,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, needed: pd.DataFrame) -> str:
+    def pct(x: float) -> str:
+        return "—" if pd.isna(x) else f"{100 * x:.1f}%"
+
+    def table(frame: pd.DataFrame, columns: dict[str, str]) -> str:
+        shown = frame[list(columns)].copy()
+        for column in shown.columns:
+            if column.endswith(("error", "error_mean", "power", "coverage", "power_there", "spread")):
+                shown[column] = shown[column].map(pct)
+        rows = [[str(value) for value in row] for row in shown.itertuples(index=False)]
+        right = [column not in ("scenario", "claim", "worst_claim") for column in shown.columns]
+        return markdown_table(list(columns.values()), rows, right).rstrip()
+
+    return "\n\n".join(
+        [
+            table(
+                families,
+                {
+                    "scenario": "Scenario",
+                    "seeds": "Seeds",
+                    "families": "Families",
+                    "familywise_error": "Familywise error",
+                    "familywise_error_mean": "… read as a mean",
+                    "per_claim_error": "Per-claim error",
+                    "worst_claim_error": "Worst claim",
+                    "power": "Power (effect claim holds)",
+                },
+            ),
+            table(
+                margin,
+                {
+                    "claim": "Truth at the margin",
+                    "seeds": "Seeds",
+                    "datasets": "Datasets",
+                    "tost_error": "TOST alone: wrong",
+                    "verdict_error": "Verdict: wrong",
+                },
+            ),
+            table(
+                cover, {"scenario": "Scenario", "seeds": "Seeds", "datasets": "Datasets", "coverage": "95% BCa covers"}
+            ),
+            table(
+                needed,
+                {
+                    "scenario": "Effect",
+                    "observed": "Observed seeds",
+                    "seeds_needed": "Seeds needed (median)",
+                    "lowest": "Lowest",
+                    "highest": "Highest",
+                    "spread": "± spread",
+                    "power_there": "Power there",
+                },
+            ),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", type=int, default=400, help="simulated families per scenario and seed count")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    metrics = pd.read_csv(REFERENCE / "metrics.csv")
+    claims = list(load_grid(ROOT / "conditions" / "paper-100.toml").claims)
+    found = scenarios(metrics, claims)
+    started = time.perf_counter()
+    rows = []
+    for scenario in found:
+        for n in SEEDS:
+            rows.append(cal.family_errors(scenario, claims, n, args.families, seed=1))
+            print(rows[-1], f"{time.perf_counter() - started:.0f} s", flush=True)
+    families = pd.DataFrame(rows)
+    margin = margins(claims, args.families)
+    cover = coverage(found, metrics, max(100, args.families // 2))
+    needed = seeds_needed_rows(found, args.families)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, frame in (("families", families), ("margins", margin), ("coverage", cover), ("seeds_needed", needed)):
+        frame.to_csv(args.out / f"{name}.csv", index=False, float_format="%.4f")
+    note = (
+        f"Equivalence verdicts need {MIN_EQUIVALENCE_SEEDS} seeds. Generated by `python -m tools.calibration "
+        f"--families {args.families}`."
+    )
+    (args.out / "calibration.md").write_text(render(families, margin, cover, needed) + "\n\n" + note + "\n")
+
+
+if __name__ == "__main__":
+    main()
