@@ -76,7 +76,7 @@ reference-100: $(STAMP)
 # cores); look 2 grows only the conditions of the claims still open, at seeds 1100-1199. See
 # harness/inference/sequential.py and docs/how-to/until-decided.md.
 reference-until-decided: $(STAMP)
-	$(BIN)/coevolab run conditions/paper.toml --seed-list 1000-1099 --until-decided --max-seeds 200 --spending pocock --out artifacts/reference/paper-until-decided --force --no-compile-cache
+	$(BIN)/coevolab run conditions/paper.toml --seed-list 1000-1049 --until-decided --max-seeds 100 --spending pocock --out artifacts/reference/paper-until-decided --force --no-compile-cache
 	$(BIN)/python -m tools.readme_tables --until-decided artifacts/reference/paper-until-decided docs/results/index.md
 	$(FINDINGS)
 

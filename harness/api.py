@@ -46,6 +46,7 @@ from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec, RunSettings, layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.sharding import use_every_cpu_core
+from harness.inference.run_measures import metric_ranges
 from harness.inference.verdicts import verdict_table
 from harness.report.figures import FIGURE_KEYS, draw_figures
 from harness.report.metrics_table import prepare
@@ -344,7 +345,7 @@ def load_result(run_dir: str | Path) -> GridResult:
         run_dir=run_dir,
         metrics=metrics,
         summary=summarize(prepared),
-        verdicts=verdict_table(prepared, spec.claims),
+        verdicts=verdict_table(prepared, spec.claims, ranges=metric_ranges(spec.world)),
         pretraining=pd.DataFrame(manifest.get("pretrain", [])),
         times=dict(manifest.get("wall_seconds", {})),
         final_state=None,

@@ -12,8 +12,8 @@ import pytest
 from harness.grid.conditions import ConditionFileError, load_grid
 from harness.inference.claims import Claim
 from harness.inference.monte_carlo import MonteCarloP
-from harness.inference.paired_tests import resolved, resolved_pairs
-from harness.inference.rule import MIN_EQUIVALENCE_SEEDS, RivalTest, judge
+from harness.inference.paired_tests import equivalence_test, resolved, resolved_pairs
+from harness.inference.rule import RivalTest, judge
 from harness.inference.verdicts import MIN_SEEDS, paired_bootstrap_ci, verdict_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +49,10 @@ def _claim(**fields: object) -> Claim:
 )
 def test_verdicts_on_known_effects(shift: float, direction: str, expected: str) -> None:
     rng = np.random.default_rng(1)
-    other = rng.normal(1.7, 0.2, size=100)
+    other = rng.uniform(1.6, 1.8, size=100)
     side = other + shift + rng.normal(0.0, 0.005, size=100)  # paired: small per-seed noise on the effect
-    row = verdict_table(_metrics(side, other), [_claim(direction=direction, resolution=0.05)]).iloc[0]
+    ranges = {"policy_quality": (1.2, 2.2)}  # what equivalence needs: a difference is at most 1 (margin 5%)
+    row = verdict_table(_metrics(side, other), [_claim(direction=direction, resolution=0.05)], ranges=ranges).iloc[0]
     assert row["verdict"] == expected, row["why"]
     assert row["ci_low"] <= row["effect"] <= row["ci_high"]
     assert row["effect"] == pytest.approx(np.mean(resolved(side - other, 0.05)))  # noise within 0.05 counts as 0
@@ -60,9 +61,13 @@ def test_verdicts_on_known_effects(shift: float, direction: str, expected: str) 
 def test_float_noise_is_no_difference_never_a_finding() -> None:
     other = np.full(100, 1.747339)
     side = other - 1e-5 + np.random.default_rng(2).normal(0, 1e-7, 100)  # CI excludes 0, but at 1e-5
-    row = verdict_table(_metrics(side, other), [_claim(direction="above")]).iloc[0]
+    ranges = {"policy_quality": (1.7, 1.8)}
+    row = verdict_table(_metrics(side, other), [_claim(direction="above")], ranges=ranges).iloc[0]
     assert row["verdict"] == "not supported"
     assert "no difference" in row["why"]
+    assert row["seeds_up"] == row["seeds_down"] == 0 and row["effect"] == 0.0
+    # without the metric's range a rare jump as large as anything cannot be excluded: no verdict
+    assert verdict_table(_metrics(side, other), [_claim(direction="above")]).iloc[0]["verdict"] == "undecided"
 
 
 def test_too_few_seeds_never_give_a_verdict() -> None:
@@ -100,13 +105,23 @@ def test_a_finding_needs_the_test_and_an_effect_as_large_as_the_resolution() -> 
     assert unsettled.verdict == "undecided" and "Monte-Carlo" in unsettled.why
 
 
-def test_equivalence_verdicts_need_their_seeds() -> None:
-    assert _verdict("above", _rival(0.0, 1.0, False), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS) == "not supported"
-    assert _verdict("above", _rival(0.0, 1.0, False), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS - 1) == "undecided"
-    assert _verdict("equal", _rival(0.0, 1.0, True), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS) == "holds"
-    assert _verdict("equal", _rival(0.0, 1.0, True), 1.0, 0.001, seeds=MIN_EQUIVALENCE_SEEDS - 1) == "undecided"
+def test_equivalence_verdicts() -> None:
+    assert _verdict("above", _rival(0.0, 1.0, False), 1.0, 0.001) == "not supported"
+    assert _verdict("equal", _rival(0.0, 1.0, True), 1.0, 0.001) == "holds"
     assert _verdict("equal", _rival(0.3, 0.001, False), 0.001) == "contradicted"
     assert _verdict("equal", _rival(-0.3, 0.001, False), 0.001) == "contradicted"
+
+
+def test_the_equivalence_test_is_exact_by_hand() -> None:
+    """Margin 0.05 of a metric whose differences lie within ±1: a mean of 0.05 needs jumps up with chance ≥ 0.05.
+    100 seeds, 1 up and 0 down: P(Binomial(100, 0.05) ≤ 1) = 0.95^100 + 100 · 0.05 · 0.95^99 = 0.037081, doubled."""
+    differences = np.array([0.3] + [0.0] * 99)
+    assert equivalence_test(differences, 0.05, 1.0).p == pytest.approx(2 * (0.95**100 + 100 * 0.05 * 0.95**99))
+    assert equivalence_test(differences, 0.05, np.inf).p == 1.0  # no range: nothing can be excluded
+    # a mean at the margin made of rare large jumps (the worst case for a sign-flip TOST) errs at most α / 2
+    rng = np.random.default_rng(0)
+    wrong = [equivalence_test(np.where(rng.random(100) < 0.05, 1.0, 0.0), 0.05, 1.0).p <= 0.05 for _ in range(2000)]
+    assert np.mean(wrong) <= 0.025
 
 
 def test_comparison_with_a_value_and_of_spreads() -> None:

@@ -47,7 +47,7 @@ def _verdicts(claim: Claim, n: int, experiments: int, up: float, down: float, se
     truth = 0.375 * (up - down)
     out = []
     for _ in range(experiments):
-        data = ClaimData(_differences(rng, n, up, down), (None,), ("0",))
+        data = ClaimData(_differences(rng, n, up, down), (None,), ("0",), bound=0.5)  # the jumps are ±0.25 or ±0.5
         verdict = judge_family([claim], [data], ALPHA)[0].outcome.verdict
         _, low, high = paired_bootstrap_ci(
             resolved(data.side, claim.resolution), None, "mean", 1 - ALPHA, RESAMPLES, rng

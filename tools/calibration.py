@@ -22,7 +22,8 @@ import pandas as pd
 from harness.grid.conditions import load_grid
 from harness.inference import calibration as cal
 from harness.inference.claims import Claim
-from harness.inference.rule import MIN_EQUIVALENCE_SEEDS, ClaimData
+from harness.inference.rule import ClaimData
+from harness.inference.run_measures import metric_ranges
 from harness.inference.seeds_needed import TARGET, seeds_needed
 from harness.inference.verdicts import judged
 from harness.report.markdown import markdown_table
@@ -83,37 +84,38 @@ def scenarios(metrics: pd.DataFrame, claims: list[Claim]) -> list[cal.Scenario]:
     ]
 
 
-def margins(claims: list[Claim], datasets: int) -> pd.DataFrame:
-    equal = Claim(
-        name="equal-at-margin",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction="equal",
-        than_value=0.0,
-        resolution=0.05,
-    )
-    above = Claim(
-        name="above-at-resolution",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction="above",
-        than_value=0.0,
-        resolution=0.01,
-    )
+MARGIN_CASES = (
+    ("equal", 0.05, "even jumps", EQUAL_AT_MARGIN),
+    ("equal", 0.05, "rare large jumps", cal.Jumps((0.764,), (0.05 / 0.764,))),
+    ("above", 0.01, "even jumps", ABOVE_AT_RESOLUTION),
+    ("above", 0.01, "rare large jumps", cal.Jumps((0.764,), (0.01 / 0.764,))),
+)
+
+
+def margins(datasets: int, bound: float) -> pd.DataFrame:
+    """The equivalence verdicts' error with the truth exactly at the margin, the rule's and a sign-flip TOST's."""
     rows = []
-    for claim, jumps in ((equal, EQUAL_AT_MARGIN), (above, ABOVE_AT_RESOLUTION)):
+    for direction, margin, shape, jumps in MARGIN_CASES:
+        claim = Claim(
+            name=f"{direction}-at-margin",
+            statement="s",
+            metric="policy_quality",
+            condition="a",
+            direction=direction,
+            than_value=0.0,
+            resolution=margin,
+        )
         for n in SEEDS:
+            rule_error, flip_error = cal.margin_errors(claim, jumps, bound, n, datasets, seed=3)
             rows.append(
                 {
                     "claim": claim.name,
-                    "margin": claim.resolution,
-                    "true_mean": jumps.resolved_mean(claim.resolution),
+                    "jumps": shape,
+                    "margin": margin,
                     "seeds": n,
                     "datasets": datasets,
-                    "verdict_error": cal.margin_error(claim, jumps, n, datasets, seed=3),
-                    "tost_error": cal.tost_error(claim, jumps, n, datasets, seed=3),
+                    "verdict_error": rule_error,
+                    "sign_flip_tost_error": flip_error,
                 }
             )
     return pd.DataFrame(rows)
@@ -146,7 +148,7 @@ def coverage(found: list[cal.Scenario], metrics: pd.DataFrame, datasets: int) ->
     return pd.DataFrame(rows)
 
 
-def seeds_needed_rows(found: list[cal.Scenario], datasets: int) -> pd.DataFrame:
+def seeds_needed_rows(found: list[cal.Scenario], datasets: int, bound: float) -> pd.DataFrame:
     claim = Claim(
         name="c",
         statement="s",
@@ -163,7 +165,7 @@ def seeds_needed_rows(found: list[cal.Scenario], datasets: int) -> pd.DataFrame:
         population = side - other
 
         def decided(rows_: np.ndarray, rng: np.random.Generator, population: np.ndarray = population) -> bool:
-            data = ClaimData(population[rows_], (None,), ("0",))
+            data = ClaimData(population[rows_], (None,), ("0",), bound)
             return judged(data, claim, factors, cal.ALPHA, lambda *_: rng).verdict != "undecided"
 
         estimates = [seeds_needed(decided, POPULATION, seed=seed) for seed in range(1, 6)]
@@ -174,8 +176,8 @@ def seeds_needed_rows(found: list[cal.Scenario], datasets: int) -> pd.DataFrame:
                 "observed": POPULATION,
                 "level": cal.ALPHA / HOLM_FIRST_STEP,
                 "seeds_needed": n80,
-                "lowest": min(estimates),
-                "highest": max(estimates),
+                "lowest": int(min(estimates)),
+                "highest": int(max(estimates)),
                 "spread": (max(estimates) - min(estimates)) / 2 / n80,
                 "target": TARGET,
                 "power_there": cal.power_at(population, claim, factors, n80, datasets, seed=9),
@@ -192,10 +194,10 @@ def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, ne
     def table(frame: pd.DataFrame, columns: dict[str, str]) -> str:
         shown = frame[list(columns)].copy()
         for column in shown.columns:
-            if column.endswith(("error", "error_mean", "power", "coverage", "power_there", "spread")):
+            if column.endswith(("error", "error_mean", "sign_flip", "power", "coverage", "power_there", "spread")):
                 shown[column] = shown[column].map(pct)
         rows = [[str(value) for value in row] for row in shown.itertuples(index=False)]
-        right = [column not in ("scenario", "claim", "worst_claim") for column in shown.columns]
+        right = [column not in ("scenario", "claim", "worst_claim", "jumps") for column in shown.columns]
         return markdown_table(list(columns.values()), rows, right).rstrip()
 
     return "\n\n".join(
@@ -208,6 +210,7 @@ def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, ne
                     "families": "Families",
                     "familywise_error": "Familywise error",
                     "familywise_error_mean": "… read as a mean",
+                    "familywise_error_sign_flip": "… had means been sign-flip tested",
                     "per_claim_error": "Per-claim error",
                     "worst_claim_error": "Worst claim",
                     "power": "Power (effect claim holds)",
@@ -217,10 +220,11 @@ def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, ne
                 margin,
                 {
                     "claim": "Truth at the margin",
+                    "jumps": "Made of",
                     "seeds": "Seeds",
                     "datasets": "Datasets",
-                    "tost_error": "TOST alone: wrong",
-                    "verdict_error": "Verdict: wrong",
+                    "verdict_error": "Rule: wrong",
+                    "sign_flip_tost_error": "Sign-flip TOST: wrong",
                 },
             ),
             table(
@@ -248,24 +252,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     metrics = pd.read_csv(REFERENCE / "metrics.csv")
-    claims = list(load_grid(ROOT / "conditions" / "paper-100.toml").claims)
+    grid = load_grid(ROOT / "conditions" / "paper-100.toml")
+    claims = list(grid.claims)
+    low, high = metric_ranges(grid.world)["policy_quality"]
+    bound = high - low  # the rule's own bound on a difference of real quality in the published world
     found = scenarios(metrics, claims)
     started = time.perf_counter()
     rows = []
     for scenario in found:
         for n in SEEDS:
-            rows.append(cal.family_errors(scenario, claims, n, args.families, seed=1))
+            rows.append(cal.family_errors(scenario, claims, n, args.families, seed=1, bound=bound))
             print(rows[-1], f"{time.perf_counter() - started:.0f} s", flush=True)
     families = pd.DataFrame(rows)
-    margin = margins(claims, args.families)
+    margin = margins(args.families, bound)
     cover = coverage(found, metrics, max(100, args.families // 2))
-    needed = seeds_needed_rows(found, args.families)
+    needed = seeds_needed_rows(found, args.families, bound)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, frame in (("families", families), ("margins", margin), ("coverage", cover), ("seeds_needed", needed)):
         frame.to_csv(args.out / f"{name}.csv", index=False, float_format="%.4f")
     note = (
-        f"Equivalence verdicts need {MIN_EQUIVALENCE_SEEDS} seeds. Generated by `python -m tools.calibration "
-        f"--families {args.families}`."
+        f"Real quality differences in the published world lie within ±{bound:.3f} (q*'s range), the bound the "
+        f"equivalence test uses. Generated by `python -m tools.calibration --families {args.families}`."
     )
     (args.out / "calibration.md").write_text(render(families, margin, cover, needed) + "\n\n" + note + "\n")
 

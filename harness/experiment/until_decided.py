@@ -35,7 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,7 @@ from harness.experiment.runner import Progress, SilentProgress, diverged_runs, l
 from harness.grid.grid_file import write_grid_file
 from harness.grid.layout import GridSpec
 from harness.inference.claims import Claim
+from harness.inference.run_measures import metric_ranges
 from harness.inference.sequential import Spending, look_levels, planned_looks
 from harness.inference.verdicts import MIN_SEEDS, verdict_table
 from harness.report import write_run_report
@@ -311,7 +312,7 @@ def run_until_decided(
         atomic_write_text(run_dir / METRICS_FILE, merged_stages_text(spec, stage + 1, run_dir))
         metrics = pd.read_csv(run_dir / METRICS_FILE)
         progress.phase("verdicts", f"look {stage + 1} at level {level:.3g}")
-        table = verdict_table(metrics, spec.claims, 1 - level, estimate_seeds=False)
+        table = verdict_table(metrics, spec.claims, 1 - level, estimate_seeds=False, ranges=metric_ranges(spec.world))
         before = 0 if decided is None else int(decided["decided_at_look"].notna().sum())
         decided = record_look(decided, table, stage + 1, level)
         newly = decided["claim"][decided["decided_at_look"] == stage + 1].tolist()
@@ -330,7 +331,7 @@ def run_until_decided(
         if decided["decided_at_look"].notna().all():
             break
     assert decided is not None
-    claims = _with_seeds_needed(decided, metrics, spec.claims, confidence)
+    claims = _with_seeds_needed(decided, metrics, spec.claims, confidence, metric_ranges(spec.world))
     look_table = pd.DataFrame(looks)
     seconds = time.perf_counter() - entered
     _write_outputs(run_dir, spec, plan, claims, look_table, how, started, seconds, figures)
@@ -339,13 +340,17 @@ def run_until_decided(
 
 
 def _with_seeds_needed(
-    decided: pd.DataFrame, metrics: pd.DataFrame, claims: Sequence[Claim], confidence: float
+    decided: pd.DataFrame,
+    metrics: pd.DataFrame,
+    claims: Sequence[Claim],
+    confidence: float,
+    ranges: Mapping[str, tuple[float, float]],
 ) -> pd.DataFrame:
     """Open claims' seeds_needed: the seeds a fixed-seed grid would need to decide them at α, from all the data."""
     out = decided.copy()
     open_ = out["decided_at_look"].isna().to_numpy()
     if open_.any():
-        estimates = verdict_table(metrics, claims, confidence)["seeds_needed"].to_numpy()
+        estimates = verdict_table(metrics, claims, confidence, ranges=ranges)["seeds_needed"].to_numpy()
         out["seeds_needed"] = np.where(open_, estimates, np.nan)
     return out
 

@@ -28,8 +28,10 @@ import pandas as pd
 
 from harness.inference.claims import Claim
 from harness.inference.intervals import paired_bootstrap_ci
+from harness.inference.multiplicity import holm
 from harness.inference.paired_tests import resolved
 from harness.inference.rule import ClaimData
+from harness.inference.sign_flip import sign_flip_p
 from harness.inference.verdicts import judge_family, judged
 
 ALPHA = 0.05
@@ -110,25 +112,43 @@ def wrong_verdicts(claim: Claim, scenario: str, effect: bool) -> tuple[set[str],
     return set(POSITIVE), set(POSITIVE)
 
 
-def _family_data(scenario: Scenario, claims: Sequence[Claim], n: int, rng: np.random.Generator) -> list[ClaimData]:
+def _family_data(
+    scenario: Scenario, claims: Sequence[Claim], n: int, rng: np.random.Generator, bound: float
+) -> list[ClaimData]:
     datas = []
     for index, claim in enumerate(claims):
         draw = scenario.effect if index == scenario.effect_claim and scenario.effect else scenario.draw
         side, other = draw(rng, claim, n)
-        datas.append(ClaimData(side, (other,), ("rival",)))
+        datas.append(ClaimData(side, (other,), ("rival",), bound))
     return datas
 
 
+def sign_flip_family_error(claims: Sequence[Claim], datas: Sequence[ClaimData], rng: np.random.Generator) -> bool:
+    """Whether the rejected alternative, a two-sided sign-flip permutation test of each mean claim's resolved
+    differences (Holm over the family's mean claims, at α), finds any effect: under a null of the mean every such
+    finding is wrong. What the rule would do had it tested means by sign flips, for comparison."""
+    p = [
+        sign_flip_p(data.differences(0, claim.resolution), "two-sided", rng).p
+        for claim, data in zip(claims, datas, strict=True)
+        if claim.statistic == "mean" and claim.direction != "equal"
+    ]
+    return bool(np.any(holm(np.array(p)) <= ALPHA))
+
+
 def family_errors(
-    scenario: Scenario, claims: Sequence[Claim], n: int, families: int, seed: int
+    scenario: Scenario, claims: Sequence[Claim], n: int, families: int, seed: int, bound: float = np.inf
 ) -> dict[str, float | int | str]:
-    """One row of the calibration table: `families` families of n seeds judged by the rule."""
+    """One row of the calibration table: `families` families of n seeds judged by the rule (bound: the largest
+    difference the metric allows, what its equivalence test needs)."""
     rng = np.random.default_rng([seed, n, sum(map(ord, scenario.name))])
     wrong = np.zeros((families, len(claims)), dtype=bool)
     wrong_mean = np.zeros_like(wrong)
     holds = np.zeros(families, dtype=bool)
+    flip_wrong = np.zeros(families, dtype=bool)
     for family in range(families):
-        datas = _family_data(scenario, claims, n, rng)
+        datas = _family_data(scenario, claims, n, rng, bound)
+        if scenario.effect_claim is None:
+            flip_wrong[family] = sign_flip_family_error(claims, datas, rng)
         for index, (claim, verdict) in enumerate(zip(claims, judge_family(claims, datas, ALPHA), strict=True)):
             is_effect = index == scenario.effect_claim
             rule_wrong, mean_wrong = wrong_verdicts(claim, scenario.name, is_effect)
@@ -146,31 +166,27 @@ def family_errors(
         "worst_claim_error": float(per_claim.max()),
         "worst_claim": claims[int(np.argmax(per_claim))].name,
         "power": float(holds.mean()) if scenario.effect_claim is not None else np.nan,
+        "familywise_error_sign_flip": float(flip_wrong.mean()) if scenario.effect_claim is None else np.nan,
     }
 
 
-def margin_error(claim: Claim, jumps: Jumps, n: int, datasets: int, seed: int) -> float:
-    """The share of verdicts the truth at the margin makes wrong, for one claim alone (a family of one: its own
-    level α, the least protected case): an "equal" claim whose true mean resolved difference is exactly the margin
-    ("holds" is wrong), or an "above" claim whose true mean is exactly the resolution ("not supported" is wrong)."""
+def margin_errors(claim: Claim, jumps: Jumps, bound: float, n: int, datasets: int, seed: int) -> tuple[float, float]:
+    """(the rule's error, a sign-flip TOST's error) when the truth sits exactly at the margin, for one claim alone (a
+    family of one: its own level α, the least protected case). The truth: an "equal" claim's mean resolved
+    difference is exactly the margin ("holds" is wrong), or an "above" claim's is exactly its resolution ("not
+    supported" is wrong). The sign-flip TOST (two shifted sign-flip tests, doubled) is the alternative the rule
+    rejects: it assumes symmetry, and a mean at the margin made of rare large jumps breaks it."""
     rng = np.random.default_rng([seed, n])
     wrong = "holds" if claim.direction == "equal" else "not supported"
-    found = 0
+    rule_wrong = flip_wrong = 0
     for _ in range(datasets):
-        data = ClaimData(jumps.draw(rng, n), (None,), ("0",))
-        found += judge_family([claim], [data], ALPHA)[0].outcome.verdict == wrong
-    return found / datasets
-
-
-def tost_error(claim: Claim, jumps: Jumps, n: int, datasets: int, seed: int) -> float:
-    """The share of datasets at the margin (as `margin_error`) whose equivalence test alone rejects at α, whatever
-    the seeds: the error the minimum seed count for equivalence verdicts guards against."""
-    rng = np.random.default_rng([seed, n])
-    found = 0
-    for _ in range(datasets):
-        data = ClaimData(jumps.draw(rng, n), (None,), ("0",))
-        found += judge_family([claim], [data], ALPHA)[0].adjusted_equivalence <= ALPHA
-    return found / datasets
+        differences = jumps.draw(rng, n)
+        data = ClaimData(differences, (None,), ("0",), bound)
+        rule_wrong += judge_family([claim], [data], ALPHA)[0].outcome.verdict == wrong
+        r = claim.resolution
+        flipped = max(sign_flip_p(differences + r, "greater", rng).p, sign_flip_p(differences - r, "less", rng).p)
+        flip_wrong += 2 * flipped <= ALPHA
+    return rule_wrong / datasets, flip_wrong / datasets
 
 
 def population_mean(draw: Draw, claim: Claim, size: int = 2_000_000) -> float:
@@ -192,14 +208,20 @@ def coverage(jumps_or_draw: Draw, claim: Claim, truth: float, n: int, datasets: 
 
 
 def power_at(
-    population: np.ndarray, claim: Claim, factors: tuple[float, float], n: int, datasets: int, seed: int
+    population: np.ndarray,
+    claim: Claim,
+    factors: tuple[float, float],
+    n: int,
+    datasets: int,
+    seed: int,
+    bound: float = np.inf,
 ) -> float:
     """The share of datasets of n seeds resampled from `population` (differences) that the rule decides, the
     claim's adjustment held at `factors`: what `seeds_needed` predicts to be TARGET at its estimate."""
     rng = np.random.default_rng([seed, n, 11])
     decided = 0
     for _ in range(datasets):
-        data = ClaimData(rng.choice(population, size=n), (None,), ("0",))
+        data = ClaimData(rng.choice(population, size=n), (None,), ("0",), bound)
         decided += judged(data, claim, factors, ALPHA, lambda *_: rng).verdict != "undecided"
     return decided / datasets
 

@@ -14,10 +14,11 @@ follow from that, and every test and interval here obeys them:
   (`shift_test`, the exact two-sided sign test on the jumps, scipy.stats.binomtest), with the mean of the resolved
   differences on the claimed side by at least r as the effect size it must also have.
 
-Equivalence ("equal", and "not supported": no effect as large as r) is a two one-sided test (TOST) of the mean of the
-resolved differences against ±r, each side a sign-flip permutation test (`equivalence_test`); it is valid only from
-the seed count the calibration sets (`rule.MIN_EQUIVALENCE_SEEDS`). A spread claim uses the pair-swap permutation
-test (`swap_test`). Permutation p-values are enumerated or drawn until exact enough (`monte_carlo`).
+Equivalence ("equal", and "not supported": no effect as large as r) is an exact two one-sided test (TOST) that needs
+the metric's range (`equivalence_test`): a sign-flip TOST errs far beyond its level when a mean at the margin is made
+of rare large jumps (the calibration measures it). A spread claim uses the pair-swap permutation test
+(`swap_test`); the "equal" claim's contradiction a shifted sign-flip test (`beyond_margin_test`). Permutation
+p-values are enumerated or drawn until exact enough (`monte_carlo`).
 """
 
 from __future__ import annotations
@@ -106,17 +107,23 @@ def swap_test(side: np.ndarray, other: np.ndarray, rng: np.random.Generator, dra
     return drawn_p(chunked(draw, max(1, CHUNK_CELLS // len(side))), observed, "two-sided", rng, draws)
 
 
-def equivalence_test(
-    differences: np.ndarray, margin: float, rng: np.random.Generator, draws: int = FIRST_BATCH
-) -> MonteCarloP:
-    """2 × TOST p that the mean of the (resolved) differences lies within ± margin: the larger of the sign-flip p of
-    d + margin > 0 and of d − margin < 0, doubled (each side at half the level, as a two-sided test's tails)."""
-    lower = sign_flip_test(differences + margin, "greater", rng, draws)
-    upper = sign_flip_test(differences - margin, "less", rng, draws)
-    worse = max(lower, upper, key=lambda found: found.p)
-    return MonteCarloP(
-        worse.p, worse.error, max(lower.low, upper.low), max(lower.high, upper.high), lower.draws + upper.draws
-    ).scaled(2.0)
+def equivalence_test(differences: np.ndarray, margin: float, bound: float) -> MonteCarloP:
+    """2 × TOST p, exact, that the mean of the (resolved) differences lies within ± margin, for differences that can
+    never exceed ± bound (the metric's range).
+
+    A mean of at least the margin needs jumps up with chance at least margin / bound (the mean of the positive part
+    is at most bound times that chance, and the negative part only lowers it), so "μ ≥ margin" is rejected by the
+    exact binomial test of that chance on the seeds that jumped up; "μ ≤ −margin" likewise on those that jumped down.
+    Valid for every distribution of jumps, rare large ones included (a symmetric sign-flip TOST is not: a mean at
+    the margin made of rare large jumps looks like no difference whenever the sample misses them). Without a finite
+    bound nothing can be excluded: p = 1."""
+    if not np.isfinite(bound) or len(differences) == 0:
+        return MonteCarloP.exact(1.0)
+    chance = min(1.0, margin / bound)
+    n = len(differences)
+    up, down = int(np.sum(differences > 0)), int(np.sum(differences < 0))
+    upper, lower = scipy.stats.binom.cdf(up, n, chance), scipy.stats.binom.cdf(down, n, chance)
+    return MonteCarloP.exact(min(1.0, 2 * max(float(upper), float(lower))))
 
 
 def beyond_margin_test(

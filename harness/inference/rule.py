@@ -6,9 +6,8 @@ Each claim then has up to two hypotheses, both in its family's adjustment (`verd
   seeds jump up as down (the exact sign test); on a spread, equal spreads (pair-swap test); for "equal", the mean of
   the resolved differences lies within ±r (a shifted sign-flip test beyond the margin: rejection contradicts);
 - the **equivalence** hypothesis (mean claims only), whose rejection says the mean of the resolved differences lies
-  within ±r (TOST): "not supported" for "above"/"below", "holds" for "equal". It is only ever given from
-  MIN_EQUIVALENCE_SEEDS seeds on, the count at which the calibration (`harness.inference.calibration`) finds the
-  TOST's error at the margin within its level.
+  within ±r (an exact TOST on the jump counts given the metric's range, `paired_tests.equivalence_test`): "not
+  supported" for "above"/"below", "holds" for "equal". A metric without a known range never gets these verdicts.
 
 With R distinct rivals (a pattern): a positive verdict needs every rival (intersection–union: the claim-level p is
 the largest of the rivals'); a negative one is a statement about some rival (union: the smallest p times R).
@@ -23,6 +22,7 @@ A difference smaller than r is never a finding, and a Monte-Carlo p whose interv
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -41,9 +41,6 @@ from harness.inference.paired_tests import (
 
 VERDICTS = ("holds", "not supported", "contradicted", "undecided", "untested")
 MIN_SEEDS = 20
-# "not supported" and "equal … holds" rest on a TOST; below this many seeds its error at the margin exceeds the level
-# (the calibration table, harness.inference.calibration, measures it at 20, 100 and 200 seeds).
-MIN_EQUIVALENCE_SEEDS = 100
 NEGATIVE = ("contradicted", "not supported")
 
 # A test's generator, from the names that make its stream its own: (rival index, test name) -> generator
@@ -58,10 +55,12 @@ class ClaimData:
     side: np.ndarray
     others: tuple[np.ndarray | None, ...]
     labels: tuple[str, ...]
+    bound: float = math.inf  # the largest |difference| the metric allows (its range): what equivalence needs
 
     def take(self, rows: np.ndarray) -> ClaimData:
         """The same claim over the seed rows given (resampling whole seeds: every side moves together)."""
-        return ClaimData(self.side[rows], tuple(None if o is None else o[rows] for o in self.others), self.labels)
+        others = tuple(None if o is None else o[rows] for o in self.others)
+        return ClaimData(self.side[rows], others, self.labels, self.bound)
 
     def differences(self, index: int, resolution: float) -> np.ndarray:
         """Resolved per-seed differences side − rival `index`."""
@@ -110,7 +109,7 @@ def rival_tests(
             continue
         differences = data.differences(index, r)
         effect = float(np.mean(differences))
-        tost = equivalence_test(differences, r, streams(index, "tost"), draws) if equivalence else None
+        tost = equivalence_test(differences, r, data.bound) if equivalence else None
         if claim.direction == "equal":
             beyond = beyond_margin_test(differences, r, streams(index, "beyond"), draws)
             tests.append(RivalTest(effect, abs(effect) < r, beyond, "sign-flip beyond the margin", tost))
@@ -186,20 +185,13 @@ def judge(
         tightest = weakest
         if all(t.equivalence is not None for t in tests):
             tightest = max(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
-        if equivalent and seeds >= MIN_EQUIVALENCE_SEEDS:
+        if equivalent:
             return outcome(
                 tightest, "holds", f"the mean difference lies within ±{r:g}, {equivalence_text}", "equivalence"
             )
         if effect_found:
             worst = min(range(len(tests)), key=lambda i: tests[i].effect_test.p)
             return outcome(worst, "contradicted", f"a difference beyond ±{r:g}: {tests[worst].effect:+.3g}, {text}")
-        if equivalent:
-            return outcome(
-                tightest,
-                "undecided",
-                f"within ±{r:g} ({equivalence_text}), but an equivalence needs {MIN_EQUIVALENCE_SEEDS} seeds",
-                "equivalence",
-            )
         return outcome(tightest, "undecided", f"neither within nor beyond ±{r:g} yet: more seeds needed{note}")
     signed = [sign * t.effect for t in tests]
     if effect_found and all(t.favours for t in tests):
@@ -218,16 +210,7 @@ def judge(
             return outcome(worst, "contradicted", f"seeds jump the other way, {text}, |Δ| ≥ {r:g}")
     if equivalent:
         closest = min(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
-        if seeds >= MIN_EQUIVALENCE_SEEDS:
-            return outcome(
-                closest, "not supported", f"no difference as large as {r:g}: {equivalence_text}", "equivalence"
-            )
-        return outcome(
-            closest,
-            "undecided",
-            f"no difference as large as {r:g} ({equivalence_text}), but that needs {MIN_EQUIVALENCE_SEEDS} seeds",
-            "equivalence",
-        )
+        return outcome(closest, "not supported", f"no difference as large as {r:g}: {equivalence_text}", "equivalence")
     if effect_found:
         return outcome(weakest, "undecided", f"the jumps and the mean disagree ({text}){note}")
     return outcome(weakest, "undecided", f"no test decides yet: more seeds needed{note}")

@@ -31,6 +31,19 @@ def q_star_range(world: WorldConfig) -> tuple[float, float]:
     return float(q_star.min()), float(q_star.max())
 
 
+def metric_ranges(world: WorldConfig | None) -> dict[str, tuple[float, float]]:
+    """(low, high) every value of a metric lies in: its registered valid values where finite, and for real quality
+    the world's q* range (a policy's expected q* lies between q*'s extremes). Metrics absent have no known range."""
+    ranges = {
+        m.name: (m.valid.low, m.valid.high)
+        for m in all_metrics()
+        if np.isfinite(m.valid.low) and np.isfinite(m.valid.high)
+    }
+    if world is not None:
+        ranges["policy_quality"] = q_star_range(world)
+    return ranges
+
+
 def run_summaries(metrics: pd.DataFrame, world: WorldConfig) -> pd.DataFrame:
     """One row per run (condition × seed) of a metrics table.
 

@@ -14,7 +14,7 @@ that would decide it (`seeds_needed`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +27,6 @@ from harness.inference.monte_carlo import FIRST_BATCH, GROWTH, MAX_DRAWS, MonteC
 from harness.inference.multiplicity import ADJUSTMENT_NAMES, adjust, levels
 from harness.inference.paired_tests import mode_counts, resolved, resolved_pairs
 from harness.inference.rule import (
-    MIN_EQUIVALENCE_SEEDS,
     MIN_SEEDS,
     VERDICTS,
     ClaimData,
@@ -99,20 +98,27 @@ def _interquartile_mean(values: np.ndarray) -> float:
     return float(scipy.stats.trim_mean(values, 0.25)) if len(values) else np.nan
 
 
-def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str, int, int]:
+def claim_data(
+    metrics: pd.DataFrame, claim: Claim, ranges: Mapping[str, tuple[float, float]] | None = None
+) -> tuple[ClaimData, str, str, int, int]:
     """(data, side label, other label, iteration, excluded) of a claim: its sides over the seeds every side shares
-    with a finite value on every side; excluded counts the shared seeds left out for a non-finite value.
+    with a finite value on every side; excluded counts the shared seeds left out for a non-finite value. ranges:
+    (low, high) of metrics (`run_measures.metric_ranges`), which bound a difference (what equivalence needs).
 
     Rivals (the conditions a pattern names) whose per-seed values are identical are one rival, labelled with all
     their names. A comparison with a fixed value has one other side, None, and the side's values minus the value.
     """
     last = int(metrics["iteration"].max())
     iteration = _resolve(claim.iteration, last)
+    low, high = (ranges or {}).get(claim.metric, (-np.inf, np.inf))
     side = _values(metrics, claim.metric, claim.condition, iteration)
     side_label = f"{claim.condition} @ {iteration}"
     if claim.than_value is not None:
         finite = np.isfinite(side.to_numpy())
-        data = ClaimData(side.to_numpy()[finite] - claim.than_value, (None,), (f"the value {claim.than_value:g}",))
+        bound = max(high - claim.than_value, claim.than_value - low)
+        data = ClaimData(
+            side.to_numpy()[finite] - claim.than_value, (None,), (f"the value {claim.than_value:g}",), bound
+        )
         return data, side_label, f"the value {claim.than_value:g}", iteration, int(np.sum(~finite))
     other_iteration = _resolve(claim.than_iteration if claim.than_iteration is not None else iteration, last)
     names = claim.other_conditions(list(dict.fromkeys(metrics["condition"])))
@@ -132,7 +138,7 @@ def claim_data(metrics: pd.DataFrame, claim: Claim) -> tuple[ClaimData, str, str
         f"{named[0]} @ {other_iteration}" + (f" (= {', '.join(named[1:])})" if len(named) > 1 else "")
         for _, named in groups.values()
     )
-    data = ClaimData(side[seeds].to_numpy(), tuple(array for array, _ in groups.values()), labels)
+    data = ClaimData(side[seeds].to_numpy(), tuple(array for array, _ in groups.values()), labels, high - low)
     return data, side_label, labels[0], iteration, excluded
 
 
@@ -296,7 +302,11 @@ def judge_family(
 
 
 def verdict_table(
-    metrics: pd.DataFrame, claims: Sequence[Claim], confidence: float = 0.95, estimate_seeds: bool = True
+    metrics: pd.DataFrame,
+    claims: Sequence[Claim],
+    confidence: float = 0.95,
+    estimate_seeds: bool = True,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> pd.DataFrame:
     """The verdicts table: one row per claim, in the given order (columns VERDICT_COLUMNS).
 
@@ -310,10 +320,12 @@ def verdict_table(
     ladder's top), NaN otherwise.
 
     α = 1 − confidence is each family's error rate. estimate_seeds: give undecided claims a seeds_needed (the
-    costly part); NaN otherwise. Raises ValueError where one family's claims ask for different adjustments.
+    costly part); NaN otherwise. ranges: the metrics' (low, high) (`run_measures.metric_ranges` of the grid's world):
+    without a metric's range no claim on it can be found "not supported" or "equal". Raises ValueError where one
+    family's claims ask for different adjustments.
     """
     alpha = 1 - confidence
-    prepared = [claim_data(metrics, claim) for claim in claims]
+    prepared = [claim_data(metrics, claim, ranges) for claim in claims]
     found = judge_family(claims, [data for data, *_ in prepared], alpha)
     rows = []
     for claim, (data, side_label, _, _, excluded), judged_claim in zip(claims, prepared, found, strict=True):
@@ -345,9 +357,9 @@ def judged(
 ) -> Outcome:
     """One claim judged on its own with its family's adjustment held fixed (factors: adjusted / raw p of its effect
     and equivalence hypotheses): what the seeds-needed estimate runs on resampled data. The TOST runs only where it
-    can still change the verdict: from MIN_EQUIVALENCE_SEEDS seeds on, and for "above"/"below" only where the effect
+    can still change the verdict: for a metric with a known range, and for "above"/"below" only where the effect
     test leaves the claim open."""
-    can_equal = claim.statistic == "mean" and len(data.side) >= MIN_EQUIVALENCE_SEEDS
+    can_equal = claim.statistic == "mean" and np.isfinite(data.bound)
     found = rival_tests(data, claim, streams, draws, equivalence=can_equal and claim.direction == "equal")
     first = effect_p(claim, found)
     adjusted_effect = min(1.0, first.p * factors[0])
@@ -432,6 +444,11 @@ def _row(claim, data, side_label, outcome, tested, alpha, level, excluded) -> di
     }
 
 
-def claim_verdict(metrics: pd.DataFrame, claim: Claim, confidence: float = 0.95) -> dict[str, object]:
+def claim_verdict(
+    metrics: pd.DataFrame,
+    claim: Claim,
+    confidence: float = 0.95,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, object]:
     """One claim's row of the verdicts table, as a family of one (see VERDICT_COLUMNS)."""
-    return verdict_table(metrics, [claim], confidence).iloc[0].to_dict()
+    return verdict_table(metrics, [claim], confidence, ranges=ranges).iloc[0].to_dict()

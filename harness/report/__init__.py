@@ -19,6 +19,7 @@ from harness.common.wording import plural
 from harness.grid.grid_file import read_grid_file
 from harness.grid.layout import GridSpec
 from harness.inference.frontier_measures import with_frontier_measures
+from harness.inference.run_measures import metric_ranges
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_groups, identical_section
@@ -158,8 +159,17 @@ def write_report(
             modes_markdown(shares, summary["condition"].tolist()),
         ]
     claims = grid.claims if grid is not None else ()
+    ranges = metric_ranges(grid.world) if grid is not None else None
     lines += findings_sections(
-        prepared, shares, out_dir, facts, claims, groups, lambda name, text: _write(out_dir, name, text), figures
+        prepared,
+        shares,
+        out_dir,
+        facts,
+        claims,
+        groups,
+        lambda name, text: _write(out_dir, name, text),
+        figures,
+        ranges=ranges,
     )
     lines += ["## Figures", ""] if figures else []
     for key, path in drawn.items():

@@ -7,7 +7,7 @@ metrics table has kl_from_initial (runs older than that metric have none).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +16,6 @@ from harness.common.run_files import CLAIMS_FILE
 from harness.common.wording import plural
 from harness.inference.claims import Claim
 from harness.inference.intervals import BOOTSTRAP_RESAMPLES, COVERAGE
-from harness.inference.rule import MIN_EQUIVALENCE_SEEDS
 from harness.inference.seeds_needed import LADDER_TOP, SIMULATED_DATASETS, TARGET
 from harness.inference.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
@@ -45,9 +44,11 @@ def verdict_rule(verdicts: pd.DataFrame, confidence: float = 0.95) -> str:
         "*below*) is a claim about the jumps: its p-value is that exact sign test (a permutation test of the mean "
         "would assume symmetric jumps, and end-mode jumps are not), and a verdict also needs |Δ| at least the "
         "resolution. A spread claim's p-value is a permutation test swapping the two values within seed pairs. No "
-        "difference as large as the resolution (*not supported*; an *equal* claim's *holds*) is a TOST: two one-sided "
-        "sign-flip tests of the resolved differences shifted by ± the resolution, doubled; it is only given from "
-        f"{MIN_EQUIVALENCE_SEEDS} seeds on, where the calibration finds its error at the margin within its level. "
+        "difference as large as the resolution (*not supported*; an *equal* claim's *holds*) is an exact TOST: a mean "
+        "of at least r needs jumps up with chance at least r / (the metric's range), so exact binomial tests of the "
+        "jumps up and down against that chance, doubled; it holds whatever the jumps' sizes (a sign-flip TOST does "
+        "not: a mean at the margin made of rare large jumps looks like none whenever the sample misses them), and a "
+        "metric without a known range never gets these verdicts. "
         "Permutation p-values are exact where the tied values allow, else drawn until no decision depends on the "
         f"Monte-Carlo error (each claim its own random stream). A condition file's claims are one family (unless a "
         f"claim names another): the p-values of every claim's hypotheses (its effect test and, for a mean, its TOST) "
@@ -136,15 +137,17 @@ def findings_sections(
     write: Writer,
     figures: bool = True,
     confidence: float = 0.95,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
 ) -> list[str]:
-    """Markdown lines of the claims, attractor and frontier sections; writes claims.csv, attractors.csv,
+    """Markdown lines of the claims, attractor and frontier sections (ranges: the metrics' ranges, for equivalence);
+    writes claims.csv, attractors.csv,
     frontier.csv and their figures through `write` / into out_dir/figures (figures=False: neither draws nor links
     them). groups: the identical groups (identical.identical_groups), each counted once where the text counts
     conditions."""
     lines: list[str] = []
     ref = reference(prepared)
     if claims:
-        verdicts = verdict_table(prepared, claims, confidence)
+        verdicts = verdict_table(prepared, claims, confidence, ranges=ranges)
         write(CLAIMS_FILE, verdicts.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
         counts = verdicts["verdict"].value_counts()
         tally = ", ".join(
