@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all bench docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
+.PHONY: run test test-all bench calibration docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(STAMP): requirements.lock pyproject.toml harness/common/version.py
@@ -53,6 +53,13 @@ docs-serve: $(STAMP)
 blocks: $(STAMP)
 	$(BIN)/python -m tools.blocks
 
+# The verdict rule's calibration table (artifacts/reference/calibration/): families of the published grid's claims
+# under nulls A, B, C and two true effects at 20, 100 and 200 seeds through the rule as shipped (about 40 minutes on
+# one core), then the blocks that show it (the README's summary, the verdict rule's page).
+calibration: $(STAMP)
+	$(BIN)/python -m tools.calibration
+	$(BIN)/python -m tools.blocks
+
 # Each reference-* target reruns a committed reference run, then rewrites its blocks and the findings, one line per
 # run, in the README and the results page (docs/results/index.md).
 FINDINGS := $(BIN)/python -m tools.readme_tables --findings artifacts/reference README.md docs/results/index.md
@@ -71,10 +78,10 @@ reference-100: $(STAMP)
 	$(FINDINGS)
 
 # The published grid's claims decided by adding seeds, on seeds no earlier verdict saw (1000 on; paper-100's are
-# 0-99): the looks (100 and 200 seeds) and their α (Pocock-type spending of 0.05) are planned before the first look
-# trains. Look 1 runs all 18 conditions at seeds 1000-1099 (as many runs as reference-100, about an hour on two
-# cores); look 2 grows only the conditions of the claims still open, at seeds 1100-1199. See
-# harness/inference/sequential.py and docs/how-to/until-decided.md.
+# 0-99): the looks (50 and 100 seeds) and their α (Pocock-type spending of 0.05) are planned before the first look
+# trains. Look 1 runs all 18 conditions at seeds 1000-1049 (about 30 minutes on two cores); look 2 grows only the
+# conditions of the claims still open, at seeds 1050-1099. See harness/inference/sequential.py and
+# docs/how-to/until-decided.md.
 reference-until-decided: $(STAMP)
 	$(BIN)/coevolab run conditions/paper.toml --seed-list 1000-1049 --until-decided --max-seeds 100 --spending pocock --out artifacts/reference/paper-until-decided --force --no-compile-cache
 	$(BIN)/python -m tools.readme_tables --until-decided artifacts/reference/paper-until-decided docs/results/index.md

@@ -17,13 +17,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tools import findings_block, overoptimization_block, ray_projection, readme_tables, study_block
+from tools import calibration, findings_block, overoptimization_block, ray_projection, readme_tables, study_block
 from tools.block_files import replace_block
 
 REFERENCE = Path("artifacts") / "reference"
 README = Path("README.md")
 RESULTS = Path("docs") / "results" / "index.md"
 RAY_PAGE = Path("docs") / "how-to" / "ray.md"
+VERDICT_RULE = Path("docs") / "explanation" / "verdict-rule.md"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,20 @@ BLOCKS: tuple[Block, ...] = (
         lambda: overoptimization_block.overoptimization_block(REFERENCE / "overoptimization"),
         (RESULTS,),
         "python -m tools.readme_tables --overoptimization artifacts/reference/overoptimization docs/results/index.md",
+    ),
+    Block(
+        calibration.CALIBRATION_START,
+        calibration.CALIBRATION_END,
+        lambda: calibration.calibration_block(REFERENCE / "calibration"),
+        (VERDICT_RULE,),
+        "python -m tools.blocks (after python -m tools.calibration)",
+    ),
+    Block(
+        calibration.SUMMARY_START,
+        calibration.SUMMARY_END,
+        lambda: calibration.summary_block(REFERENCE / "calibration"),
+        (README,),
+        "python -m tools.blocks (after python -m tools.calibration)",
     ),
     Block(
         ray_projection.RAY_START,

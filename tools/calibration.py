@@ -246,6 +246,51 @@ def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, ne
     )
 
 
+CALIBRATION_START, CALIBRATION_END = "<!-- calibration:start -->", "<!-- calibration:end -->"
+SUMMARY_START, SUMMARY_END = "<!-- calibration-summary:start -->", "<!-- calibration-summary:end -->"
+
+
+def _read(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return tuple(pd.read_csv(directory / f"{name}.csv") for name in ("families", "margins", "coverage", "seeds_needed"))
+
+
+def calibration_block(directory: Path = OUT) -> str:
+    """The docs page's block: every table of a calibration directory, as `main` wrote calibration.md."""
+    return (directory / "calibration.md").read_text(encoding="utf-8").rstrip()
+
+
+def summary_block(directory: Path = OUT) -> str:
+    """The README's block: familywise error under the nulls and power under the effects, one line each, read from
+    families.csv and seeds_needed.csv, and the worst margin error of the rule."""
+    families, margin, _, needed = _read(directory)
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    rows = []
+    for scenario, group in families.groupby("scenario", sort=False):
+        measure = "power" if group["power"].notna().any() else "familywise_error"
+        cells = ", ".join(f"{n} seeds {pct(v)}" for n, v in zip(group["seeds"], group[measure], strict=True))
+        rows.append(f"- **{scenario}**: {'power' if measure == 'power' else 'familywise error'} {cells}")
+    sizes = sorted(set(families["families"]))
+    needed_text = "; ".join(
+        f"{row.scenario}: {int(row.seeds_needed)} seeds needed (±{pct(row.spread)} across generator seeds), "
+        f"power there {pct(row.power_there)}"
+        for row in needed.itertuples()
+    )
+    return "\n".join(
+        [
+            f"{', '.join(map(str, sizes))} simulated families of the published grid's claims per line "
+            f"(`make calibration`; tables in `artifacts/reference/calibration/`):",
+            "",
+            *rows,
+            f"- equivalence with the truth exactly at the margin: wrong at most {pct(margin['verdict_error'].max())} "
+            f"(a sign-flip TOST: up to {pct(margin['sign_flip_tost_error'].max())})",
+            f"- seeds needed, against the rule's power there: {needed_text}",
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", type=int, default=400, help="simulated families per scenario and seed count")
