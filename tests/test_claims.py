@@ -82,9 +82,9 @@ def _rival(effect: float, p: float, favours: bool, equivalence: float = 1.0) -> 
     return RivalTest(effect, favours, MonteCarloP.exact(p), "sign test", MonteCarloP.exact(equivalence))
 
 
-def _verdict(direction: str, rival: RivalTest, effect_p: float, equivalence_p: float = 1.0, seeds: int = 100) -> str:
+def _verdict(direction: str, rival: RivalTest, effect_p: float, equivalence_p: float = 1.0) -> str:
     claim = _claim(direction=direction, resolution=0.01)
-    return judge(claim, [rival], seeds, effect_p, equivalence_p, 0.05).verdict
+    return judge(claim, [rival], effect_p, equivalence_p, 0.05).verdict
 
 
 def test_judge_is_symmetric_in_direction() -> None:
@@ -101,7 +101,7 @@ def test_a_finding_needs_the_test_and_an_effect_as_large_as_the_resolution() -> 
     assert _verdict("above", _rival(0.2, 0.2, True), 0.2) == "undecided"  # an effect the test does not find
     # an unsettled Monte-Carlo p never decides, whichever side of α it shows
     claim = _claim(direction="above", resolution=0.01)
-    unsettled = judge(claim, [_rival(0.2, 0.001, True)], 100, 0.001, 1.0, 0.05, determined=(False, True))
+    unsettled = judge(claim, [_rival(0.2, 0.001, True)], 0.001, 1.0, 0.05, determined=(False, True))
     assert unsettled.verdict == "undecided" and "Monte-Carlo" in unsettled.why
 
 

@@ -157,7 +157,6 @@ def equivalence_p(claim: Claim, tests: Sequence[RivalTest]) -> MonteCarloP | Non
 def judge(
     claim: Claim,
     tests: Sequence[RivalTest],
-    seeds: int,
     effect_adjusted: float,
     equivalence_adjusted: float,
     alpha: float,
@@ -176,7 +175,7 @@ def judge(
 
     def outcome(index: int, verdict: str, why: str, deciding: str = "effect") -> Outcome:
         test = tests[index]
-        name = "TOST sign-flip" if deciding == "equivalence" else test.effect_name
+        name = "exact TOST on the jumps" if deciding == "equivalence" else test.effect_name
         return Outcome(verdict, why, index, test.effect, name, deciding)
 
     unsettled = [name for name, settled in zip(("effect", "equivalence"), determined, strict=True) if not settled]
@@ -194,20 +193,21 @@ def judge(
             return outcome(worst, "contradicted", f"a difference beyond ±{r:g}: {tests[worst].effect:+.3g}, {text}")
         return outcome(tightest, "undecided", f"neither within nor beyond ±{r:g} yet: more seeds needed{note}")
     signed = [sign * t.effect for t in tests]
+    moved = "the spreads differ" if claim.statistic == "std" else "seeds jump"
     if effect_found and all(t.favours for t in tests):
         weakest_effect = min(range(len(tests)), key=lambda i: signed[i])
         if signed[weakest_effect] >= r:
-            return outcome(weakest, "holds", f"seeds jump the claimed way, {text}, |Δ| ≥ {r:g}")
+            return outcome(weakest, "holds", f"{moved} the claimed way, {text}, |Δ| ≥ {r:g}")
         return outcome(
             weakest_effect,
             "undecided",
-            f"seeds jump the claimed way ({text}), but the mean difference is below the resolution ({r:g})",
+            f"{moved} the claimed way ({text}), but the difference is below the resolution ({r:g})",
         )
     if effect_found:
         against = [i for i in range(len(tests)) if not tests[i].favours]
         worst = min(against, key=lambda i: tests[i].effect_test.p)
         if signed[worst] <= -r:
-            return outcome(worst, "contradicted", f"seeds jump the other way, {text}, |Δ| ≥ {r:g}")
+            return outcome(worst, "contradicted", f"{moved} the other way, {text}, |Δ| ≥ {r:g}")
     if equivalent:
         closest = min(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
         return outcome(closest, "not supported", f"no difference as large as {r:g}: {equivalence_text}", "equivalence")

@@ -280,12 +280,12 @@ def judge_family(
         claims, tested, _bounds(effect, "p"), _bounds(equivalence, "p"), alpha, extra_p
     )
     judged_claims = []
-    for index, (claim, data) in enumerate(zip(claims, datas, strict=True)):
+    for index, claim in enumerate(claims):
         found = equivalence[index]
         determined = (effect[index].determined, True if found is None else found.determined)
         effect_adjusted = adjusted[index] if tested[index] else effect[index].p
         equivalence_adjusted = adjusted_equivalence[index] if tested[index] else _bounds([found], "p")[0]
-        outcome = judge(claim, tests[index], len(data.side), effect_adjusted, equivalence_adjusted, alpha, determined)
+        outcome = judge(claim, tests[index], effect_adjusted, equivalence_adjusted, alpha, determined)
         judged_claims.append(
             Judged(
                 outcome,
@@ -365,14 +365,14 @@ def judged(
     adjusted_effect = min(1.0, first.p * factors[0])
     second = equivalence_p(claim, found)
     if second is None and can_equal:
-        outcome = judge(claim, found, len(data.side), adjusted_effect, np.nan, alpha, (first.determined, True))
+        outcome = judge(claim, found, adjusted_effect, np.nan, alpha, (first.determined, True))
         if outcome.verdict != "undecided":
             return outcome
         found = rival_tests(data, claim, streams, draws, equivalence=True)
         second = equivalence_p(claim, found)
     adjusted_equivalence = np.nan if second is None else min(1.0, second.p * factors[1])
     determined = (first.determined, True if second is None else second.determined)
-    return judge(claim, found, len(data.side), adjusted_effect, adjusted_equivalence, alpha, determined)
+    return judge(claim, found, adjusted_effect, adjusted_equivalence, alpha, determined)
 
 
 def _seeds_needed(data: ClaimData, claim: Claim, factors: tuple[float, float], level: float, alpha: float) -> float:
