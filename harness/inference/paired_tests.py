@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from harness.inference.intervals import spread_difference
 from harness.inference.monte_carlo import (
     EXACT_MOVERS,
     FIRST_BATCH,
@@ -83,26 +82,27 @@ def swap_test(side: np.ndarray, other: np.ndarray, rng: np.random.Generator, dra
     moving = side != other
     if not np.any(moving):
         return MonteCarloP.exact(1.0)
-    observed = float(spread_difference(side, other))
-    fixed_side, fixed_other = side[~moving], other[~moving]
+    n = len(side)
     movers_side, movers_other = side[moving], other[moving]
+    shift = movers_other - movers_side  # a swap moves side's sum by this, and other's by its negative
+    square_shift = movers_other**2 - movers_side**2
+    sums, squares = np.array([side.sum(), other.sum()]), np.array([(side**2).sum(), (other**2).sum()])
 
     def statistic(swaps: np.ndarray) -> np.ndarray:
-        count = len(swaps)
-        a = np.concatenate(
-            [np.broadcast_to(fixed_side, (count, len(fixed_side))), np.where(swaps, movers_other, movers_side)], axis=1
-        )
-        b = np.concatenate(
-            [np.broadcast_to(fixed_other, (count, len(fixed_other))), np.where(swaps, movers_side, movers_other)],
-            axis=1,
-        )
-        return spread_difference(a, b, axis=1)
+        """std(side) − std(other) after the given swaps, from the sums and sums of squares (ddof 1)."""
+        moved, moved_squares = swaps @ shift, swaps @ square_shift
+        spread = []
+        for sign, total, square_total in ((1.0, sums[0], squares[0]), (-1.0, sums[1], squares[1])):
+            total, square_total = total + sign * moved, square_total + sign * moved_squares
+            spread.append(np.sqrt(np.maximum(square_total - total**2 / n, 0.0) / (n - 1)))
+        return spread[0] - spread[1]
 
+    observed = float(statistic(np.zeros((1, len(movers_side))))[0])  # computed as the null is: ties count exactly
     if len(movers_side) <= EXACT_MOVERS:
-        return enumerated_p(statistic(sign_patterns(len(movers_side)) < 0), observed, "two-sided")
+        return enumerated_p(statistic((sign_patterns(len(movers_side)) < 0).astype(float)), observed, "two-sided")
 
     def draw(generator: np.random.Generator, count: int) -> np.ndarray:
-        return statistic(generator.random((count, len(movers_side))) < 0.5)
+        return statistic((generator.random((count, len(movers_side))) < 0.5).astype(float))
 
     return drawn_p(chunked(draw, max(1, CHUNK_CELLS // len(side))), observed, "two-sided", rng, draws)
 
