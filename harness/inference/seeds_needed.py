@@ -3,8 +3,11 @@
 For each n on a geometric ladder (the observed count × √2^k, up to LADDER_TOP times it) SIMULATED_DATASETS
 datasets of n seeds are drawn with replacement from the observed ones (whole seeds: every side of a claim moves
 together) and judged by the rule; the share that gets a verdict other than "undecided" is the chance of deciding
-at n. A logistic curve in log n fit to those shares (least squares on the logit, from the rungs around the first
-that reaches TARGET) gives the n at which it is TARGET. The generator is seeded, so a report repeats byte for byte.
+at n. The datasets of one rung extend those of the rung below (common random numbers), so the shares climb
+smoothly. A logistic curve in log n, fit by maximum likelihood to the decided counts of the two rungs either side of
+the first that reaches TARGET, gives the n at which it is TARGET. The generator is seeded, so a report repeats byte
+for byte. With 400 datasets a rung, the estimate moves by about ±5% across generator seeds (at 200 it moved ±11%
+on the 100-seed grid's "perceived quality still rises"); the calibration checks the rule's power at the estimate.
 The ladder stops early where normal theory says its top is out of reach (`out_of_reach`): the answer is then inf
 as it would be at the top. This treats the observed seeds as the population: an order of magnitude, not a promise.
 """
