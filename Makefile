@@ -54,8 +54,9 @@ blocks: $(STAMP)
 	$(BIN)/python -m tools.blocks
 
 # The verdict rule's calibration table (artifacts/reference/calibration/): families of the published grid's claims
-# under nulls A, B, C and two true effects at 20, 100 and 200 seeds through the rule as shipped (about 40 minutes on
-# one core), then the blocks that show it (the README's summary, the verdict rule's page).
+# under nulls A, B, C and two true effects at 20, 100 and 200 seeds through the rule as shipped (200 families each:
+# 12 minutes on the 2-core Xeon beside other work), then the blocks that show it (the README's summary, the verdict
+# rule's page).
 calibration: $(STAMP)
 	$(BIN)/python -m tools.calibration
 	$(BIN)/python -m tools.blocks

@@ -293,7 +293,7 @@ def summary_block(directory: Path = OUT) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", type=int, default=400, help="simulated families per scenario and seed count")
+    parser.add_argument("--families", type=int, default=200, help="simulated families per scenario and seed count")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     metrics = pd.read_csv(REFERENCE / "metrics.csv")
