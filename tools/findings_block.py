@@ -147,7 +147,8 @@ def paper_100(run_dir: Path) -> str:
 
 
 def paper_until_decided(run_dir: Path) -> str:
-    """The 100-seed grid's open claims grown by planned looks: the looks, the claims, when each was decided."""
+    """The published grid's claims decided by looks planned before the first: the looks, the claims, when each was
+    decided."""
     verdicts, looks = pd.read_csv(run_dir / CLAIMS_FILE), pd.read_csv(run_dir / LOOKS_FILE)
     plan = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))["sequential"]
     seeds = " and ".join(f"{seeds:,}" for seeds in looks["seeds"])
@@ -155,8 +156,9 @@ def paper_until_decided(run_dir: Path) -> str:
     decided = [f"{count} decided at look {look}" for look, count in enumerate(looks_decided, start=1)]
     still_open = int(verdicts["decided_at_look"].isna().sum())
     what = (
-        f"the 100-seed grid's open claims grown by {plural(len(looks), 'look')} at {seeds} seeds, "
-        f"{SPENDING_NAMES[plan['spending']]} spending of α = {plan['alpha']:g}"
+        f"the published grid's claims decided by {plural(len(looks), 'look')} planned before the first, at {seeds} "
+        f"seeds from seed {plan.get('first_seed', 0)}, {SPENDING_NAMES[plan['spending']]} spending of "
+        f"α = {plan['alpha']:g}"
     )
     return (
         f"{_scope(run_dir, what)}: {_claims(verdicts)}, {', '.join(decided)}; {still_open} still open after the "
