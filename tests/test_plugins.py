@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import harness
 from harness import cli
 from harness.grid import registry
+from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
 from harness.grid.knobs import Knobs
 from harness.mechanisms import BUILT_IN
@@ -70,11 +71,15 @@ def lab_folder(root: Path, block: str = "") -> Path:
 
 
 @pytest.fixture(scope="module")
-def tethered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    """The tether's grid run by `coevolab run` from a lab folder: (run directory, metrics)."""
+def tethered(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -> tuple[Path, pd.DataFrame]:
+    """The tether's grid run by `coevolab run` from a lab folder: (run directory, metrics). Its programs go to the
+    session's compile cache (a module fixture runs before `_compile_cache` sets it), where the API's run of the same
+    grid in this process finds them."""
     grid = lab_folder(tmp_path_factory.mktemp("lab"))
     out = grid.parent / "run"
-    result = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
+        result = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
     assert result.returncode == 0, result.stderr
     return out, pd.read_csv(out / "metrics.csv")
 
