@@ -44,12 +44,12 @@ LONGEST_FIRST = (
 
 # Test files that share a session grid, or a grid shape through the compile cache -> the name of the unit they run in
 # (one process, in collection order, so the shape compiles once): test_api trains the shape of conditions/smoke.toml,
-# whose programs the golden metrics' grid and the notebook's kernel load; test_checkpoint's commands compile that grid
-# at one seed, the shape of test_blocks' blocks; test_sharding trains tests/mechanisms_grid.py after test_grid_program;
-# the two run-directory files train test_cli's shape in this process.
+# whose programs the golden metrics' grid, test_live's command and the notebook's kernel load; test_checkpoint's
+# commands compile that grid at one seed, the shape of test_blocks' blocks; test_sharding trains
+# tests/mechanisms_grid.py after test_grid_program; the two run-directory files train test_cli's shape in this process.
 SHARED_GRID_FILES = (
     dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid")
-    | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_notebook.py"), "smoke-shape")
+    | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_live.py", "test_notebook.py"), "smoke-shape")
     | dict.fromkeys(("test_checkpoint.py", "test_blocks.py"), "smoke-one-seed-shape")
     | dict.fromkeys(("test_grid_program.py", "test_sharding.py"), "mechanisms-grid")
     | dict.fromkeys(("test_run_directories.py", "test_damaged_run_directories.py"), "run-directories")
