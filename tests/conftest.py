@@ -14,7 +14,7 @@ from harness.grid.compile_cache import CACHE_DIR_ENV, enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.sharding import use_every_cpu_core
 from harness.grid.trainer import GridTrainer
-from tests.compile_cache_settings import LONG_COMPILE_SECONDS, compile_cache_settings_restored
+from tests.compile_cache_settings import LONG_COMPILE_SECONDS, SETTINGS, compile_cache_settings_restored
 from tests.original_streams_grid import FILES as ORIGINAL_STREAMS_FILES
 from tests.original_streams_grid import TrainedGrid, original_streams_spec
 
@@ -44,12 +44,12 @@ LONGEST_FIRST = (
 
 # Test files that share a session grid, or a grid shape through the compile cache -> the name of the unit they run in
 # (one process, in collection order, so the shape compiles once): test_api trains the shape of conditions/smoke.toml,
-# whose programs the golden metrics' grid and the notebook's kernel load; test_checkpoint's commands compile that grid
-# at one seed, the shape of test_blocks' blocks; test_sharding trains tests/mechanisms_grid.py after test_grid_program;
-# the two run-directory files train test_cli's shape in this process.
+# whose programs the golden metrics' grid, test_live's command and the notebook's kernel load; test_checkpoint's
+# commands compile that grid at one seed, the shape of test_blocks' blocks; test_sharding trains
+# tests/mechanisms_grid.py after test_grid_program; the two run-directory files train test_cli's shape in this process.
 SHARED_GRID_FILES = (
     dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid")
-    | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_notebook.py"), "smoke-shape")
+    | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_live.py", "test_notebook.py"), "smoke-shape")
     | dict.fromkeys(("test_checkpoint.py", "test_blocks.py"), "smoke-one-seed-shape")
     | dict.fromkeys(("test_grid_program.py", "test_sharding.py"), "mechanisms-grid")
     | dict.fromkeys(("test_run_directories.py", "test_damaged_run_directories.py"), "run-directories")
@@ -107,14 +107,33 @@ def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: st
     return directory
 
 
+def _share_long_compiles(cache: Path) -> dict[str, object]:
+    """Point this process's compile cache at `cache`, keeping only long compiles; returns the settings."""
+    enable_compilation_cache(cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", LONG_COMPILE_SECONDS)
+    return {name: getattr(jax.config, name) for name in SETTINGS}
+
+
 @pytest.fixture(scope="session", autouse=True)
-def test_processes_share_long_compiles(shared_compile_cache: Path) -> Iterator[None]:
+def test_processes_share_long_compiles(shared_compile_cache: Path) -> Iterator[dict[str, object]]:
     """The test processes use the session's shared compile cache too, for their long compiles: a grid shape that a
-    test trains in one process and a `coevolab` subprocess (or the other test process) runs again compiles once."""
+    test trains in one process and a `coevolab` subprocess (or the other test process) runs again compiles once.
+    Yields the settings, which `long_compiles_stay_shared` puts back after any test that changed them."""
     with compile_cache_settings_restored():
-        enable_compilation_cache(shared_compile_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", LONG_COMPILE_SECONDS)
-        yield
+        yield _share_long_compiles(shared_compile_cache)
+
+
+@pytest.fixture(autouse=True)
+def long_compiles_stay_shared(
+    test_processes_share_long_compiles: dict[str, object], shared_compile_cache: Path
+) -> Iterator[None]:
+    """After each test, the session's compile-cache settings, if the test (or a module fixture it set up) changed
+    them: an in-process `coevolab run` turns the cache to $COEVOLAB_CACHE_DIR or the user's own (~/.cache), or off
+    (--no-compile-cache), for the rest of the process, so that the test process's later compiles would go to the
+    user's cache or nowhere, and eager programs that a disk hit serves would compile again."""
+    yield
+    if any(getattr(jax.config, name) != value for name, value in test_processes_share_long_compiles.items()):
+        _share_long_compiles(shared_compile_cache)
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """What the run-directory tests share (tests/test_run_directories.py, tests/test_damaged_run_directories.py): their
 grid, `coevolab` in this process, and a directory's files.
 
-Every grid here is tests/test_cli.py's shape (one condition, one seed per program, a world of two positions, 40 steps),
+Every grid here is tests/test_cli.py's shape (one condition, one seed per program, a world of two positions, 10 steps),
 so the session's compile cache serves all of them, and one process compiles it once for both files (they are one unit
-of tests/conftest.py's SHARED_GRID_FILES)."""
+of tests/conftest.py's SHARED_GRID_FILES). It is also the shape of the built-in grid conditions/tiny.toml, whose run by
+the installed wheel (tests/test_wheel.py) loads the programs compiled here."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ GRID = """
 [run]
 seeds = {seeds}
 iterations = {iterations}
-steps_per_iteration = 40
+steps_per_iteration = 10
 batch_size = 16
 block_seeds = 1
 

@@ -22,6 +22,7 @@ from harness.common.run_files import MANIFEST_FILE, METRICS_FILE
 from harness.grid.conditions import ConditionFileError, load_grid
 from harness.grid.sharding import usable_cores
 from harness.report.figures.common import DPI, PNG_METADATA
+from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
 # conditions/smoke.toml's grid, with a claim so that the verdicts table has a row. Its shape is the golden metrics'
@@ -66,7 +67,10 @@ def command_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = directory / "api.toml"
     path.write_bytes(tomli_w.dumps(GRID).encode())
     out = directory / "run"
-    assert cli.main(["run", str(path), "--out", str(out), "--quiet", "--no-compile-cache"]) == cli.EXIT_OK
+    # --no-compile-cache: the command would otherwise turn this process's cache to the user's own (a module fixture
+    # runs before the tests' environment points it at the session's); the programs are `ran`'s, in this process.
+    with compile_cache_settings_restored():
+        assert cli.main(["run", str(path), "--out", str(out), "--quiet", "--no-compile-cache"]) == cli.EXIT_OK
     return out
 
 

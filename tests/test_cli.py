@@ -25,6 +25,7 @@ from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
 # A world of two positions (tests/worlds.py), of 4 tokens: the command line's behaviour does not depend on the world.
+# At 2 iterations of 10 steps, conditions/tiny.toml's grid (a shape that tests/test_run_directories.py compiles).
 # Two of this file's runs compile cold whatever their grid: one fills a cache of its own, one runs with
 # --no-compile-cache.
 TINY = """
@@ -92,7 +93,7 @@ def coevolab(*args: str, **kwargs) -> subprocess.CompletedProcess:
     )
 
 
-def tiny_grid(tmp_path: Path, iterations: int = 2, steps: int = 40, extra: str = "") -> Path:
+def tiny_grid(tmp_path: Path, iterations: int = 2, steps: int = 10, extra: str = "") -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY.format(iterations=iterations, steps=steps, extra=extra))
     return path

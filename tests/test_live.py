@@ -17,22 +17,12 @@ from tensorboardX.proto import event_pb2
 from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-# The command line's tiny world (tests/test_cli.py's: 4 tokens × 2 positions), long enough to be caught running.
-GRID = """
-[run]
-seeds = 2
-iterations = 6
-steps_per_iteration = 40
-batch_size = 16
-
-[world]
-vocab_size = 4
-seq_len = 2
-
-[conditions.baseline]
-[conditions.frozen]
-freeze_judge = true
-"""
+# conditions/smoke.toml (3 conditions × 2 seeds, 20 steps per iteration) with iterations enough to be caught running:
+# the shape tests/test_api.py trains, whose programs this command loads from the session's compile cache (the files
+# run in one process: SHARED_GRID_FILES in tests/conftest.py).
+ITERATIONS = 8
+GRID = (ROOT / "conditions" / "smoke.toml").read_text().replace("iterations = 2\n", f"iterations = {ITERATIONS}\n")
+assert f"iterations = {ITERATIONS}\n" in GRID
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +60,7 @@ def test_progress_is_readable_while_the_grid_runs_and_tensorboard_has_the_same_m
         time.sleep(0.05)
     assert process.wait(timeout=600) == 0, process.stderr.read()
     assert seen is not None, "progress.csv never showed a finished iteration while the grid ran"
-    assert seen["iteration"].max() < 6
+    assert seen["iteration"].max() < ITERATIONS
 
     metrics = pd.read_csv(out / "metrics.csv")
     final = pd.read_csv(out / PROGRESS_FILE)
@@ -79,7 +69,7 @@ def test_progress_is_readable_while_the_grid_runs_and_tensorboard_has_the_same_m
         indexed = table.set_index(["condition", "iteration"])
         np.testing.assert_allclose(indexed[["policy_quality", "judge_alignment"]], means.loc[indexed.index], rtol=1e-6)
         assert (indexed["runs"] == 2).all()
-    assert len(final) == 2 * 7  # conditions × (iterations + 1)
+    assert len(final) == 3 * (ITERATIONS + 1)  # conditions × (iterations + 1)
 
     scalars = events(out / TENSORBOARD_DIR).set_index(["tag", "step"])["value"]
     for row in final.itertuples(index=False):

@@ -21,7 +21,7 @@ from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.engine.world import World
 from harness.grid.knobs import Knobs
 from harness.original import streams as original_streams
-from tests.original_loop import OriginalLoop
+from tests.original_loop import OriginalLoop, OriginalRunSettings
 
 DATA = Path(__file__).resolve().parent / "data" / "original_lab"
 SEEDS = range(5)
@@ -104,14 +104,28 @@ def test_initial_judges(tables: dict[str, np.ndarray]) -> None:
     assert _max_error(ours, names, tables) < ATOL
 
 
+def _loop_follows_the_published_baseline(iterations: int) -> None:
+    """The restated loop's first `iterations` records of baseline seed 0 against the original's own."""
+    ours = OriginalLoop(Knobs(), settings=OriginalRunSettings(iterations=iterations)).run("baseline", 0)
+    lines = (DATA / "baseline" / "seed_0.jsonl").read_text().splitlines()
+    theirs = [json.loads(line) for line in lines[:iterations]]
+    assert [r["iteration"] for r in ours] == [r["iteration"] for r in theirs] == list(range(iterations))
+    for metric in ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality"):
+        errors = [abs(a[metric] - b[metric]) for a, b in zip(ours, theirs, strict=True)]
+        assert max(errors) < ATOL, (metric, errors)
+
+
+def test_original_loop_follows_the_published_baseline_run_as_far_as_it_is_an_oracle() -> None:
+    """The restated loop gives the original's metrics of baseline seed 0 for the three iterations over which
+    tests/test_original_engine.py holds the compiled grid's variants to it (the grid's baseline is held to all ten
+    published iterations there directly)."""
+    _loop_follows_the_published_baseline(3)
+
+
+@pytest.mark.heavy
 def test_original_loop_reproduces_the_published_baseline_run() -> None:
     """The restated loop gives the original's per-iteration metrics of baseline seed 0, all 10 iterations.
 
     Seen: 7.3e-7 on alignment, 4.8e-7 on entropy and perceived quality, 0 on quality.
     """
-    ours = OriginalLoop(Knobs()).run("baseline", 0)
-    theirs = [json.loads(line) for line in (DATA / "baseline" / "seed_0.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in ours] == [r["iteration"] for r in theirs] == list(range(10))
-    for metric in ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality"):
-        errors = [abs(a[metric] - b[metric]) for a, b in zip(ours, theirs, strict=True)]
-        assert max(errors) < ATOL, (metric, errors)
+    _loop_follows_the_published_baseline(10)

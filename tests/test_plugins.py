@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import harness
 from harness import cli
 from harness.grid import registry
+from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
 from harness.grid.knobs import Knobs
 from harness.mechanisms import BUILT_IN
@@ -70,11 +71,15 @@ def lab_folder(root: Path, block: str = "") -> Path:
 
 
 @pytest.fixture(scope="module")
-def tethered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    """The tether's grid run by `coevolab run` from a lab folder: (run directory, metrics)."""
+def tethered(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -> tuple[Path, pd.DataFrame]:
+    """The tether's grid run by `coevolab run` from a lab folder: (run directory, metrics). Its programs go to the
+    session's compile cache (a module fixture runs before `_compile_cache` sets it), where the API's run of the same
+    grid in this process finds them."""
     grid = lab_folder(tmp_path_factory.mktemp("lab"))
     out = grid.parent / "run"
-    result = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
+        result = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
     assert result.returncode == 0, result.stderr
     return out, pd.read_csv(out / "metrics.csv")
 
@@ -160,18 +165,26 @@ def test_a_changed_mechanism_is_compiled_afresh_and_refused_by_resume(tethered, 
 
 
 def test_seed_blocks_run_the_mechanism_in_their_own_processes(tethered, tmp_path: Path) -> None:
-    """The grid as two seed blocks, each a `coevolab run --block` process, merged: the whole run's numbers."""
-    _, metrics = tethered
-    grid = lab_folder(tmp_path / "lab", block="block_seeds = 1")
-    out = tmp_path / "blocks"
+    """The grid at 4 seeds as two seed blocks of 2, each a `coevolab run --block` process, merged: the first block is
+    the whole 2-seed run's bytes (a block of its shape runs its program, loaded from the compile cache), and in the
+    second the mechanism acts as it does in the first."""
+    out, _ = tethered
+    grid = lab_folder(tmp_path / "lab", block="block_seeds = 2")
+    blocks = tmp_path / "blocks"
     for block in ("0", "1"):
-        result = coevolab("run", str(grid), "--out", str(out), "--block", block, "--no-figures", "--quiet")
+        argv = ("run", str(grid), "--seeds", "4", "--out", str(blocks), "--block", block, "--no-figures", "--quiet")
+        result = coevolab(*argv)
         assert result.returncode == 0, result.stderr
-    merged = coevolab("merge", str(out), "--no-figures", "--quiet")
+    merged = coevolab("merge", str(blocks), "--no-figures", "--quiet")
     assert merged.returncode == 0, merged.stderr
-    blocks = pd.read_csv(out / "metrics.csv")
-    np.testing.assert_allclose(blocks[FLOAT_COLUMNS], metrics[FLOAT_COLUMNS], rtol=0, atol=1e-4)
-    assert (blocks["mode_index"] == metrics["mode_index"]).all()
+    assert (blocks / "blocks" / "0" / "metrics.csv").read_bytes() == (out / "metrics.csv").read_bytes()
+    metrics = pd.read_csv(blocks / "metrics.csv")
+    assert sorted(set(metrics["seed"])) == [0, 1, 2, 3]
+    final = metrics[metrics["iteration"] == 2].set_index(["condition", "seed"])["judge_drift"]
+    assert (final.loc["frozen"] == 0).all() and (final.loc["tethered[tether=1]"] < 1e-5).all()
+    assert (final.loc["tethered[tether=0.5]"] < final.loc["baseline"]).all()
+    off, baseline = by_condition(metrics, "tethered[tether=0]"), by_condition(metrics, "baseline")
+    pd.testing.assert_frame_equal(off[FLOAT_COLUMNS], baseline[FLOAT_COLUMNS])
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
 """Seed blocks as Ray tasks on a real Ray cluster of this machine (a head without CPUs and two 1-CPU nodes): the merged
 metrics.csv is the bytes of the same grid run in-process; a worker killed mid-block, or its node lost, resumes the
 block from its checkpoint; two attempts at one block give one result; errors of a block itself are not retried; an
-unreachable address or a missing Ray fails in one line with nothing written."""
+unreachable address or a missing Ray fails in one line with nothing written.
+
+The grid loads a mechanism of a lab's own from a file outside the package (examples/mechanisms/judge_tether.py, copied
+beside each condition file here), so every run on the cluster is also a loaded mechanism run by Ray workers, which
+find it in the run directory's copy of its source (mechanisms/judge_tether.py): a worker is given the grid and the run
+directory, never the condition file, and needs no copy of the module where it runs."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +42,7 @@ from harness.experiment.blocks import (
 )
 from harness.experiment.checkpoint import read_checkpoint
 from harness.experiment.ray_backend import BlockLost, RayBackend, run_block_task
+from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 from harness.grid.conditions import load_grid
 from tests.compile_cache_settings import compile_cache_settings_restored
@@ -44,9 +51,13 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: the module needs Ray)
 
 ROOT = Path(__file__).resolve().parents[1]
-# A grid whose program compiles quickly (about 20 s cold on two cores): two conditions in a 2-token × 2-position
-# world, one seed per block.
+MECHANISM = ROOT / "examples" / "mechanisms" / "judge_tether.py"
+# A grid whose program compiles quickly (about 20 s cold on two cores): three conditions in a 2-token × 2-position
+# world, one seed per block; one of them pulls its judge toward its pretrained weights (the lab's mechanism).
 GRID = """
+[mechanisms]
+modules = ["judge_tether.py"]
+
 [run]
 seeds = 2
 iterations = 4
@@ -62,12 +73,31 @@ seq_len = 2
 
 [conditions.frozen]
 freeze_judge = true
+
+[conditions.tethered]
+tether = 0.5
 """
 # The fault tests' grid: iterations long enough (about a second) that a kill at the first checkpoint lands mid-block.
 SLOW_STEPS = 300
 # Each node would otherwise offer most of the machine's memory, three times over; a block here asks for about 1.5 GiB.
 NODE_MEMORY = 4 * 2**30
 OBJECT_STORE = 80 * 2**20  # the blocks hand back one record each
+
+
+def lab_grid(path: Path, text: str) -> Path:
+    """A condition file in a lab's folder: `text` at `path`, the lab's mechanism module beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    shutil.copy(MECHANISM, path.parent / MECHANISM.name)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _catalog_restored() -> Iterator[None]:
+    """A grid read in this process (a driver, a test's own `load_grid`) registers the lab's mechanism; later tests of
+    this process see the catalog as it was."""
+    with registry.restored_catalog():
+        yield
 
 
 def _coevolab(*argv: object) -> int:
@@ -92,9 +122,7 @@ def _in_process_run(grid: Path, out: Path, cache: Path) -> None:
 
 @pytest.fixture(scope="module")
 def grid_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    grid = tmp_path_factory.mktemp("ray-grid") / "grid.toml"
-    grid.write_text(GRID.format(steps=10))
-    return grid
+    return lab_grid(tmp_path_factory.mktemp("ray-grid") / "grid.toml", GRID.format(steps=10))
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +135,7 @@ def grids(grid_file: Path, shared_compile_cache: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def slow_grids(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ray-slow-grids")
-    grid = root / "slow.toml"
-    grid.write_text(GRID.format(steps=SLOW_STEPS))
+    grid = lab_grid(root / "slow.toml", GRID.format(steps=SLOW_STEPS))
     _in_process_run(grid, root / "reference", shared_compile_cache)
     return {"grid": grid, "reference": root / "reference"}
 
@@ -142,6 +169,9 @@ def test_blocks_on_a_cluster_merge_to_the_bytes_of_an_in_process_run(
     out = tmp_path / "run"
     assert _coevolab("run", grids["grid"], "--out", out, "--ray", cluster.address) == cli.EXIT_OK
     assert (out / METRICS_FILE).read_bytes() == (grids["reference"] / METRICS_FILE).read_bytes()
+    # What the bytes hold: the lab's mechanism ran (its metric, its pull keeping the judges nearer their start).
+    final = pd.read_csv(out / METRICS_FILE).query("iteration == 4").set_index(["condition", "seed"])["judge_drift"]
+    assert (final.loc["tethered"] < final.loc["baseline"]).all() and (final.loc["frozen"] == 0).all()
     execution = json.loads((out / "manifest.json").read_text())["execution"]
     assert execution["backend"] == "Ray" and execution["blocks"] == 2
     assert execution["line"] in (out / "report.md").read_text()
@@ -151,6 +181,27 @@ def test_blocks_on_a_cluster_merge_to_the_bytes_of_an_in_process_run(
         # Each task held its block's lock and let go of it cleanly: the file stays, naming no holder.
         assert block_lock(out, block).is_file() and block_lock(out, block).read_text() == ""
     assert stale_temporaries(out) == []
+
+
+def test_a_worker_runs_the_labs_mechanism_from_the_run_directorys_copy(
+    cluster: Cluster, grids: dict[str, Path], tmp_path: Path, subprocess_compile_cache: Path
+) -> None:
+    """Block 0 finished (the in-process run's), the lab's module gone (moved, renamed): the task of block 1 loads the
+    mechanism from mechanisms/judge_tether.py of the run directory, to the in-process run's bytes."""
+    spec, out = load_grid(grids["grid"]), tmp_path / "run"
+    block_run_dir(spec, 0, out)  # grid.json and the copy of the mechanism's source
+    shutil.copytree(block_dir(grids["reference"], 0), block_dir(out, 0))
+    assert (out / "mechanisms" / MECHANISM.name).read_bytes() == MECHANISM.read_bytes()
+    module = grids["grid"].parent / MECHANISM.name
+    module.rename(tmp_path / "elsewhere.py")
+    try:
+        registry.unregister("judge_tether")  # the driver reads it from the copy too
+        assert _coevolab("run", "--resume", out, "--ray", cluster.address) == cli.EXIT_OK
+    finally:
+        (tmp_path / "elsewhere.py").rename(module)
+    assert (out / METRICS_FILE).read_bytes() == (grids["reference"] / METRICS_FILE).read_bytes()
+    assert [len(read_record(out, block).attempts) for block in (0, 1)] == [1, 1]
+    assert read_record(out, 1).attempts[0].finished and stale_temporaries(out) == []
 
 
 @pytest.mark.heavy
@@ -190,15 +241,6 @@ def test_errors_of_a_block_are_reported_in_one_line_and_not_retried(
     attempts = read_record(broken, 0).attempts
     assert len(attempts) == 1 and attempts[0].finished is None
 
-    foreign = tmp_path / "foreign"
-    _garbage_checkpoint_run(grids["grid"], foreign)
-    other = json.loads((block_dir(foreign, 0) / GRID_FILE).read_text())
-    other["pretrain"]["label_noise"] = 0.2
-    (block_dir(foreign, 0) / GRID_FILE).write_text(json.dumps(other))
-    assert _coevolab("run", "--resume", foreign, "--ray", cluster.address) == cli.EXIT_BAD_INPUT
-    _one_line_error(capsys, "holds a block of another grid")
-    assert read_record(foreign, 0).attempts == []
-
     too_big = tmp_path / "too-big"
     argv = ("run", grids["grid"], "--out", too_big, "--ray", cluster.address, "--ray-cpus-per-block", 4)
     assert _coevolab(*argv) == cli.EXIT_BAD_INPUT
@@ -215,8 +257,32 @@ def test_errors_of_a_block_are_reported_in_one_line_and_not_retried(
         backend.close()
 
 
+@pytest.mark.heavy
+def test_a_block_of_another_grid_is_refused_by_its_worker_in_one_line(
+    cluster: Cluster,
+    grids: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    subprocess_compile_cache: Path,
+) -> None:
+    """As a block's own error above, refused before its task records an attempt (`run_block` refuses it wherever it
+    runs: tests/test_blocks.py)."""
+    foreign = tmp_path / "foreign"
+    _garbage_checkpoint_run(grids["grid"], foreign)
+    other = json.loads((block_dir(foreign, 0) / GRID_FILE).read_text())
+    other["pretrain"]["label_noise"] = 0.2
+    (block_dir(foreign, 0) / GRID_FILE).write_text(json.dumps(other))
+    assert _coevolab("run", "--resume", foreign, "--ray", cluster.address) == cli.EXIT_BAD_INPUT
+    _one_line_error(capsys, "holds a block of another grid")
+    assert read_record(foreign, 0).attempts == []
+
+
 def test_an_unreachable_cluster_or_a_missing_ray_fails_in_one_line_and_writes_nothing(
-    grid_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    grid_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    subprocess_compile_cache: Path,
 ) -> None:
     with socket.socket() as probe:  # a port nothing listens on once it is closed
         probe.bind(("127.0.0.1", 0))
@@ -239,8 +305,7 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_run_in_process(
 ) -> None:
     """SIGTERM to the driver (a scheduler preempting it) while blocks run: exit 143, the blocks' checkpoints kept, the
     command to resume printed; as without Ray. The grid's shape, with iterations enough never to finish first."""
-    grid = tmp_path / "long.toml"
-    grid.write_text(grids["grid"].read_text().replace("iterations = 4", "iterations = 100000"))
+    grid = lab_grid(tmp_path / "long.toml", grids["grid"].read_text().replace("iterations = 4", "iterations = 100000"))
     out = tmp_path / "run"
     driver = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", grid, "--out", out, "--ray", cluster.address, "--no-figures"],
@@ -317,8 +382,7 @@ def test_a_block_on_two_devices_agrees_with_one_device_to_float_rounding(
     """What holds across device counts (a Ray task's CPUs): the same runs and end modes, floats within 1e-4; not
     always the same bytes, since one device runs a block in one shard and two split it in two (fillers included),
     each compiled as its own program. Same device count, same bytes: the tests above."""
-    grid = tmp_path / "one-block.toml"
-    grid.write_text(grid_file.read_text().replace("block_seeds = 1", "block_seeds = 2"))
+    grid = lab_grid(tmp_path / "one-block.toml", grid_file.read_text().replace("block_seeds = 1", "block_seeds = 2"))
     tables, plans = {}, {}
     for devices in (1, 2):
         env = {**os.environ, "JAX_NUM_CPU_DEVICES": str(devices), CACHE_DIR_ENV: str(shared_compile_cache)}
@@ -376,8 +440,7 @@ def test_a_block_lost_more_often_than_retried_says_what_is_kept(
 ) -> None:
     """No retries: block 0's worker killed once is the block lost; the message names it and says what the files
     keep (its own checkpoint among them), and how to resume."""
-    grid = tmp_path / "long.toml"
-    grid.write_text(grids["grid"].read_text().replace("iterations = 4", "iterations = 100000"))
+    grid = lab_grid(tmp_path / "long.toml", grids["grid"].read_text().replace("iterations = 4", "iterations = 100000"))
     spec, out = load_grid(grid), tmp_path / "lost"
     block_run_dir(spec, 0, out)
     watcher = threading.Thread(target=lambda: os.kill(_worker_at_first_checkpoint(out), signal.SIGKILL), daemon=True)

@@ -4,7 +4,7 @@ time (a live holder named, a dead one's lock taken over), a directory that canno
 work. Real `coevolab` processes stopped by their pid, real files cut and edited, an unprivileged user and a
 read-only mount where the tests run as root.
 
-Every grid here is tests/test_cli.py's shape (one condition, one seed per program, a world of two positions, 40 steps),
+Every grid here is tests/test_cli.py's shape (one condition, one seed per program, a world of two positions, 10 steps),
 so the session's compile cache serves all of them (tests/run_directories.py)."""
 
 from __future__ import annotations

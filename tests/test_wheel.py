@@ -106,6 +106,7 @@ def test_version_and_a_built_in_grid_listed_by_name(installed: Installed) -> Non
 
 
 def test_a_built_in_grid_runs_by_name(installed: Installed, shared_compile_cache: Path) -> None:
+    # The session's compile cache: tiny is the shape tests/test_run_directories.py compiles (tests/run_directories.py).
     env = {**installed.env(), "COEVOLAB_CACHE_DIR": str(shared_compile_cache)}
     # Without figures: drawing them is most of a tiny grid's report, and no figure is read here.
     run = installed.run("coevolab", "run", "tiny", "--out", "run", "--quiet", "--no-figures", env=env)
