@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all bench calibration docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
+.PHONY: run test test-all test-profile bench calibration docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(STAMP): requirements.lock pyproject.toml harness/common/version.py
@@ -26,6 +26,15 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
+
+# Where make test's time goes: the same run with tools/test_profile.py recording each test's wall time and its process's
+# JAX compile work (tracing, lowering, XLA compiles), then the table by test file (artifacts/bench/test-profile/, not
+# committed: a profile is of one machine). Run it on a fresh clone with an empty HOME to see a cold compile cache.
+PROFILE := artifacts/bench/test-profile
+test-profile: $(STAMP)
+	rm -rf $(PROFILE)
+	COEVOLAB_TEST_PROFILE_DIR=$(PROFILE) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy" -p tools.test_profile
+	$(BIN)/python -m tools.test_profile $(PROFILE)
 
 # Everything: the tests marked heavy (the published grid's claims) and every benchmark body, run once untimed at
 # their smallest size (pyproject's addopts disable benchmarking).

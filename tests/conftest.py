@@ -23,10 +23,10 @@ use_every_cpu_core()
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The files that take longest (cold compiles of grids of their own, `coevolab` subprocesses), longest first. `make
-# test` deals whole files (the files of a shared grid together) to two processes in collection order (--dist loadfile
-# --no-loadscope-reorder): started first, they run beside the many short files instead of leaving one process alone
-# with a long file at the end.
+# The files that take longest (cold compiles of grids of their own, `coevolab` subprocesses), longest first, as
+# `make test-profile` measured them. `make test` deals whole files (the files of a shared grid together) to two
+# processes in collection order (--dist loadfile --no-loadscope-reorder): started first, they run beside the many short
+# files instead of leaving one process alone with a long file at the end.
 LONGEST_FIRST = (
     "test_original_engine.py",  # with test_paper_claims.py: one unit (tests/original_streams_grid.py)
     "test_paper_claims.py",
@@ -34,10 +34,14 @@ LONGEST_FIRST = (
     "test_cli.py",
     "test_run_directories.py",  # with test_damaged_run_directories.py: one unit (tests/run_directories.py)
     "test_damaged_run_directories.py",
+    "test_plugins.py",
     "test_grid_program.py",  # with test_sharding.py: one unit (tests/mechanisms_grid.py)
     "test_sharding.py",
     "test_checkpoint.py",
     "test_blocks.py",
+    "test_model_settings.py",
+    "test_knobs.py",
+    "test_study.py",
     "test_original_streams.py",
 )
 

@@ -1,0 +1,73 @@
+"""tools/test_profile.py: a real pytest session with the plugin, on tests whose compile work and wall time are known,
+then its table by file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tools import test_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TESTS = """
+import time
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.fixture(scope="module")
+def compiled_in_setup():
+    return jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.ones(7))
+
+
+def test_compiles_a_program_of_its_own(compiled_in_setup):
+    jax.jit(lambda x: jnp.cumsum(x) + 1.0)(jnp.arange(13.0)).block_until_ready()
+
+
+def test_waits_without_compiling():
+    time.sleep(0.3)
+"""
+
+
+def test_a_session_is_profiled_per_phase_and_summed_by_file(tmp_path: Path) -> None:
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent(TESTS))
+    profile = tmp_path / "profile"
+    env = {**os.environ, test_profile.DIRECTORY_ENV: str(profile), "PYTHONPATH": str(ROOT)}
+    plugins = ("-p", "tools.test_profile", "-p", "no:cacheprovider")
+    argv = [sys.executable, "-m", "pytest", "test_sample.py", *plugins, "-q"]
+    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    (rows_file,) = profile.glob("tests-*.csv")
+    rows = pd.read_csv(rows_file).set_index(["test", "phase"])
+    assert list(rows.reset_index().columns) == list(test_profile.COLUMNS)
+    compiling = "test_sample.py::test_compiles_a_program_of_its_own"
+    waiting = "test_sample.py::test_waits_without_compiling"
+    assert len(rows) == 2 * 3  # setup, call and teardown of each test
+    # The fixture's compile is its test's setup; the test's own jit is its call; each traced, lowered and compiled.
+    for phase in ("setup", "call"):
+        row = rows.loc[(compiling, phase)]
+        assert row["compiles"] >= 1 and min(row["trace_s"], row["lower_s"], row["compile_s"]) > 0
+    assert rows.loc[(waiting, "call"), "compiles"] == 0 and rows.loc[(waiting, "call"), "wall_s"] >= 0.3
+
+    table = test_profile.by_file(profile)
+    assert list(table.index) == ["test_sample.py", "TOTAL"]
+    sample = table.loc["test_sample.py"]
+    assert sample["tests"] == 2 and sample["compiles"] == rows["compiles"].sum()
+    assert sample["wall_s"] == round(rows["wall_s"].sum(), 1)
+    assert test_profile.main([str(profile)]) == 0 and (profile / "by-file.csv").is_file()
+
+
+def test_a_directory_without_a_profile_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert test_profile.main([str(tmp_path)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "no tests-*.csv" in error[0]

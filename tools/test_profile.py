@@ -1,0 +1,137 @@
+"""Where the test suite's time goes: a pytest plugin that records, for every test, its phases' wall time and the JAX
+compile work done in its process while it ran (tracing, lowering to MLIR, XLA's backend compile, each compile's
+count), then a per-file table of the whole session.
+
+    make test-profile                  # `make test`'s pytest run with the plugin, into artifacts/bench/test-profile/
+    python -m tools.test_profile DIR   # the table (DIR/by-file.csv) from the per-process files in DIR
+
+The time of a test's module fixtures is its first test's setup, as pytest reports it. Work done in a `coevolab`
+subprocess that a test starts is in the test's wall time and not in its compile columns (JAX reports compiles only to
+listeners of its own process), so the `other` column of the table is the test's wall time less its own process's
+compile work: execution, subprocesses, file work and waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+# JAX's compile events (jax._src.dispatch), by the column they are summed into.
+COMPILE_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+    "/jax/core/compile/backend_compile_duration": "compile_s",
+}
+DIRECTORY_ENV = "COEVOLAB_TEST_PROFILE_DIR"
+COLUMNS = ("test", "phase", "wall_s", "trace_s", "lower_s", "compile_s", "compiles")
+
+
+class _Recorder:
+    """The compile work of this process, attributed to the test phase running when JAX reported it."""
+
+    def __init__(self) -> None:
+        self.current: dict | None = None  # the row of the phase running now
+        self.rows: list[dict] = []
+
+    def listen(self, event: str, duration: float, **_: object) -> None:
+        column = COMPILE_EVENTS.get(event)
+        if column is None or self.current is None:
+            return
+        self.current[column] += duration
+        self.current["compiles"] += column == "compile_s"
+
+    @staticmethod
+    def phase_row(test: str, phase: str) -> dict:
+        return {"test": test, "phase": phase, "wall_s": 0.0, "trace_s": 0.0, "lower_s": 0.0, "compile_s": 0.0,
+                "compiles": 0}  # fmt: skip
+
+
+_RECORDER = _Recorder()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import jax.monitoring
+
+    jax.monitoring.register_event_duration_secs_listener(_RECORDER.listen)
+
+
+def _recorded(item: pytest.Item, phase: str) -> Iterator[None]:
+    row = _Recorder.phase_row(item.nodeid, phase)
+    _RECORDER.current = row
+    yield
+    _RECORDER.current = None
+    _RECORDER.rows.append(row)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _recorded(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    yield from _recorded(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield from _recorded(item, "teardown")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """The phase's wall time as pytest measured it, onto the row of that phase (the last one of the test)."""
+    for row in reversed(_RECORDER.rows):
+        if row["test"] == report.nodeid and row["phase"] == report.when:
+            row["wall_s"] = report.duration
+            return
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    directory = os.environ.get(DIRECTORY_ENV)
+    if not directory or not _RECORDER.rows:
+        return
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    frame = pd.DataFrame(_RECORDER.rows, columns=list(COLUMNS))
+    frame.to_csv(Path(directory) / f"tests-{worker}-{os.getpid()}.csv", index=False, float_format="%.3f")
+
+
+def by_file(directory: Path) -> pd.DataFrame:
+    """Every test process's rows in `directory`, summed by test file, longest first, with a TOTAL row; `other` is the
+    wall time less the process's own compile work (tracing, lowering, compiling)."""
+    files = sorted(directory.glob("tests-*.csv"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no tests-*.csv (run the tests with -p tools.test_profile)")
+    rows = pd.concat([pd.read_csv(path) for path in files], ignore_index=True)
+    rows["file"] = rows["test"].str.split("::").str[0]
+    table = rows.groupby("file")[["wall_s", "trace_s", "lower_s", "compile_s", "compiles"]].sum()
+    table["tests"] = rows[rows["phase"] == "call"].groupby("file").size()
+    # Compiles may run beside the test's thread (a program compiled while another runs), so `other` can be negative.
+    table["other_s"] = table["wall_s"] - table[["trace_s", "lower_s", "compile_s"]].sum(axis=1)
+    table = table.sort_values("wall_s", ascending=False)
+    table.loc["TOTAL"] = table.sum()
+    return table.round(1).astype({"compiles": int, "tests": int})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.test_profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", type=Path, help="the per-process files of a profiled run")
+    args = parser.parse_args(argv)
+    try:
+        table = by_file(args.directory)
+    except FileNotFoundError as error:
+        print(f"test_profile: {error}", file=sys.stderr)
+        return 2
+    table.to_csv(args.directory / "by-file.csv")
+    print(table.to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
