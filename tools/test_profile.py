@@ -46,11 +46,6 @@ class _Recorder:
         self.current[column] += duration
         self.current["compiles"] += column == "compile_s"
 
-    @staticmethod
-    def phase_row(test: str, phase: str) -> dict:
-        return {"test": test, "phase": phase, "wall_s": 0.0, "trace_s": 0.0, "lower_s": 0.0, "compile_s": 0.0,
-                "compiles": 0}  # fmt: skip
-
 
 _RECORDER = _Recorder()
 
@@ -62,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _recorded(item: pytest.Item, phase: str) -> Iterator[None]:
-    row = _Recorder.phase_row(item.nodeid, phase)
+    row = {**dict.fromkeys(COLUMNS, 0.0), "test": item.nodeid, "phase": phase, "compiles": 0}
     _RECORDER.current = row
     yield
     _RECORDER.current = None
