@@ -28,8 +28,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 
 # Where make test's time goes: the same run with tools/test_profile.py recording each test's wall time and its process's
-# JAX compile work (tracing, lowering, XLA compiles), then the table by test file (artifacts/bench/test-profile/, not
-# committed: a profile is of one machine). Run it on a fresh clone with an empty HOME to see a cold compile cache.
+# JAX compile work (tracing, lowering, XLA compiles), then the tables by test file and by compiled program
+# (artifacts/bench/test-profile/, not committed: a profile is of one machine). Run it on a fresh clone with an empty HOME to see a cold compile cache.
 PROFILE := artifacts/bench/test-profile
 test-profile: $(STAMP)
 	rm -rf $(PROFILE)

@@ -1,5 +1,5 @@
 """tools/test_profile.py: a real pytest session with the plugin, on tests whose compile work and wall time are known,
-then its table by file."""
+then its tables by file and by program."""
 
 from __future__ import annotations
 
@@ -24,13 +24,21 @@ import jax.numpy as jnp
 import pytest
 
 
+def sine_times_three(x):
+    return jnp.sin(x) * 3.0
+
+
+def running_sum_plus_one(x):
+    return jnp.cumsum(x) + 1.0
+
+
 @pytest.fixture(scope="module")
 def compiled_in_setup():
-    return jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.ones(7))
+    return jax.jit(sine_times_three)(jnp.ones(7))
 
 
 def test_compiles_a_program_of_its_own(compiled_in_setup):
-    jax.jit(lambda x: jnp.cumsum(x) + 1.0)(jnp.arange(13.0)).block_until_ready()
+    jax.jit(running_sum_plus_one)(jnp.arange(13.0)).block_until_ready()
 
 
 def test_waits_without_compiling():
@@ -41,7 +49,9 @@ def test_waits_without_compiling():
 def test_a_session_is_profiled_per_phase_and_summed_by_file(tmp_path: Path) -> None:
     (tmp_path / "test_sample.py").write_text(textwrap.dedent(TESTS))
     profile = tmp_path / "profile"
-    env = {**os.environ, test_profile.DIRECTORY_ENV: str(profile), "PYTHONPATH": str(ROOT)}
+    # Every compile counts as long here (the sample's take milliseconds), so each is listed by its program's name.
+    env = {**os.environ, test_profile.DIRECTORY_ENV: str(profile), test_profile.LONG_COMPILE_ENV: "0"}
+    env["PYTHONPATH"] = str(ROOT)
     plugins = ("-p", "tools.test_profile", "-p", "no:cacheprovider")
     argv = [sys.executable, "-m", "pytest", "test_sample.py", *plugins, "-q"]
     result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -64,7 +74,20 @@ def test_a_session_is_profiled_per_phase_and_summed_by_file(tmp_path: Path) -> N
     sample = table.loc["test_sample.py"]
     assert sample["tests"] == 2 and sample["compiles"] == rows["compiles"].sum()
     assert sample["wall_s"] == round(rows["wall_s"].sum(), 1)
-    assert test_profile.main([str(profile)]) == 0 and (profile / "by-file.csv").is_file()
+
+    (compiles_file,) = profile.glob("compiles-*.csv")
+    compiles = pd.read_csv(compiles_file)
+    assert list(compiles.columns) == list(test_profile.COMPILE_COLUMNS) and len(compiles) == rows["compiles"].sum()
+    named = compiles.set_index("program")
+    assert named.loc["jit(sine_times_three)", ["test", "phase"]].tolist() == [compiling, "setup"]
+    assert named.loc["jit(running_sum_plus_one)", ["test", "phase"]].tolist() == [compiling, "call"]
+    programs = test_profile.by_program(profile)
+    assert programs.loc["TOTAL", "compiles"] == len(compiles) and programs.loc["TOTAL", "files"] == 1
+    assert programs.loc["jit(sine_times_three)", "compiles"] == 1
+    assert programs.loc["TOTAL", "compile_s"] == pytest.approx(compiles["compile_s"].sum(), abs=0.1 * len(programs))
+
+    assert test_profile.main([str(profile)]) == 0
+    assert (profile / "by-file.csv").is_file() and (profile / "by-program.csv").is_file()
 
 
 def test_a_directory_without_a_profile_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

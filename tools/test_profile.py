@@ -1,9 +1,11 @@
 """Where the test suite's time goes: a pytest plugin that records, for every test, its phases' wall time and the JAX
 compile work done in its process while it ran (tracing, lowering to MLIR, XLA's backend compile, each compile's
-count), then a per-file table of the whole session.
+count), then a per-file table of the whole session, and a table of the long compiles by program: which compiled
+programs (`jit(iterate)`, `jit(diagnose_shards)`, `jit(pretrain_shard)`, ...) the time goes to, how many distinct
+ones of each, and from how many test files.
 
     make test-profile                  # `make test`'s pytest run with the plugin, into artifacts/bench/test-profile/
-    python -m tools.test_profile DIR   # the table (DIR/by-file.csv) from the per-process files in DIR
+    python -m tools.test_profile DIR   # the tables (DIR/by-file.csv, DIR/by-program.csv) from the files in DIR
 
 The time of a test's module fixtures is its first test's setup, as pytest reports it. Work done in a `coevolab`
 subprocess that a test starts is in the test's wall time and not in its compile columns (JAX reports compiles only to
@@ -30,6 +32,11 @@ COMPILE_EVENTS = {
 }
 DIRECTORY_ENV = "COEVOLAB_TEST_PROFILE_DIR"
 COLUMNS = ("test", "phase", "wall_s", "trace_s", "lower_s", "compile_s", "compiles")
+# A compile at least this long is listed on its own, by program name: the grid programs take seconds each, while the
+# thousands of small compiles of eager operations would only hide them.
+LONG_COMPILE_ENV = "COEVOLAB_TEST_PROFILE_LONG_COMPILE"
+LONG_COMPILE_SECONDS = 1.0
+COMPILE_COLUMNS = ("test", "phase", "program", "compile_s")
 
 
 class _Recorder:
@@ -38,13 +45,19 @@ class _Recorder:
     def __init__(self) -> None:
         self.current: dict | None = None  # the row of the phase running now
         self.rows: list[dict] = []
+        self.long_compiles: list[dict] = []  # one row per compile of at least `long_compile` seconds
+        self.long_compile = float(os.environ.get(LONG_COMPILE_ENV, LONG_COMPILE_SECONDS))
 
-    def listen(self, event: str, duration: float, **_: object) -> None:
+    def listen(self, event: str, duration: float, fun_name: str = "", **_: object) -> None:
         column = COMPILE_EVENTS.get(event)
         if column is None or self.current is None:
             return
         self.current[column] += duration
-        self.current["compiles"] += column == "compile_s"
+        if column == "compile_s":
+            self.current["compiles"] += 1
+            if duration >= self.long_compile:
+                test, phase = self.current["test"], self.current["phase"]
+                self.long_compiles.append({"test": test, "phase": phase, "program": fun_name, "compile_s": duration})
 
 
 _RECORDER = _Recorder()
@@ -95,16 +108,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     frame = pd.DataFrame(_RECORDER.rows, columns=list(COLUMNS))
     frame.to_csv(Path(directory) / f"tests-{worker}-{os.getpid()}.csv", index=False, float_format="%.3f")
+    compiles = pd.DataFrame(_RECORDER.long_compiles, columns=list(COMPILE_COLUMNS))
+    compiles.to_csv(Path(directory) / f"compiles-{worker}-{os.getpid()}.csv", index=False, float_format="%.3f")
+
+
+def _read(directory: Path, prefix: str) -> pd.DataFrame:
+    """Every test process's `prefix`-*.csv in `directory`, one frame, with each row's test file."""
+    files = sorted(directory.glob(f"{prefix}-*.csv"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no {prefix}-*.csv (run the tests with -p tools.test_profile)")
+    rows = pd.concat([pd.read_csv(path) for path in files], ignore_index=True)
+    rows["file"] = rows["test"].str.split("::").str[0]
+    return rows
 
 
 def by_file(directory: Path) -> pd.DataFrame:
     """Every test process's rows in `directory`, summed by test file, longest first, with a TOTAL row; `other` is the
     wall time less the process's own compile work (tracing, lowering, compiling)."""
-    files = sorted(directory.glob("tests-*.csv"))
-    if not files:
-        raise FileNotFoundError(f"{directory}: no tests-*.csv (run the tests with -p tools.test_profile)")
-    rows = pd.concat([pd.read_csv(path) for path in files], ignore_index=True)
-    rows["file"] = rows["test"].str.split("::").str[0]
+    rows = _read(directory, "tests")
     table = rows.groupby("file")[["wall_s", "trace_s", "lower_s", "compile_s", "compiles"]].sum()
     table["tests"] = rows[rows["phase"] == "call"].groupby("file").size()
     # Compiles may run beside the test's thread (a program compiled while another runs), so `other` can be negative.
@@ -114,17 +135,31 @@ def by_file(directory: Path) -> pd.DataFrame:
     return table.round(1).astype({"compiles": int, "tests": int})
 
 
+def by_program(directory: Path) -> pd.DataFrame:
+    """The long compiles of every test process in `directory`, summed by program name, longest first, with a TOTAL
+    row: how many, their seconds, and how many test files compiled that program (each compile of a grid program is
+    usually a grid shape of its own: a cold cache misses it)."""
+    rows = _read(directory, "compiles")
+    table = rows.groupby("program").agg(
+        compiles=("compile_s", "size"), compile_s=("compile_s", "sum"), files=("file", "nunique")
+    )
+    table = table.sort_values("compile_s", ascending=False)
+    table.loc["TOTAL"] = [table["compiles"].sum(), table["compile_s"].sum(), rows["file"].nunique()]
+    return table.round(1).astype({"compiles": int, "files": int})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.test_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="the per-process files of a profiled run")
     args = parser.parse_args(argv)
     try:
-        table = by_file(args.directory)
+        tables = {"by-file": by_file(args.directory), "by-program": by_program(args.directory)}
     except FileNotFoundError as error:
         print(f"test_profile: {error}", file=sys.stderr)
         return 2
-    table.to_csv(args.directory / "by-file.csv")
-    print(table.to_string())
+    for name, table in tables.items():
+        table.to_csv(args.directory / f"{name}.csv")
+        print(f"{name}:\n{table.to_string()}\n")
     return 0
 
 
