@@ -1,8 +1,8 @@
 """Where the test suite's time goes: a pytest plugin that records, for every test, its phases' wall time and the JAX
 compile work done in its process while it ran (tracing, lowering to MLIR, XLA's backend compile, each compile's
 count), then a per-file table of the whole session, and a table of the long compiles by program: which compiled
-programs (`jit(iterate)`, `jit(diagnose_shards)`, `jit(pretrain_shard)`, ...) the time goes to, how many distinct
-ones of each, and from how many test files.
+programs (`jit(iterate)`, `jit(diagnose_shards)`, `jit(pretrain_shard)`, ...) the time goes to, how many long compiles
+of each, and from how many test files.
 
     make test-profile                  # `make test`'s pytest run with the plugin, into artifacts/bench/test-profile/
     python -m tools.test_profile DIR   # the tables (DIR/by-file.csv, DIR/by-program.csv) from the files in DIR
