@@ -22,18 +22,20 @@ run: $(STAMP)
 # Two test processes, one file (or the files that share a grid) each at a time, so module fixtures train their grid
 # once, the longest files first (see tests/conftest.py): much of a test's time is XLA compiling, which keeps one core
 # busy, so two processes use a 2-core machine. Tests marked heavy and the benchmarks are make test-all's.
+SUITE := -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy"
+	$(BIN)/python -m pytest $(SUITE)
 
 # Where make test's time goes: the same run with tools/test_profile.py recording each test's wall time and its process's
 # JAX compile work (tracing, lowering, XLA compiles), then the tables by test file and by compiled program
-# (artifacts/bench/test-profile/, not committed: a profile is of one machine). Run it on a fresh clone with an empty HOME to see a cold compile cache.
+# (artifacts/bench/test-profile/, not committed: a profile is of one machine). Run it on a fresh clone with an empty
+# HOME to see a cold compile cache.
 PROFILE := artifacts/bench/test-profile
 test-profile: $(STAMP)
 	rm -rf $(PROFILE)
-	COEVOLAB_TEST_PROFILE_DIR=$(PROFILE) $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not heavy" -p tools.test_profile
+	COEVOLAB_TEST_PROFILE_DIR=$(PROFILE) $(BIN)/python -m pytest $(SUITE) -p tools.test_profile
 	$(BIN)/python -m tools.test_profile $(PROFILE)
 
 # Everything: the tests marked heavy (the published grid's claims) and every benchmark body, run once untimed at
