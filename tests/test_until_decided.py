@@ -41,14 +41,15 @@ from harness.grid.layout import GridSpec
 from harness.inference.sequential import look_levels
 from tests.compile_cache_settings import compile_cache_settings_restored
 
-# Three cheap conditions. The frozen judge's alignment is clearly above the baseline's after a few steps: decided at
-# the first look. The end mode's quality of resets against the baseline differs on one or two seeds either way:
-# open at the first look, so its two conditions (not frozen) grow to the budget.
+# Three cheap conditions. After 200 self-training steps the frozen judge's alignment is above the baseline's on every
+# one of the first 20 seeds: decided at the first look (after 40 steps it was above on only 29 of 40, which the sign
+# test on the jumps does not decide). The end mode's quality of resets against the baseline differs on a few seeds
+# either way: open at the first look, so its two conditions (not frozen) grow to the budget.
 GRID = """
 [run]
 seeds = 20
 iterations = 2
-steps_per_iteration = 20
+steps_per_iteration = 100
 
 [pretrain]
 target_spearman = 0.3
@@ -122,7 +123,9 @@ def test_a_clear_claim_is_decided_first_and_its_condition_stops_growing(runs: di
     claims = pd.read_csv(runs["run"] / CLAIMS_FILE).set_index("claim")
     clear = claims.loc["frozen-keeps-alignment"]
     assert (clear["verdict"], clear["decided_at_look"], clear["seeds"]) == ("holds", 1, 20)
-    assert clear["look_level"] == pytest.approx(levels[0]) and clear["ci_level"] <= 1 - levels[0] / 2
+    # Two mean claims are four hypotheses (an effect and an equivalence each): Holm tests the smallest p, this
+    # claim's effect, at the look's level over four, and its interval has that confidence.
+    assert clear["look_level"] == pytest.approx(levels[0]) and clear["ci_level"] == pytest.approx(1 - levels[0] / 4)
     later = claims.loc["reset-ends-in-better-modes"]
     assert later["seeds"] == MAX_SEEDS and later["look_level"] == pytest.approx(levels[1])
     if pd.isna(later["decided_at_look"]):  # open after the budget: the seeds a fixed-size grid would need
