@@ -251,8 +251,9 @@ def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Pat
     manifest = json.loads((first_run.out / "manifest.json").read_text())
     assert Path(manifest["compile_cache"]) == first_run.cache.resolve()
 
-    # The traced iteration program is kept beside the executables.
-    assert len(list((first_run.cache / "exported").glob("iteration-*.jaxexport"))) == 1
+    # The traced programs are kept beside the executables, each once: the iteration, the diagnostics, the pretraining.
+    exported = sorted(path.name.split("-")[0] for path in (first_run.cache / "exported").glob("*.jaxexport"))
+    assert exported == ["diagnose_shards", "iterate", "pretrain_shard"]
 
     # The same grid again compiles nothing new: every program comes from the cache, and
     # the reloaded program computes what the freshly traced one did.

@@ -3,8 +3,10 @@
 `enable_compilation_cache()` points JAX's persistent cache at a directory and caches
 every program, however quick its compile or small its executable (our grid programs are
 few and large). JAX still traces and lowers a program before it can look it up there,
-which for the grid's iteration takes seconds; `exported()` keeps the traced and lowered
-program itself (`jax.export`) beside it, so a rerun goes straight to loading the executable.
+which for a grid's programs takes seconds; `exported()` keeps the traced and lowered
+program itself (`jax.export`) beside it, and `compile_exported()` compiles a program through
+it, so a rerun of the grid's iteration, diagnostics and pretraining goes straight to loading
+their executables.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import filelock
 import jax
 import jaxlib
+import numpy as np
 from jax import export
 from jax.experimental.compilation_cache import compilation_cache
 
@@ -165,3 +169,100 @@ def exported(name: str, function: Callable, args: Sequence[jax.Array], static_ke
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
     return program
+
+
+@dataclass(frozen=True)
+class Executable:
+    """A compiled program, called like the function it was compiled from: pytrees in, pytrees out.
+
+    The compiled program itself takes flat lists of arrays, so that its traced form can be exported to disk and
+    reloaded (see `exported`); it returns `out_tree`'s leaves, or, where `out_tree` is None, its
+    output as it is (a pytree of plain containers, which an exported program carries itself).
+    """
+
+    compiled: jax.stages.Compiled
+    in_tree: jax.tree_util.PyTreeDef
+    out_tree: jax.tree_util.PyTreeDef | None
+
+    def __call__(self, *args: object) -> object:
+        leaves, in_tree = jax.tree.flatten(args)
+        if in_tree != self.in_tree:
+            raise ValueError(f"arguments do not match the compiled program: {in_tree} vs {self.in_tree}")
+        # A compiled program takes its arguments laid out as they were when it was compiled; a leaf laid out otherwise
+        # (an output that XLA chose to keep replicated, host data) is moved there, as a jitted call would.
+        layouts = self.compiled.input_shardings[0]
+        leaves = [
+            leaf if getattr(leaf, "sharding", None) == layout else jax.device_put(leaf, layout)
+            for leaf, layout in zip(leaves, layouts, strict=True)
+        ]
+        outputs = self.compiled(*leaves)
+        return outputs if self.out_tree is None else jax.tree.unflatten(self.out_tree, outputs)
+
+    def as_text(self) -> str:
+        return self.compiled.as_text()
+
+    def cost_analysis(self) -> object:
+        return self.compiled.cost_analysis()
+
+
+def compile_exported(
+    name: str,
+    program: Callable,
+    args: tuple,
+    static_key: str,
+    out_tree: jax.tree_util.PyTreeDef | None = None,
+    donate: tuple[int, ...] = (),
+) -> Executable:
+    """Compile `program` (jitted) for `args`, its traced form from disk when the cache holds it (tracing and
+    lowering a grid's program is seconds that a rerun of the same shape would otherwise pay again).
+
+    static_key: whatever the trace depends on besides the arguments' shapes and dtypes (`exported`).
+    out_tree: the output's structure where it holds nodes of the package's own (a state), flattened to its leaves
+    (known without tracing, so a cache hit traces nothing); None where it is made of plain containers (a dict).
+    donate: the positions in `args` whose buffers the program may reuse for its outputs.
+    The compile log names the program `jit(<name>)`. Compiled once per process for each name, static key and the
+    arguments' structure, shapes, dtypes and shardings (`forget_compiled` empties that store)."""
+    leaves, in_tree = jax.tree.flatten(args)
+    signature = tuple((leaf.shape, leaf.dtype, getattr(leaf, "sharding", None)) for leaf in leaves)
+    key = (name, static_key, in_tree, signature, out_tree, donate)
+    if key not in _COMPILED:
+        _COMPILED[key] = _compile(name, program, args, static_key, out_tree, donate)
+    return _COMPILED[key]
+
+
+# Executables of this process by what `compile_exported` compiled them for.
+_COMPILED: dict[tuple, Executable] = {}
+
+
+def forget_compiled() -> None:
+    """Drop every executable `compile_exported` kept (e.g. to measure a cold compile)."""
+    _COMPILED.clear()
+
+
+def _compile(
+    name: str,
+    program: Callable,
+    args: tuple,
+    static_key: str,
+    out_tree: jax.tree_util.PyTreeDef | None,
+    donate: tuple[int, ...],
+) -> Executable:
+    leaves, in_tree = jax.tree.flatten(args)
+
+    def flat(*leaves: jax.Array) -> object:
+        outputs = program(*jax.tree.unflatten(in_tree, leaves))
+        if out_tree is None:
+            return outputs
+        assert jax.tree.structure(outputs) == out_tree, f"the output of {name} changed structure"
+        return jax.tree.leaves(outputs)
+
+    traced = exported(name, jax.jit(flat), leaves, f"{static_key} {in_tree}")
+    bounds = np.cumsum([0, *(len(jax.tree.leaves(arg)) for arg in args)])
+    donated = tuple(leaf for position in donate for leaf in range(bounds[position], bounds[position + 1]))
+
+    def call(*leaves: jax.Array) -> object:
+        return traced.call(*leaves)
+
+    call.__name__ = call.__qualname__ = name
+    compiled = jax.jit(call, donate_argnums=donated).lower(*leaves).compile()
+    return Executable(compiled, in_tree, out_tree)

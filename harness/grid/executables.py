@@ -1,8 +1,8 @@
 """The compiled programs of a grid: one outer iteration of training, and the diagnostics of a state, over shards.
 
 Each is cached by the grid's static shape, so every grid of one shape shares one traced and
-compiled executable; knob values, keys and parameters are arguments. The iteration program can
-be exported to disk and reloaded (`harness.grid.compile_cache`) so a rerun skips tracing.
+compiled executable; knob values, keys and parameters are arguments. Both are exported to disk
+and reloaded (`harness.grid.compile_cache.compile_exported`) so a rerun skips tracing.
 
 They are two programs, not one: the diagnostics measure the state before the first iteration
 as well as after each, so as a program of their own they are compiled once (beside the
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import jax
 from jax.sharding import PartitionSpec as P
 
 from harness.engine.state import CoevolutionState
-from harness.grid import compile_cache
+from harness.grid.compile_cache import Executable, compile_exported, forget_compiled
 from harness.grid.contract import GridConstants, GridShape
 from harness.grid.diagnostics import Diagnostics, diagnose
 from harness.grid.knobs import RunKnobs
@@ -85,76 +84,34 @@ def shard_diagnostics_program(shape: GridShape, n_shards: int, pieces: int = 1) 
     return jax.jit(jax.shard_map(diagnose_shards, mesh=mesh, in_specs=(sharded,) * 3, out_specs=sharded))
 
 
-@dataclass(frozen=True)
-class IterationExecutable:
-    """The compiled iteration program, called like `iteration_program`'s: pytrees in, pytrees out.
-
-    The compiled program itself takes and returns flat lists of arrays, so that its
-    traced form can be exported to disk and reloaded (see `compile_cache.exported`).
-    """
-
-    compiled: jax.stages.Compiled
-    in_tree: jax.tree_util.PyTreeDef
-    out_tree: jax.tree_util.PyTreeDef
-
-    def __call__(
-        self, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-    ) -> CoevolutionState:
-        leaves, in_tree = jax.tree.flatten((constants, knobs, state, iteration))
-        if in_tree != self.in_tree:
-            raise ValueError(f"arguments do not match the compiled program: {in_tree} vs {self.in_tree}")
-        return jax.tree.unflatten(self.out_tree, self.compiled(*leaves))
-
-    def as_text(self) -> str:
-        return self.compiled.as_text()
-
-    def cost_analysis(self) -> object:
-        return self.compiled.cost_analysis()
-
-
 def compile_iteration(
     shape: GridShape, n_shards: int, pieces: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
-) -> IterationExecutable:
-    """Compile `iteration_program(shape, n_shards, pieces)` for `args`; the traced program comes from disk if cached."""
-    leaves, in_tree = jax.tree.flatten(args)
-    out_tree = jax.tree.structure(args[2])  # the output is a state shaped like the input state
-    program = iteration_program(shape, n_shards, pieces)
-
-    def flat(*leaves: jax.Array) -> list[jax.Array]:
-        outputs = program(*jax.tree.unflatten(in_tree, leaves))
-        assert jax.tree.structure(outputs) == out_tree, "the iteration's output changed structure"
-        return jax.tree.leaves(outputs)
-
-    traced = compile_cache.exported("iteration", jax.jit(flat), leaves, f"{shape} {n_shards} {pieces} {in_tree}")
-    # The state's buffers are donated: each step() passes a fresh copy of the shards.
-    first_state_leaf = len(jax.tree.leaves(args[:2]))
-    state_leaves = range(first_state_leaf, first_state_leaf + len(jax.tree.leaves(args[2])))
-
-    def iterate(*leaves: jax.Array) -> list[jax.Array]:  # named so that compile logs say jit(iterate)
-        return traced.call(*leaves)
-
-    compiled = jax.jit(iterate, donate_argnums=tuple(state_leaves)).lower(*leaves).compile()
-    return IterationExecutable(compiled, in_tree, out_tree)
+) -> Executable:
+    """`iteration_program(shape, n_shards, pieces)` compiled for `args` (once per process; traced and lowered once
+    per cache). The state's buffers are donated: each step() passes a fresh copy of the shards."""
+    return compile_exported(
+        "iterate",
+        iteration_program(shape, n_shards, pieces),
+        args,
+        f"{shape} {n_shards} {pieces}",
+        out_tree=jax.tree.structure(args[2]),  # a state shaped like the input state
+        donate=(2,),
+    )
 
 
-# Compiled iteration programs by shape: a later grid of the same shape reuses the
-# executable instead of lowering (and tracing) the program again.
-_EXECUTABLES: dict[tuple[GridShape, int, int], IterationExecutable] = {}
-
-
-def iteration_executable(
-    shape: GridShape, n_shards: int, pieces: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
-) -> IterationExecutable:
-    """`compile_iteration`'s executable, compiled once per (shape, n_shards, pieces) in this process."""
-    key = (shape, n_shards, pieces)
-    if key not in _EXECUTABLES:
-        _EXECUTABLES[key] = compile_iteration(shape, n_shards, pieces, args)
-    return _EXECUTABLES[key]
+def compile_diagnostics(
+    shape: GridShape, n_shards: int, pieces: int, args: tuple[GridConstants, RunKnobs, CoevolutionState]
+) -> Executable:
+    """`shard_diagnostics_program(shape, n_shards, pieces)` compiled for `args`, as `compile_iteration` (its output, a
+    dict of arrays, is carried by the exported program itself)."""
+    return compile_exported(
+        "diagnose_shards", shard_diagnostics_program(shape, n_shards, pieces), args, f"{shape} {n_shards} {pieces}"
+    )
 
 
 def clear_program_caches() -> None:
     """Forget every traced and compiled program (e.g. to measure a cold compile)."""
-    _EXECUTABLES.clear()
+    forget_compiled()
     iteration_program.cache_clear()
     shard_diagnostics_program.cache_clear()
     jax.clear_caches()

@@ -29,6 +29,7 @@ from harness.engine.models import Params, init_judges, judge_score_table, judge_
 from harness.engine.rank_stats import spearman
 from harness.engine.streams import Streams
 from harness.engine.world import World, WorldConfig
+from harness.grid.compile_cache import compile_exported
 from harness.grid.layout import PretrainSettings
 from harness.grid.pretrain_data import JudgeData, no_dataset, pretraining_batch, pretraining_dataset
 from harness.grid.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
@@ -82,16 +83,21 @@ def pretrain_program(
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
     (init_keys, data_keys (S, P/S, 2), targets (S, P/S), max_steps (int32 scalar), the world's outputs (N, L) and
-    q* (N,)) -> the final state of every judge, (S, P/S, ...); with features.per_judge three more arguments (S, P/S)
-    follow: each judge's step cap (int32, replacing max_steps), example count (int32) and corruption share (float32).
-    Each shard loops over check periods until its own judges are done. `streams` as in the module docstring. One
-    program per world, settings other than the step cap, shard count, streams, network and features, kept for the
-    process: a grid's seed blocks, or a rerun with another cap, pretrain without compiling again.
+    q* (N,)) -> every judge's final params, steps, spearman and done, a dict of (S, P/S, ...); with
+    features.per_judge three more arguments (S, P/S) follow: each judge's step cap (int32, replacing max_steps),
+    example count (int32) and corruption share (float32). Each shard loops over check periods until its own judges
+    are done. `streams` as in the module docstring. One program per world, settings other than the step cap, shard
+    count, streams, network and features, kept for the process: a grid's seed blocks, or a rerun with another cap,
+    pretrain without compiling again.
     """
-    uncapped = settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
     if streams == "original" and (features.dataset_size or features.corrupts):
         raise ValueError("the original lab's pretraining streams draw fresh, uncorrupted batches only")
-    return _pretrain_program(world.config, uncapped, n_shards, streams, network, features)
+    return _pretrain_program(world.config, _uncapped(settings), n_shards, streams, network, features)
+
+
+def _uncapped(settings: PretrainSettings) -> PretrainSettings:
+    """The settings a pretraining program depends on: the step cap is an argument, so it is set to its default."""
+    return settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
 
 
 @functools.cache
@@ -205,7 +211,7 @@ def _pretrain_program(
         outputs: jax.Array,
         q_star: jax.Array,
         *per_judge: jax.Array,
-    ) -> _PretrainState:
+    ) -> dict[str, jax.Array]:
         # One loop over check periods for the shard's judges; `chunk` leaves finished ones unchanged.
         init_keys, data_keys, targets = init_keys[0], data_keys[0], targets[0]
         count = init_keys.shape[0]
@@ -222,7 +228,9 @@ def _pretrain_program(
             return jax.vmap(lambda judge, key: chunk(judge, key, (outputs, q_star)))(state, data_keys)
 
         state = jax.lax.while_loop(unfinished, period, start(init_keys, data_keys, targets, caps, data))
-        return jax.tree.map(lambda leaf: leaf[None], state)
+        # What a caller reads of the loop's state, as a dict: an exported program carries that structure itself.
+        result = {"params": state.params, "steps": state.steps, "spearman": state.spearman, "done": state.done}
+        return jax.tree.map(lambda leaf: leaf[None], result)
 
     sharded = P(SHARD_AXIS)
     # check_vma=False: shards never communicate, so there is nothing for the check to
@@ -293,8 +301,10 @@ def pretrain_judges(
         caps = np.where(fixed > 0, fixed, settings.max_steps).astype(np.int32)
         tail = to_shards((caps, examples, corruption), index)
     shards = to_shards((init_keys, data_keys, jnp.asarray(targets)), index)
-    state = program(*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star, *tail)
-    state = from_shards(state, np.arange(count))
-    result = PretrainResult(state.params, state.steps, state.spearman, state.done | jnp.asarray(fixed > 0))
+    args = (*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star, *tail)
+    static = (world.config, _uncapped(settings), n_shards, streams, network, features)
+    pretrain = compile_exported("pretrain_shard", program, args, " ".join(map(repr, static)))
+    state = from_shards(pretrain(*args), np.arange(count))
+    result = PretrainResult(state["params"], state["steps"], state["spearman"], state["done"] | jnp.asarray(fixed > 0))
     chex.assert_tree_all_finite(result.params)
     return result

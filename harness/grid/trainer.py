@@ -27,7 +27,7 @@ from harness.engine.world import LARGE_WORLD_OUTPUTS, World
 from harness.grid import registry
 from harness.grid.contract import GridConstants, HostRuns, PretrainData
 from harness.grid.diagnostics import Diagnostics
-from harness.grid.executables import IterationExecutable, iteration_executable, shard_diagnostics_program
+from harness.grid.executables import Executable, compile_diagnostics, compile_iteration
 from harness.grid.knobs import RunKnobs
 from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
 from harness.grid.memory import check_fits
@@ -101,7 +101,8 @@ class GridTrainer:
         self.origins: GridOrigins = grid_origins(self.spec)
         self.pretrained: PretrainResult | None = None
         self.constants: GridConstants | None = None
-        self._executable: IterationExecutable | None = None
+        self._executable: Executable | None = None
+        self._diagnostics: Executable | None = None
         self._shard_constants: GridConstants | None = None
         self._shard_knobs: RunKnobs | None = None
 
@@ -265,25 +266,25 @@ class GridTrainer:
         # working memory on top of the other's sets the run's peak (8^6 smoke grid: 2.2 against 1.8 GB).
         program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
         shards = self.shard_state(state)
-        diagnose = shard_diagnostics_program(*program)
         side_by_side = self.world.config.n_outputs <= LARGE_WORLD_OUTPUTS
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as beside:
-            # (a jitted program's calls reuse a compile of its lowering)
-            compiled = beside.submit(lambda: diagnose.lower(self._shard_constants, self._shard_knobs, shards).compile())
+            compiled = beside.submit(compile_diagnostics, *program, (self._shard_constants, self._shard_knobs, shards))
             if not side_by_side:
                 compiled.result()
             args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0))
-            self._executable = iteration_executable(*program, args)
-            compiled.result()
+            self._executable = compile_iteration(*program, args)
+            self._diagnostics = compiled.result()
         self.times.compile = time.perf_counter() - start
         return state, jax.block_until_ready(self._diagnose_shards(shards))
 
     def _diagnose_shards(self, shards: CoevolutionState) -> Diagnostics:
         """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
-        assert self._shard_constants is not None, "call start() first"
-        diagnose = shard_diagnostics_program(self.shard_shape, self.plan.n_shards, self.plan.pieces)
-        return from_shards(diagnose(self._shard_constants, self._shard_knobs, shards), self.plan.run_at)
+        assert self._shard_constants is not None, "call start() or initial_state() first"
+        if self._diagnostics is None:  # measured before start() compiled the programs
+            program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
+            self._diagnostics = compile_diagnostics(*program, (self._shard_constants, self._shard_knobs, shards))
+        return from_shards(self._diagnostics(self._shard_constants, self._shard_knobs, shards), self.plan.run_at)
 
     def diagnose(self, state: CoevolutionState) -> Diagnostics:
         """Every metric of every run of `state`: what `step` measures after its iteration."""
