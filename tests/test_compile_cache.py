@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from harness.grid import compile_cache
-from harness.grid.compile_cache import enable_compilation_cache, exported
+from harness.grid.compile_cache import compile_exported, enable_compilation_cache, exported, forget_compiled
 from tests.compile_cache_settings import compile_cache_settings_restored
 
 
@@ -50,6 +51,46 @@ def test_exported_program_is_traced_once_then_read_from_disk(cache_dir: Path, mo
     exported("affine", affine, [x, y], "affine v1")
     assert len(list((cache_dir / "exported").glob("affine-*.jaxexport"))) == 4
     assert not list((cache_dir / "exported").glob("*.partial"))
+
+
+def test_a_compiled_program_takes_and_returns_pytrees_and_is_compiled_once(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`compile_exported`: a state in (a NamedTuple, a node of our own) and out by its structure, a dict out as the
+    exported program carries it; one executable per process for equal arguments; a second process's compile (here:
+    after `forget_compiled`) reads the trace from disk."""
+    traces = []
+
+    class Pair(NamedTuple):
+        low: jax.Array
+        high: jax.Array
+
+    @jax.jit
+    def widen(pair: Pair, step: jax.Array) -> Pair:
+        traces.append(1)
+        return Pair(pair.low - step, pair.high + step)
+
+    pair, step = Pair(jnp.zeros(3), jnp.ones(3)), jnp.float32(0.5)
+    program = compile_exported("widen", widen, (pair, step), "widen v1", out_tree=jax.tree.structure(pair))
+    widened = program(pair, step)
+    assert isinstance(widened, Pair)
+    np.testing.assert_array_equal(widened.low, -0.5 * np.ones(3))
+    np.testing.assert_array_equal(widened.high, 1.5 * np.ones(3))
+    assert compile_exported("widen", widen, (pair, step), "widen v1", out_tree=jax.tree.structure(pair)) is program
+    assert len(traces) == 1
+    with pytest.raises(ValueError, match="do not match"):
+        program((pair.low, pair.high), step)
+
+    forget_compiled()
+    monkeypatch.setattr(compile_cache.export, "export", lambda *a, **k: pytest.fail("traced again"))
+    again = compile_exported("widen", widen, (pair, step), "widen v1", out_tree=jax.tree.structure(pair))
+    assert again is not program and len(traces) == 1
+    np.testing.assert_array_equal(again(pair, step).high, widened.high)
+    monkeypatch.undo()
+
+    summary = compile_exported("summary", jax.jit(lambda x: {"sum": x.sum(), "max": x.max()}), (pair.high,), "v1")
+    # Host data (numpy) is laid out where the program was compiled for it, as a jitted call would.
+    assert summary(np.arange(3.0, dtype=np.float32)) == {"sum": 3.0, "max": 2.0}
 
 
 def test_entries_are_read_and_written_under_the_caches_file_lock(cache_dir: Path) -> None:

@@ -225,29 +225,8 @@ def compile_exported(
     leaves, in_tree = jax.tree.flatten(args)
     signature = tuple((leaf.shape, leaf.dtype, getattr(leaf, "sharding", None)) for leaf in leaves)
     key = (name, static_key, in_tree, signature, out_tree, donate)
-    if key not in _COMPILED:
-        _COMPILED[key] = _compile(name, program, args, static_key, out_tree, donate)
-    return _COMPILED[key]
-
-
-# Executables of this process by what `compile_exported` compiled them for.
-_COMPILED: dict[tuple, Executable] = {}
-
-
-def forget_compiled() -> None:
-    """Drop every executable `compile_exported` kept (e.g. to measure a cold compile)."""
-    _COMPILED.clear()
-
-
-def _compile(
-    name: str,
-    program: Callable,
-    args: tuple,
-    static_key: str,
-    out_tree: jax.tree_util.PyTreeDef | None,
-    donate: tuple[int, ...],
-) -> Executable:
-    leaves, in_tree = jax.tree.flatten(args)
+    if key in _COMPILED:
+        return _COMPILED[key]
 
     def flat(*leaves: jax.Array) -> object:
         outputs = program(*jax.tree.unflatten(in_tree, leaves))
@@ -265,4 +244,14 @@ def _compile(
 
     call.__name__ = call.__qualname__ = name
     compiled = jax.jit(call, donate_argnums=donated).lower(*leaves).compile()
-    return Executable(compiled, in_tree, out_tree)
+    _COMPILED[key] = Executable(compiled, in_tree, out_tree)
+    return _COMPILED[key]
+
+
+# Executables of this process by what `compile_exported` compiled them for.
+_COMPILED: dict[tuple, Executable] = {}
+
+
+def forget_compiled() -> None:
+    """Drop every executable `compile_exported` kept (e.g. to measure a cold compile)."""
+    _COMPILED.clear()
