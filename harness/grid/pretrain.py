@@ -90,14 +90,23 @@ def pretrain_program(
     count, streams, network and features, kept for the process: a grid's seed blocks, or a rerun with another cap,
     pretrain without compiling again.
     """
+    return _pretrain_program(*_program_key(world, settings, n_shards, streams, network, features))
+
+
+def _program_key(
+    world: World,
+    settings: PretrainSettings,
+    n_shards: int,
+    streams: Streams,
+    network: NetworkConfig,
+    features: DataFeatures,
+) -> tuple:
+    """What a pretraining program depends on (`_pretrain_program`'s arguments): the step cap is an argument of the
+    program, so the settings' cap is set to its default."""
     if streams == "original" and (features.dataset_size or features.corrupts):
         raise ValueError("the original lab's pretraining streams draw fresh, uncorrupted batches only")
-    return _pretrain_program(world.config, _uncapped(settings), n_shards, streams, network, features)
-
-
-def _uncapped(settings: PretrainSettings) -> PretrainSettings:
-    """The settings a pretraining program depends on: the step cap is an argument, so it is set to its default."""
-    return settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
+    uncapped = settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
+    return world.config, uncapped, n_shards, streams, network, features
 
 
 @functools.cache
@@ -293,7 +302,7 @@ def pretrain_judges(
     per_shard = -(-count // n_shards)
     # Fillers repeat the last judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
-    program = pretrain_program(world, settings, n_shards, streams, network, features)
+    key = _program_key(world, settings, n_shards, streams, network, features)
     tail: tuple = ()
     if features.per_judge:
         # A judge of fixed steps has no target to stop at: it runs to its own cap.
@@ -302,8 +311,7 @@ def pretrain_judges(
         tail = to_shards((caps, examples, corruption), index)
     shards = to_shards((init_keys, data_keys, jnp.asarray(targets)), index)
     args = (*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star, *tail)
-    static = (world.config, _uncapped(settings), n_shards, streams, network, features)
-    pretrain = compile_exported("pretrain_shard", program, args, " ".join(map(repr, static)))
+    pretrain = compile_exported("pretrain_shard", _pretrain_program(*key), args, " ".join(map(repr, key)))
     state = from_shards(pretrain(*args), np.arange(count))
     result = PretrainResult(state["params"], state["steps"], state["spearman"], state["done"] | jnp.asarray(fixed > 0))
     chex.assert_tree_all_finite(result.params)

@@ -269,7 +269,7 @@ class GridTrainer:
         side_by_side = self.world.config.n_outputs <= LARGE_WORLD_OUTPUTS
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as beside:
-            compiled = beside.submit(compile_diagnostics, *program, (self._shard_constants, self._shard_knobs, shards))
+            compiled = beside.submit(self._compile_diagnostics, shards)
             if not side_by_side:
                 compiled.result()
             args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0))
@@ -282,9 +282,13 @@ class GridTrainer:
         """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
         assert self._shard_constants is not None, "call start() or initial_state() first"
         if self._diagnostics is None:  # measured before start() compiled the programs
-            program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
-            self._diagnostics = compile_diagnostics(*program, (self._shard_constants, self._shard_knobs, shards))
+            self._diagnostics = self._compile_diagnostics(shards)
         return from_shards(self._diagnostics(self._shard_constants, self._shard_knobs, shards), self.plan.run_at)
+
+    def _compile_diagnostics(self, shards: CoevolutionState) -> Executable:
+        """The diagnostics program of this grid's shards, compiled for `shards` (`shard_state`'s layout)."""
+        args = (self._shard_constants, self._shard_knobs, shards)
+        return compile_diagnostics(self.shard_shape, self.plan.n_shards, self.plan.pieces, args)
 
     def diagnose(self, state: CoevolutionState) -> Diagnostics:
         """Every metric of every run of `state`: what `step` measures after its iteration."""
