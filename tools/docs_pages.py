@@ -29,8 +29,8 @@ from pydantic.fields import FieldInfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tools.blocks, whatever directory mkdocs was started from
 
-from harness.cli import build_parser  # noqa: E402
 from harness.cli.arguments import BUILTIN_GRIDS  # noqa: E402
+from harness.cli.dispatch import build_parser  # noqa: E402
 from harness.engine.metrics import all_metrics  # noqa: E402
 from harness.grid import registry  # noqa: E402
 from harness.grid.knobs import HOST_ONLY, UNIT  # noqa: E402

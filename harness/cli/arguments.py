@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from harness.grid.layout import GridSpec
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 # The built-in grids (the repository's conditions/*.toml), found beside the package so that a name works from any
 # directory: an installed wheel ships them as package data in harness/conditions/ (pyproject's package-dir), a
 # checkout or editable install reads the repository's conditions/ folder itself.
@@ -27,8 +27,6 @@ BUILTIN_GRIDS = next(
 DEFAULT_GRID = "paper"
 DEFAULT_RUNS_ROOT = Path("artifacts/runs")
 LIST_WIDTH = 100
-# A seed list longer than this is a typo (0-99999), not a grid: refuse it rather than build it.
-MAX_SEEDS = 10_000
 
 SEEDS_HELP = """Seeds: --seeds N runs seeds 0..N-1; --seed-list picks seeds by number: "3" (only seed 3),
 "3,7", "0-4" (0 to 4 inclusive), "0-4,7". Without either, the condition file's [run] seeds are used."""
@@ -44,13 +42,19 @@ def seed_count(text: str) -> int:
         count = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a count of seeds (a whole number ≥ 1), got {text!r}") from None
+    from harness.grid.layout import MAX_SEEDS
+
     if count < 1:
         raise argparse.ArgumentTypeError(f"a seed count must be at least 1, got {count}")
+    if count > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"a seed count must be at most {MAX_SEEDS:,}, got {count:,}")
     return count
 
 
 def seed_list(text: str) -> tuple[int, ...]:
     """--seed-list SPEC: comma-separated seeds and inclusive ranges A-B, distinct and non-negative, in order given."""
+    from harness.grid.layout import MAX_SEEDS
+
     seeds: list[int] = []
     given: set[int] = set()
     for part in text.split(","):

@@ -40,11 +40,11 @@ def command_report(args: argparse.Namespace) -> int:
     """Re-render a finished run's report from its files: every file it is rendered from checked against the
     manifest and read back first, the manifest's listing of the report's own files brought up to date after."""
     from harness.common.integrity import reseal
-    from harness.common.run_files import METRICS_FILE, remove_figures
+    from harness.common.run_files import METRICS_FILE
     from harness.experiment.merge import how_run_line_of
     from harness.experiment.study import is_study, load_study_spec, write_study_files
     from harness.experiment.until_decided import is_sequential, render_report
-    from harness.experiment.verify import check_finished, report_outputs
+    from harness.experiment.verify import check_finished, remove_report_outputs, report_outputs
     from harness.report import read_run_grid, write_run_report
 
     run_dir = existing_directory(Path(args.run_dir), "report")
@@ -52,7 +52,8 @@ def command_report(args: argparse.Namespace) -> int:
         raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")
     with writing(run_dir):
         rewritten = report_outputs(run_dir)
-        checked = check_finished(run_dir, rewritten)
+        checked = check_finished(run_dir, rewritten)  # every input verified, no file added, before any is read
+        remove_report_outputs(run_dir, rewritten)
         if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
             how = checked.manifest.get("execution", {}).get("backend", "")
             write_study_files(load_study_spec(run_dir), run_dir, how, figures=args.figures)
@@ -62,7 +63,6 @@ def command_report(args: argparse.Namespace) -> int:
             # The run titles and describes its report from its grid; recover it so the re-render is the same bytes.
             grid = read_run_grid(run_dir)
             assert checked.metrics is not None and grid is not None  # check_finished read both
-            remove_figures(run_dir)
             write_run_report(
                 run_dir, checked.metrics, grid.name, grid, how_run=how_run_line_of(run_dir), figures=args.figures
             )
@@ -73,10 +73,12 @@ def command_report(args: argparse.Namespace) -> int:
 
 def command_verify(args: argparse.Namespace) -> int:
     """`coevolab verify DIR`: every file against the manifests, every metrics table read back; reads alone."""
+    from harness.common.locks import reading_run_dir
     from harness.experiment.verify import verify_run_dir
 
     run_dir = existing_directory(Path(args.run_dir), "verify")
-    print(verify_run_dir(run_dir))
+    with reading_run_dir(run_dir):
+        print(verify_run_dir(run_dir))
     return EXIT_OK
 
 

@@ -1,20 +1,18 @@
 """`coevolab run`: a grid whole, one seed block of it, all its blocks on a backend (in this process or Ray), a
-resumed or grown run, or a grid grown until its claims are decided. Ctrl-C and SIGTERM stop each at a clean point."""
+resumed or grown run, or a grid grown until its claims are decided. Ctrl-C and SIGTERM (`harness.common.stop_signals`)
+stop each at a clean point."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from harness.cli.arguments import (
     DEFAULT_RUNS_ROOT,
     EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_TERMINATED,
     UsageError,
     conditions_path,
     existing_directory,
@@ -22,6 +20,7 @@ from harness.cli.arguments import (
     grid_and_warnings,
     writing,
 )
+from harness.common import stop_signals
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,7 +38,7 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
     from harness.common.integrity import run_entries
     from harness.common.run_files import fresh_run_dir
     from harness.experiment.merge import run_finished
-    from harness.experiment.verify import is_run_directory
+    from harness.experiment.verify import is_run_directory, replaceable_entries
 
     if args.resume:
         run_dir = existing_directory(Path(args.resume), "--resume")
@@ -65,6 +64,13 @@ def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:
                     f"--out {run_dir} holds files but no coevolab run; --force replaces a run directory only: give "
                     "an empty or new directory"
                 )
+            foreign = replaceable_entries(run_dir).foreign
+            if foreign:
+                raise UsageError(
+                    f"--out {run_dir} holds {', '.join(entry.name for entry in foreign[:3])}"
+                    f"{' and more' if len(foreign) > 3 else ''}, which no coevolab run writes; --force removes a "
+                    "run's own files only: move them out first, or give another directory"
+                )
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         where = args.out if args.out is not None else DEFAULT_RUNS_ROOT
@@ -76,9 +82,10 @@ def _replace_earlier_run(args: argparse.Namespace, run_dir: Path) -> None:
     """--force: remove every file of the run the directory held (checkpoints, results, blocks, stages, shapes)
     before this run writes anything, so that nothing of it is resumed or merged into this one. Under the lock."""
     from harness.common.integrity import discard_contents
+    from harness.experiment.verify import replaceable_entries
 
     if args.force:
-        discard_contents(run_dir)
+        discard_contents(run_dir, replaceable_entries(run_dir).owned)
 
 
 def _block_run_dir(args: argparse.Namespace, spec: GridSpec) -> Path:
@@ -101,21 +108,6 @@ def _block_run_dir(args: argparse.Namespace, spec: GridSpec) -> Path:
     return run_dir
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that a preempted run stops the same way."""
-
-
-# The signals `_raise_terminated` has handled: code that catches the exception and raises a KeyboardInterrupt of
-# its own (Ray's wait does) must not turn a SIGTERM into a Ctrl-C.
-_received: list[int] = []
-
-
-def _raise_terminated(signum: int, frame: object) -> NoReturn:
-    del frame
-    _received.append(signum)
-    raise Terminated
-
-
 def _interrupted_message(run_dir: Path, how: str, block: int | None = None) -> str:
     from harness.experiment.blocks import BLOCKS_DIR, block_dir
     from harness.experiment.checkpoint import has_checkpoint
@@ -128,7 +120,10 @@ def _interrupted_message(run_dir: Path, how: str, block: int | None = None) -> s
         return f"\n{how}; finished iterations are checkpointed. Resume with:\n  coevolab run --resume {run_dir}"
     if blocks.is_dir() and any((path / "block.json").is_file() for path in blocks.iterdir()):
         return f"\n{how}; finished blocks are kept. Resume with:\n  coevolab run --resume {run_dir}"
-    return f"\n{how} before the first iteration finished; nothing is checkpointed in {run_dir}. Start again."
+    return (
+        f"\n{how} before the first iteration finished; nothing is checkpointed in {run_dir}. Start it again with:\n"
+        f"  coevolab run --resume {run_dir}"
+    )
 
 
 def _unchanged_mechanisms(spec: GridSpec) -> GridSpec:
@@ -372,21 +367,19 @@ def _run_until_stopped(
     else:
         enable_compilation_cache()
     progress = console_progress(args.quiet)
-    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
-    _received.clear()
+    stop_signals.catch()  # again: ray.init replaces the handlers (its SIGTERM exits with 15)
     try:
         done, diverged = work(progress)
     except KeyboardInterrupt as stop:
+        stop_signals.handling()
         progress.close()
-        terminated = isinstance(stop, Terminated) or signal.SIGTERM in _received
+        terminated = stop_signals.terminated(stop)
         print(interrupted("terminated (SIGTERM)" if terminated else "interrupted"))
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        return stop_signals.EXIT_TERMINATED if terminated else stop_signals.EXIT_INTERRUPTED
     except OSError as error:
         progress.close()
         what = f"could not write {error.filename}" if error.filename else "could not go on"
         kept = " ".join(interrupted("the run stopped").replace(":\n  ", ": ").split())
         print(f"coevolab: error: {what}: {error.strerror or error}; {kept}", file=sys.stderr)
         return EXIT_FAILURE
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
     return finished(done, diverged)

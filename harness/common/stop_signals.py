@@ -1,0 +1,120 @@
+"""Ctrl-C (SIGINT) and SIGTERM end a command wherever they arrive: one exception, raised in the main thread, that
+every command's clean-up already handles, and an exit code (130 / 143) that never turns back into 0.
+
+Python raises KeyboardInterrupt for SIGINT where the main thread is; SIGTERM would kill the process without clean-up,
+so it raises `Terminated` (a KeyboardInterrupt) the same way. Two ways a raised stop can get lost are closed here:
+- An exception raised while Python runs a garbage-collection callback (JAX registers one) or a finaliser is printed
+  as "Exception ignored in ..." and dropped. `sys.unraisablehook` sees it, and the stop is sent again a moment later,
+  when the main thread is back in the command's own code.
+- Library code that catches the exception and goes on (or raises a plain KeyboardInterrupt for a SIGTERM) cannot
+  hide that a signal came: `received` keeps it, and `exit_code` gives the command's exit code from it.
+Libraries that install handlers of their own (Ray's ray.init makes SIGTERM exit with 15) are followed by `catch`
+again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+# How long a stop that a callback swallowed waits before it is sent again: the callback has returned by then.
+_RESEND_SECONDS = 0.05
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that a preempted command stops the same way."""
+
+
+# Every stop signal this process has received since `caught` began, in order.
+received: list[int] = []
+_state: dict[str, Any] = {"handling": False, "resend": None}
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    del frame
+    received.append(signum)
+    if not _state["handling"]:  # a second Ctrl-C during the clean-up of the first is only recorded
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _resend_swallowed(unraisable: Any) -> None:
+    """sys.unraisablehook: a stop raised inside a callback, which Python ignores, is sent again from another thread
+    once the callback has returned, so that the main thread raises it in the command's own code."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and received and not _state["handling"]:
+        timer = threading.Timer(_RESEND_SECONDS, os.kill, (os.getpid(), received[-1]))
+        timer.daemon = True
+        timer.start()
+        _state["resend"] = timer
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def catch() -> None:
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt / `Terminated` in the main thread: again, after a library
+    replaced the handlers (ray.init). Only in the main thread, where Python allows handlers."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _raise_stop)
+        signal.signal(signal.SIGTERM, _raise_stop)
+        sys.unraisablehook = _resend_swallowed
+
+
+@contextlib.contextmanager
+def caught() -> Iterator[None]:
+    """Inside: stop signals raise as `catch` makes them (`received` starts empty); after, the handlers before it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.unraisablehook
+    received.clear()
+    _state.update(handling=False, resend=None)
+    catch()
+    try:
+        yield
+    finally:
+        if _state["resend"] is not None:
+            _state["resend"].cancel()
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+        sys.unraisablehook = before[2]
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside: a stop is recorded, not raised; on leaving, the first one recorded is raised. For code that an
+    exception must not cut (a native extension's import: jaxlib's aborts the process when one lands in its init)."""
+    was = _state["handling"]
+    _state["handling"] = True
+    try:
+        yield
+    finally:
+        _state["handling"] = was
+    if received and not was:
+        raise Terminated if signal.SIGTERM in received else KeyboardInterrupt
+
+
+def handling() -> None:
+    """A stop is being handled (the command is cleaning up to exit 130 / 143): later signals are recorded, not
+    raised, so that the clean-up finishes."""
+    _state["handling"] = True
+
+
+def terminated(stop: BaseException | None = None) -> bool:
+    """Whether the stop being handled (or the last received) is a SIGTERM: the exception says so, or the signal
+    does where code between raised a KeyboardInterrupt of its own (Ray's wait does)."""
+    return isinstance(stop, Terminated) or signal.SIGTERM in received
+
+
+def exit_code() -> int | None:
+    """130 or 143 where a stop signal came (SIGTERM wins), else None: the exit code of a command that received one,
+    whatever it went on to do."""
+    if not received:
+        return None
+    return EXIT_TERMINATED if terminated() else EXIT_INTERRUPTED
