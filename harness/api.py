@@ -32,12 +32,13 @@ from matplotlib.figure import Figure
 from pydantic import ValidationError
 
 from harness.common.integrity import RunDirectoryError, discard_contents, run_entries
-from harness.common.locks import DirectoryBusy, holding_run_dir
-from harness.common.run_files import GRID_FILE, METRICS_FILE
+from harness.common.locks import DirectoryBusy, holding_run_dir, reading_run_dir
+from harness.common.run_files import CLAIMS_FILE, FIGURES_DIR, GRID_FILE, METRICS_FILE
 from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
 from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
-from harness.experiment.verify import check_finished, is_run_directory
+from harness.experiment.until_decided import is_sequential
+from harness.experiment.verify import check_finished, is_run_directory, replaceable_entries
 from harness.grid import registry
 from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import ConditionFileError, duplicate_conditions, grid_from_mapping, load_grid
@@ -46,10 +47,9 @@ from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec, RunSettings, layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.sharding import use_every_cpu_core
-from harness.inference.run_measures import metric_ranges
 from harness.inference.verdicts import verdict_table
+from harness.report import REPORT_FILE, claim_ranges, run_report_table
 from harness.report.figures import FIGURE_KEYS, draw_figures
-from harness.report.metrics_table import prepare
 from harness.report.tables import summarize
 
 __all__ = [
@@ -72,9 +72,6 @@ __all__ = [
 
 ProgressCallback = Callable[[int, int], None]
 """Called after each outer iteration with (iterations done, iterations in all)."""
-
-REPORT_FILE = "report.md"
-FIGURES_DIR = "figures"
 
 
 def grid_from_dict(
@@ -205,6 +202,12 @@ def _empty_run_dir(run_dir: Path | None, name: str, overwrite: bool) -> Path:
             raise FileExistsError(f"{run_dir} already holds files; pass overwrite=True to replace the run in it")
         if not is_run_directory(run_dir):
             raise FileExistsError(f"{run_dir} holds files but no coevolab run; overwrite replaces a run directory only")
+        foreign = replaceable_entries(run_dir).foreign
+        if foreign:
+            raise FileExistsError(
+                f"{run_dir} holds {', '.join(entry.name for entry in foreign[:3])}, which no coevolab run writes; "
+                "overwrite removes a run's own files only: move them out first"
+            )
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
@@ -305,7 +308,9 @@ class GridResult:
         """
         target = _empty_run_dir(Path(run_dir), self.spec.name, overwrite)
         with holding_run_dir(target):
-            discard_contents(target)  # every file of the run it held: nothing of it mixes with this one's
+            discard_contents(
+                target, replaceable_entries(target).owned
+            )  # every file of the run it held: nothing of it mixes with this one's
             # Lock files are each directory's own, never copied (a held one would be open twice in this process).
             shutil.copytree(self.run_dir, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
         return dataclasses.replace(load_result(target), final_state=self.final_state)
@@ -332,12 +337,17 @@ def load_result(run_dir: str | Path) -> GridResult:
     for needed in (METRICS_FILE, GRID_FILE):
         if not (run_dir / needed).is_file():
             raise FileNotFoundError(f"{run_dir}: no {needed}; not a finished run directory")
-    checked = check_finished(run_dir)
-    spec = load_spec(run_dir)
-    # Read as `coevolab report` reads it, so the tables are those the report shows.
-    metrics = checked.metrics
-    assert metrics is not None  # read back beside the grid.json above
-    prepared = prepare(metrics)
+    with reading_run_dir(run_dir):  # no report rewrites it while it is read
+        checked = check_finished(run_dir)
+        spec = load_spec(run_dir)
+        metrics = checked.metrics
+        assert metrics is not None  # read back beside the grid.json above
+        # Read as `coevolab report` reads it (best-of-n measures joined), so the tables and verdicts are the report's.
+        prepared = run_report_table(run_dir, metrics)
+        if is_sequential(run_dir):  # its verdicts are its looks', as its report reads them from claims.csv
+            verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
+        else:
+            verdicts = verdict_table(prepared, spec.claims, ranges=claim_ranges(spec))
     manifest = checked.manifest
     figures = sorted((run_dir / FIGURES_DIR).glob("*.png"))
     return GridResult(
@@ -345,7 +355,7 @@ def load_result(run_dir: str | Path) -> GridResult:
         run_dir=run_dir,
         metrics=metrics,
         summary=summarize(prepared),
-        verdicts=verdict_table(prepared, spec.claims, ranges=metric_ranges(spec.world)),
+        verdicts=verdicts,
         pretraining=pd.DataFrame(manifest.get("pretrain", [])),
         times=dict(manifest.get("wall_seconds", {})),
         final_state=None,
@@ -403,7 +413,9 @@ def run_grid(
     if compile_cache:
         enable_compilation_cache(None if compile_cache is True else Path(compile_cache))
     with holding_run_dir(directory):
-        discard_contents(directory)  # with overwrite: the run it held, before anything of this one is written
+        discard_contents(
+            directory, replaceable_entries(directory).owned
+        )  # with overwrite: the run it held, before anything of this one is written
         outcome = execute(spec, directory, _progress(progress), figures=figures, tensorboard=tensorboard)
     result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
     chex.assert_tree_shape_prefix(outcome.final_state.runs, (len(result.run_labels),))

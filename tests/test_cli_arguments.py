@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import cli
+from harness.grid.layout import MAX_SEEDS
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -34,9 +35,15 @@ def test_ranges_expand_inclusively(low: int, length: int, extra: int) -> None:
     assert cli.seed_list(f"{low}-{high}, {extra}") == (*range(low, high + 1), extra)
 
 
-@given(st.integers(1, 10**6))
+@given(st.integers(1, MAX_SEEDS))
 def test_a_count_is_a_count(n: int) -> None:
     assert cli.seed_count(str(n)) == n
+
+
+@given(st.integers(MAX_SEEDS + 1, 10**12))
+def test_a_count_above_the_cap_is_refused(n: int) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="at most 10,000"):
+        cli.seed_count(str(n))
 
 
 @given(st.integers(max_value=0))

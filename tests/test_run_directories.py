@@ -245,9 +245,10 @@ def test_merge_refuses_a_bad_block_by_name_and_writes_nothing(
     runs: dict[str, Path], tmp_path: Path, edit: str, listed: bool
 ) -> None:
     out = copy(runs["blocks"], tmp_path / "run")
-    if not listed:  # blocks of an earlier coevolab: read back against their grid alone
+    if not listed:  # blocks of an earlier coevolab, whose manifests list no files: read back against their grid alone
         for manifest in out.rglob(MANIFEST_FILE):
-            manifest.unlink()
+            written = json.loads(manifest.read_text())
+            manifest.write_text(json.dumps({k: v for k, v in written.items() if k not in (FILES_KEY, DIGEST_KEY)}))
     path = block_dir(out, 1) / METRICS_FILE
     path.write_text(BLOCK_EDITS[edit](path.read_text()))
     before = files(out)
@@ -255,6 +256,25 @@ def test_merge_refuses_a_bad_block_by_name_and_writes_nothing(
     assert code == cli.EXIT_BAD_INPUT and len(err.strip().splitlines()) == 1, err
     says = ("bytes where", "SHA-256") if listed else (READ_BACK[edit],)
     assert f"{path}: " in err and any(text in err for text in says), err
+    assert files(out) == before
+
+
+def test_merge_refuses_a_block_whose_manifest_was_removed(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A block finished by its record but without its manifest cannot be checked: named, never merged, even where
+    its metrics read back (one value edited inside its range)."""
+    out = copy(runs["blocks"], tmp_path / "run")
+    for manifest in (out / MANIFEST_FILE, block_dir(out, 1) / MANIFEST_FILE):
+        manifest.unlink()
+    path = block_dir(out, 1) / METRICS_FILE
+    lines = path.read_text().splitlines(keepends=True)
+    header, row = lines[0].rstrip("\n").split(","), lines[1].rstrip("\n").split(",")
+    column = header.index("policy_quality")
+    row[column] = repr(float(row[column]) + 0.01)
+    path.write_text("".join([lines[0], ",".join(row) + "\n", *lines[2:]]))
+    before = files(out)
+    code, _, err = in_process("merge", out, "--quiet", "--no-figures")
+    assert code == cli.EXIT_BAD_INPUT and len(err.strip().splitlines()) == 1, err
+    assert f"{block_dir(out, 1) / MANIFEST_FILE}: missing" in err and "not merged" in err, err
     assert files(out) == before
 
 

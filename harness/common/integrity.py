@@ -92,9 +92,10 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def reseal(directory: Path, manifest: dict[str, Any], rewritten: Callable[[str], bool]) -> None:
-    """After a command rewrote some files of a sealed directory (a re-rendered report): list those files as they are
-    now (dropping the ones it removed) and every other file as the manifest already did, unchecked and unchanged.
-    A manifest of before files were listed is left as it is."""
+    """After a command rewrote some files of a sealed directory (a re-rendered report): list the files `rewritten`
+    names as they are now (dropping the ones it removed) and every other file as the manifest already did. The caller
+    has verified those others against it (`harness.experiment.verify.check_finished`) before reading any. A manifest
+    of before files were listed is left as it is."""
     if legacy(manifest):
         return
     directory = Path(directory)
@@ -176,15 +177,14 @@ def run_entries(directory: Path) -> list[Path]:
     )
 
 
-def discard_contents(directory: Path) -> None:
-    """Remove every run entry of `directory` (`run_entries`) before a new run writes into it (--force): each is
-    renamed into one folder beside them, manifest first, then that folder is deleted. A process stopped half-way
-    leaves some entries (and that folder, which nothing reads and the next call deletes) but never a manifest
-    vouching for them; no file of the new run is written before this returns."""
+def discard_contents(directory: Path, entries: list[Path]) -> None:
+    """Remove `entries` of `directory` (what its run wrote: `harness.experiment.verify.replaceable_entries`) before
+    a new run writes into it (--force): each is renamed into one folder beside them, manifest first, then that folder
+    is deleted. A process stopped half-way leaves some entries (and that folder, which nothing reads and the next call
+    deletes) but never a manifest vouching for them; no file of the new run is written before this returns."""
     directory = Path(directory)
     for left in directory.glob(f"{REPLACED_PREFIX}*"):
         shutil.rmtree(left, ignore_errors=True)
-    entries = run_entries(directory)
     if not entries:
         return
     aside = directory / f"{REPLACED_PREFIX}{secrets.token_hex(4)}"

@@ -167,3 +167,22 @@ def holding_run_dir(run_dir: Path, *, shared: bool = False) -> Iterator[None]:
             ) from None
         check_writable(run_dir)
         yield
+
+
+@contextlib.contextmanager
+def reading_run_dir(run_dir: Path) -> Iterator[None]:
+    """Inside: no writer (a run, merge or report) holds `run_dir` or can take it, so what is read is never a
+    half-written report: its lock held shared. Creates nothing: a directory without a lock file, or on a read-only
+    mount (where no writer can change it), is read without one.
+
+    Raises:
+        DirectoryBusy: a writer holds it; the message names it.
+    """
+    lock = run_dir_lock(run_dir)
+    with contextlib.ExitStack() as stack:
+        if lock.is_file():
+            try:
+                stack.enter_context(holding(lock, shared=True, busy=str(run_dir)))
+            except OSError:  # the lock cannot be opened for writing: a read-only mount
+                pass
+        yield

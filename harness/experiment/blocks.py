@@ -26,19 +26,21 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.common.integrity import read_manifest, run_entries, verify_listed, write_manifest
+from harness.common.integrity import RunDirectoryError, read_manifest, run_entries, verify_listed, write_manifest
 from harness.common.locks import LOCK_SUFFIX, holding
 from harness.common.run_files import (
     BLOCK_FILE,
     GRID_FILE,
+    MANIFEST_FILE,
     METRICS_FILE,
     atomic_write_bytes,
     atomic_write_text,
 )
 from harness.experiment.checkpoint import has_checkpoint
+from harness.experiment.run_tables import table_file
 from harness.experiment.runner import Progress, execute, load_spec
 from harness.grid.grid_file import read_grid_file, write_grid_file
-from harness.grid.layout import GridSpec
+from harness.grid.layout import GridSpec, grid_tables
 
 # Runs per block from which a run's cost stops falling as a grid grows (artifacts/bench/bench.md: flat from ~360).
 BLOCK_RUNS = 360
@@ -222,8 +224,14 @@ def is_finished(spec: GridSpec, run_dir: Path, block: int) -> bool:
         return False
     directory = block_dir(run_dir, block)
     manifest = read_manifest(directory)
-    if manifest is not None:
-        verify_listed(directory, manifest)
+    if manifest is None:
+        # Its record says finished, and a block writes its manifest before that record: the manifest went since.
+        raise RunDirectoryError(
+            f"{directory / MANIFEST_FILE}: missing, though {directory / BLOCK_FILE} says the block finished: its "
+            f"files cannot be checked, so it is not merged; run it again (remove {directory}, then coevolab run "
+            f"--resume {run_dir})"
+        )
+    verify_listed(directory, manifest)
     return (directory / METRICS_FILE).is_file()
 
 
@@ -363,7 +371,11 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
         return
     directory = block_dir(run_dir, 0)
     directory.mkdir()
-    atomic_write_bytes(directory / METRICS_FILE, (run_dir / METRICS_FILE).read_bytes())
+    # Every per-run table with the metrics (best_of_n.csv, ...), so that the grown run's merge joins them as it would
+    # a block's: the grown run equals the grid run at its new size from the start.
+    for name in (METRICS_FILE, *(table_file(run_dir, table.name).name for table in grid_tables(flat))):
+        if (run_dir / name).is_file():
+            atomic_write_bytes(directory / name, (run_dir / name).read_bytes())
     write_grid_file(directory / GRID_FILE, flat)
     # The flat run's manifest, listing the block's files (the caller has checked the flat run's against it).
     write_manifest(directory, ran)

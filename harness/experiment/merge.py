@@ -210,9 +210,12 @@ def merge_blocks(
 
 
 def run_finished(directory: Path) -> bool:
-    """Whether a run directory holds a finished run: merged metrics, no checkpoint, and (in seed blocks) no block
-    left to run."""
-    if not (directory / METRICS_FILE).is_file() or has_checkpoint(directory):
+    """Whether a run directory holds a finished run: merged metrics sealed by its manifest (written last), no
+    checkpoint, and (in seed blocks) no block left to run. Metrics without a manifest are not a finished run: nothing
+    vouches for them, and `--resume` writes them again."""
+    if not (directory / METRICS_FILE).is_file() or not (directory / MANIFEST_FILE).is_file():
+        return False
+    if has_checkpoint(directory):
         return False
     return not uses_blocks(directory) or not pending_blocks(load_spec(directory), directory)
 

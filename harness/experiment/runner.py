@@ -38,6 +38,7 @@ from harness.experiment.checkpoint import (
 )
 from harness.experiment.live import LiveLog
 from harness.experiment.run_tables import write_run_tables
+from harness.experiment.validation import read_metrics
 from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec
 from harness.grid.trainer import GridTrainer
@@ -204,6 +205,14 @@ def execute(
 
     metrics = program.metrics_table(records)
     atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
+    try:
+        # Read back as every later reader will (verify, report, merge, load_result): a value a metric cannot take
+        # (a mechanism's NaN or out-of-range metric) stops the run here, before anything seals it.
+        read_metrics(run_dir / METRICS_FILE, spec)
+    except RunDirectoryError as error:
+        raise RunDirectoryError(
+            f"{error}; the run is not sealed (a mechanism's metric outside the values it declares?)"
+        ) from None
     write_run_tables(run_dir, program.run_tables(records))
     report_seconds = 0.0
     remove_figures(run_dir)  # of an earlier report (a directory replaced with --force, a run grown)

@@ -40,14 +40,18 @@ from harness.experiment.runner import Progress, SilentProgress, diverged_runs, l
 from harness.grid.study import StudySpec
 from harness.inference.across_shapes import across_table
 from harness.inference.run_measures import run_measures
-from harness.report import with_best_of_n_measures
+from harness.report import REPORT_FILE, with_best_of_n_measures
 from harness.report.metrics_table import CSV_FLOAT_FORMAT
+from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE
 from harness.report.study import MODEL_COLUMNS, SHAPE_COLUMNS, shape_table, study_report
 
 STUDY_FILE = "study.json"
 SHAPES_DIR = "shapes"
 RUNS_FILE = "runs.csv"
 ACROSS_FILE = "across.csv"
+# What a study's report (`write_study_files`) writes at its top, figures aside: `coevolab report` writes these anew and
+# verifies everything else (study.json, every shape's files) before reading it.
+STUDY_REPORT_FILES = (METRICS_FILE, RUNS_FILE, CLAIMS_FILE, ACROSS_FILE, REPORT_FILE, FITS_FILE, HELD_OUT_FILE)
 
 
 @dataclass

@@ -15,10 +15,13 @@ from harness.common.integrity import (
     FILES_KEY,
     REPLACED_PREFIX,
     RunDirectoryError,
+    directory_files,
     legacy,
     read_manifest,
+    run_entries,
     verify_listed,
 )
+from harness.common.locks import run_dir_lock
 from harness.common.run_files import (
     CHECKPOINT_FILE,
     CLAIMS_FILE,
@@ -26,34 +29,104 @@ from harness.common.run_files import (
     GRID_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
+    remove_figures,
 )
+from harness.common.wording import plural
 from harness.experiment.blocks import BLOCKS_DIR
+from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
 from harness.experiment.runner import load_spec
-from harness.experiment.study import STUDY_FILE
-from harness.experiment.until_decided import LOOKS_FILE, PLAN_FILE
+from harness.experiment.study import SHAPES_DIR, STUDY_FILE, STUDY_REPORT_FILES
+from harness.experiment.until_decided import LOOKS_FILE, PLAN_FILE, STAGES_DIR
 from harness.experiment.validation import read_metrics
+from harness.grid import registry
+from harness.grid.grid_file import MECHANISMS_DIR
+from harness.report import REPORT_FILES
 
-# What only a run directory holds: a directory holding none of these is not one (and --force does not replace it).
-RUN_MARKERS = (GRID_FILE, MANIFEST_FILE, CHECKPOINT_FILE, STUDY_FILE, PLAN_FILE, BLOCKS_DIR)
+# Every entry a coevolab run of any kind may write at the top of its run directory (a grid whole or in blocks, grown
+# until decided, a study), besides its per-run tables and what its manifest lists: what --force may remove.
+RUN_ENTRIES = frozenset(
+    {
+        GRID_FILE,
+        MANIFEST_FILE,
+        METRICS_FILE,
+        CHECKPOINT_FILE,
+        BLOCKS_DIR,
+        STAGES_DIR,
+        SHAPES_DIR,
+        STUDY_FILE,
+        PLAN_FILE,
+        LOOKS_FILE,
+        PROGRESS_FILE,
+        TENSORBOARD_DIR,
+        MECHANISMS_DIR,
+        FIGURES_DIR,
+        *REPORT_FILES,
+        *STUDY_REPORT_FILES,
+    }
+)
 
 
 def is_run_directory(path: Path) -> bool:
-    """Whether `path` holds a run (finished or not) of any kind: a grid, its blocks, a study, a grid grown until
-    decided."""
-    return any((Path(path) / name).exists() for name in RUN_MARKERS)
+    """Whether `path` holds a coevolab run (finished or not) of any kind, by a mark only coevolab leaves: the run
+    directory's lock file, which every coevolab writer creates before it writes anything there, or a manifest that
+    verifies as one coevolab sealed (its own digest, its coevolab version). A folder that merely holds a file named
+    manifest.json or grid.json is not one."""
+    path = Path(path)
+    if run_dir_lock(path).is_file():
+        return True
+    try:
+        manifest = read_manifest(path)
+    except RunDirectoryError:
+        return False
+    return manifest is not None and not legacy(manifest) and "coevolab_version" in manifest
+
+
+class Replaceable(NamedTuple):
+    """A run directory's top entries as --force sees them: the run's (removed), and any other (never removed)."""
+
+    owned: list[Path]
+    foreign: list[Path]
+
+
+def replaceable_entries(run_dir: Path) -> Replaceable:
+    """Split the entries of `run_dir` (`run_entries`) into what its coevolab run wrote (`RUN_ENTRIES`, every per-run
+    table a registered mechanism writes, every top entry its manifest lists) and everything else."""
+    run_dir = Path(run_dir)
+    names = set(RUN_ENTRIES) | {f"{table.name}.csv" for table in registry.tables(registry.active())}
+    try:
+        manifest = read_manifest(run_dir)
+    except RunDirectoryError:
+        manifest = None
+    if manifest is not None and not legacy(manifest):
+        names |= {relative.split("/")[0] for relative in manifest[FILES_KEY]}
+    entries = run_entries(run_dir)
+    return Replaceable(
+        [entry for entry in entries if entry.name in names], [entry for entry in entries if entry.name not in names]
+    )
 
 
 def report_outputs(run_dir: Path) -> Callable[[str], bool]:
-    """Which files of a run directory (paths relative to it) `coevolab report` writes anew, so reads nothing from:
-    every file at its top but the ones the report is rendered from, and its figures. Everything else is an input."""
+    """Which files of a run directory (paths relative to it) `coevolab report` writes anew, so reads nothing from: the
+    report's own files at its top (a grid's, a study's, or a grid grown until decided, whose claims.csv is its looks'
+    record and so an input) and its figures. Every other file is an input, verified before anything reads it."""
     run_dir = Path(run_dir)
     if (run_dir / STUDY_FILE).is_file():
-        inputs = {STUDY_FILE}
+        outputs = set(STUDY_REPORT_FILES)
     elif (run_dir / PLAN_FILE).is_file():
-        inputs = {METRICS_FILE, GRID_FILE, CLAIMS_FILE, LOOKS_FILE, PLAN_FILE}
+        outputs = set(REPORT_FILES) - {CLAIMS_FILE}
     else:
-        inputs = {METRICS_FILE, GRID_FILE}
-    return lambda relative: relative.startswith(f"{FIGURES_DIR}/") or ("/" not in relative and relative not in inputs)
+        outputs = set(REPORT_FILES)
+    return lambda relative: relative.startswith(f"{FIGURES_DIR}/") or relative in outputs
+
+
+def remove_report_outputs(run_dir: Path, outputs: Callable[[str], bool]) -> None:
+    """Remove the files `outputs` names (`report_outputs`) before a report is rendered anew, so that what the report
+    leaves, and the manifest then lists, is exactly what it wrote: nothing of an earlier report, nor a file placed
+    under one of its names, is sealed as this report's."""
+    for relative in directory_files(run_dir):
+        if outputs(relative):
+            (Path(run_dir) / relative).unlink(missing_ok=True)
+    remove_figures(run_dir)
 
 
 def _folders(run_dir: Path) -> list[Path]:
@@ -99,10 +172,24 @@ def check_finished(run_dir: Path, rewriting: Callable[[str], bool] | None = None
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise RunDirectoryError(
-            f"{run_dir}: no {MANIFEST_FILE}: the run has not finished (coevolab run --resume {run_dir}), or this is "
-            "not a run directory"
+            f"{run_dir}: no {MANIFEST_FILE}: the run has not finished, or its manifest was removed, so nothing vouches "
+            f"for its files; coevolab run --resume {run_dir} finishes it (what no checkpoint kept is trained again)"
+            if (run_dir / GRID_FILE).is_file() or (run_dir / STUDY_FILE).is_file()
+            else f"{run_dir}: no {MANIFEST_FILE} and no {GRID_FILE}: not a coevolab run directory"
         )
-    verify_listed(run_dir, manifest, rewriting or (lambda _: False))
+    rewriting = rewriting or (lambda _: False)
+    verify_listed(run_dir, manifest, rewriting)
+    if not legacy(manifest):
+        # A file the manifest does not list was added after the run was sealed: never read as the run's.
+        listed = manifest[FILES_KEY]
+        added = [
+            relative for relative in directory_files(run_dir) if relative not in listed and not rewriting(relative)
+        ]
+        if added:
+            raise RunDirectoryError(
+                f"{run_dir / added[0]}: not listed in {run_dir / MANIFEST_FILE}: added after the run was sealed "
+                f"({plural(len(added), 'such file')}); move it out of the run directory"
+            )
     for folder in _folders(run_dir)[1:]:
         nested = read_manifest(folder)
         if nested is not None:

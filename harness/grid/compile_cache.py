@@ -158,7 +158,11 @@ def exported(name: str, function: Callable, args: Sequence[jax.Array], static_ke
     ).hexdigest()
     path = directory / f"{name}-{key[:32]}.jaxexport"
     if path.is_file():
-        return export.deserialize(bytearray(path.read_bytes()))
+        try:
+            return export.deserialize(bytearray(path.read_bytes()))
+        except Exception:  # a damaged entry (cut, overwritten), whatever it raises: traced again and replaced
+            with contextlib.suppress(OSError):
+                path.unlink()
     program = export.export(function)(*args)
     partial = path.with_suffix(".partial")
     try:

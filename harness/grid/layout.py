@@ -34,6 +34,10 @@ from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
 
+# A grid of more seeds than this is a typo (99999999), not an experiment: refused before anything is built (a
+# condition file's [run] seeds, --seeds, --seed-list alike).
+MAX_SEEDS = 10_000
+
 
 class RunSettings(BaseModel):
     """Length and batch size shared by every run of a grid."""
@@ -71,12 +75,16 @@ class RunSettings(BaseModel):
         if isinstance(value, int):
             if value < 1:
                 raise ValueError("a seed count must be at least 1")
+            if value > MAX_SEEDS:
+                raise ValueError(f"a seed count must be at most {MAX_SEEDS:,}, got {value:,}")
             return tuple(range(value))
         return value
 
     @field_validator("seeds")
     @classmethod
     def _distinct_non_negative(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        if len(seeds) > MAX_SEEDS:
+            raise ValueError(f"at most {MAX_SEEDS:,} seeds, got {len(seeds):,}")
         if any(s < 0 for s in seeds):
             raise ValueError(f"seeds must be non-negative, got {list(seeds)}")
         if len(set(seeds)) != len(seeds):

@@ -250,7 +250,7 @@ def load(reference: str, relative_to: Path | None = None, path: Path | None = No
             module = importlib.import_module(reference)
     except MechanismError:
         raise
-    except Exception as error:  # an error in the lab's module: its first line, named
+    except (Exception, SystemExit) as error:  # an error in the lab's module (or its exit on import): one line, named
         first = str(error).splitlines()[0] if str(error) else ""
         raise MechanismError(f"mechanism module {reference}: {type(error).__name__}: {first}") from None
     declared = getattr(module, "MECHANISMS", None) or (getattr(module, "MECHANISM", None),)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.common.run_files import GRID_FILE, METRICS_FILE, atomic_write_bytes
+from harness.common.run_files import CLAIMS_FILE, GRID_FILE, atomic_write_bytes
 from harness.common.wording import plural
 from harness.grid.grid_file import read_grid_file
 from harness.grid.layout import GridSpec
@@ -61,6 +61,11 @@ __all__ = [
 
 # The per-run table of exact best-of-n (harness.mechanisms.best_of_n), which the measures of overoptimization read.
 BEST_OF_N_FILE = "best_of_n.csv"
+REPORT_FILE = "report.md"
+# Every file a grid's report writes at the top of its run directory (its figures go under FIGURES_DIR): what
+# `coevolab report` writes anew. Every other file of a run directory is an input of the report, verified before it
+# is read. tests/test_tampered_runs.py checks that a report writes nothing else.
+REPORT_FILES = (REPORT_FILE, "summary.csv", "summary.md", CLAIMS_FILE, "attractors.csv", "frontier.csv")
 
 FIGURE_TITLES = {
     "headline": "The reference condition over training",
@@ -72,9 +77,10 @@ FIGURE_TITLES = {
 
 
 def _write(out_dir: Path, name: str, text: str | bytes) -> None:
-    if name == METRICS_FILE:
-        # The metrics table is the record of the experiment; the report only ever reads it.
-        raise ValueError(f"refusing to write {out_dir / name}: the metrics table is read-only for reports")
+    if name not in REPORT_FILES:
+        # What a report writes is listed, so that `coevolab report` verifies every other file (metrics.csv, the
+        # per-run tables) as an input before reading it, and re-seals only what it wrote.
+        raise ValueError(f"refusing to write {out_dir / name}: not one of the report's files {REPORT_FILES}")
     atomic_write_bytes(out_dir / name, text.encode("utf-8") if isinstance(text, str) else text)
 
 
@@ -159,7 +165,7 @@ def write_report(
             modes_markdown(shares, summary["condition"].tolist()),
         ]
     claims = grid.claims if grid is not None else ()
-    ranges = metric_ranges(grid.world) if grid is not None else None
+    ranges = claim_ranges(grid)
     lines += findings_sections(
         prepared,
         shares,
@@ -175,11 +181,23 @@ def write_report(
     for key, path in drawn.items():
         relative = path.relative_to(out_dir).as_posix()
         lines += [f"### {FIGURE_TITLES[key]}", "", f"![{FIGURE_TITLES[key]}]({relative})", "", readings[key], ""]
-    _write(out_dir, "report.md", "\n".join(lines))
+    _write(out_dir, REPORT_FILE, "\n".join(lines))
 
 
 def report_title(grid_name: str) -> str:
     return f"coevolab report: {grid_name}"
+
+
+def claim_ranges(grid: GridSpec | None) -> dict[str, tuple[float, float]] | None:
+    """The metrics' ranges in the grid's world, which the verdicts' equivalence margins read (None without a grid)."""
+    return metric_ranges(grid.world) if grid is not None else None
+
+
+def run_report_table(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
+    """The table a run directory's report is rendered and its claims judged from: `metrics` with the measures of
+    overoptimization joined from the directory's best_of_n.csv (`with_best_of_n_measures`), prepared. The report
+    and `harness.load_result` both read a run through it, so they judge the same claims on the same values."""
+    return prepare(with_best_of_n_measures(run_dir, metrics))
 
 
 def with_best_of_n_measures(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
