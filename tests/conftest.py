@@ -56,7 +56,9 @@ SHARED_GRID_FILES = (
     | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_live.py", "test_notebook.py"), "smoke-shape")
     | dict.fromkeys(("test_checkpoint.py", "test_blocks.py"), "smoke-one-seed-shape")
     | dict.fromkeys(("test_grid_program.py", "test_sharding.py"), "mechanisms-grid")
-    | dict.fromkeys(("test_run_directories.py", "test_damaged_run_directories.py"), "run-directories")
+    | dict.fromkeys(
+        ("test_run_directories.py", "test_damaged_run_directories.py", "test_tampered_runs.py"), "run-directories"
+    )
 )
 
 

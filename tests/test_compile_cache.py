@@ -53,6 +53,29 @@ def test_exported_program_is_traced_once_then_read_from_disk(cache_dir: Path, mo
     assert not list((cache_dir / "exported").glob("*.partial"))
 
 
+@pytest.mark.parametrize("damage", ["cut", "garbage", "empty"])
+def test_a_damaged_exported_program_is_traced_again_and_replaced(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """An entry cut short, overwritten or emptied (a full disk, another tool) is never fatal: the program is exported
+    again, computes what it should, and the entry is written anew (read back, not exported, on the next call)."""
+    exports = []
+    real_export = compile_cache.export.export
+    monkeypatch.setattr(compile_cache.export, "export", lambda *a, **k: exports.append(1) or real_export(*a, **k))
+    affine = jax.jit(lambda x, y: [2.0 * x + y])
+    x, y = jnp.arange(3.0), jnp.ones(3)
+    exported("affine", affine, [x, y], "affine v1")
+    (path,) = (cache_dir / "exported").glob("affine-*.jaxexport")
+    whole = path.read_bytes()
+    path.write_bytes({"cut": whole[: len(whole) // 3], "garbage": b"\x00not a program" * 64, "empty": b""}[damage])
+    again = exported("affine", affine, [x, y], "affine v1")
+    assert len(exports) == 2
+    np.testing.assert_array_equal(again.call(x, y)[0], 2.0 * np.arange(3.0) + 1.0)
+    assert path.read_bytes() == whole
+    exported("affine", affine, [x, y], "affine v1")
+    assert len(exports) == 2
+
+
 def test_a_compiled_program_takes_and_returns_pytrees_and_is_compiled_once(
     cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

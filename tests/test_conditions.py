@@ -116,6 +116,8 @@ def test_seed_override_count_or_list(tmp_path: Path) -> None:
         ("[run]\nseeds = [1, -2]\n[conditions.a]\n", None, "run.seeds", "non-negative"),
         ("[run]\nseeds = [1, 1]\n[conditions.a]\n", None, "run.seeds", "distinct"),
         ("[run]\nseeds = 0\n[conditions.a]\n", None, "run.seeds", "at least 1"),
+        ("[run]\nseeds = 99999999\n[conditions.a]\n", None, "run.seeds", "at most 10,000"),
+        (f"[run]\nseeds = {list(range(10_001))}\n[conditions.a]\n", None, "run.seeds", "at most 10,000 seeds"),
         ("[world]\nvocab_size = 64\nseq_len = 8\n[conditions.a]\n", None, "world", "enumerate"),
         ("[wrld]\n[conditions.a]\n", None, "wrld", "did you mean 'world'"),
         ("[run]\n", None, "conditions", "no conditions"),

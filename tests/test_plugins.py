@@ -164,6 +164,21 @@ def test_a_changed_mechanism_is_compiled_afresh_and_refused_by_resume(tethered, 
     assert line.startswith("coevolab: error: mechanism 'judge_tether'") and "has changed since this run started" in line
 
 
+def test_a_metric_outside_its_declared_values_stops_the_run_before_it_is_sealed(tmp_path: Path) -> None:
+    """The tether's metric made negative (it declares ≥ 0): the run reads its metrics back before sealing them, so it
+    exits 2 in one line naming the metric, and leaves no manifest; verify refuses the directory, as the report would."""
+    grid = lab_folder(tmp_path / "lab")
+    module = tmp_path / "lab" / "judge_tether.py"
+    module.write_text(module.read_text().replace("lambda run: run.of(NAME),", "lambda run: -1.0 - run.of(NAME),"))
+    out = tmp_path / "run"
+    refused = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
+    assert refused.returncode == 2, refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert "judge_drift is -1" in line and "the run is not sealed" in line, line
+    assert not (out / "manifest.json").exists()
+    assert coevolab("verify", str(out)).returncode == 2
+
+
 def test_seed_blocks_run_the_mechanism_in_their_own_processes(tethered, tmp_path: Path) -> None:
     """The grid at 4 seeds as two seed blocks of 2, each a `coevolab run --block` process, merged: the first block is
     the whole 2-seed run's bytes (a block of its shape runs its program, loaded from the compile cache), and in the
@@ -259,6 +274,7 @@ def test_a_mechanism_runs_where_its_order_says_and_a_contradiction_is_refused() 
     [
         ("import no_such_package\n", "ModuleNotFoundError: No module named 'no_such_package'"),
         ("VALUE = 1\n", "it defines no MECHANISM"),
+        ("raise SystemExit(0)\n", "SystemExit: 0"),
         (
             "from harness.grid.contract import Mechanism\nMECHANISM = Mechanism('anchor', 'taken')\n",
             "the name is taken by another mechanism",

@@ -326,6 +326,29 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_run_in_process(
     assert int(read_checkpoint(block_dir(out, 0))["completed_iterations"]) >= 1
 
 
+@pytest.mark.parametrize(("name", "delay"), [("SIGINT", 1.5), ("SIGTERM", 3.0)])
+def test_a_stop_in_the_first_seconds_of_a_ray_run_is_one_line(
+    cluster: Cluster, grids: dict[str, Path], tmp_path: Path, subprocess_compile_cache: Path, name: str, delay: float
+) -> None:
+    """Ctrl-C or SIGTERM while the driver starts and joins the cluster (ray.init replaces the handlers; its SIGTERM
+    would exit 15): 130 / 143, no traceback, at most one line on stderr."""
+    signum, code = (signal.SIGINT, cli.EXIT_INTERRUPTED) if name == "SIGINT" else (signal.SIGTERM, cli.EXIT_TERMINATED)
+    command = ["run", grids["grid"], "--out", tmp_path / "run", "--ray", cluster.address, "--no-figures"]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *command],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    time.sleep(delay)
+    os.kill(driver.pid, signum)
+    stdout, stderr = driver.communicate(timeout=300)
+    assert driver.returncode == code, (driver.returncode, stdout, stderr)
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) <= 1, stderr
+
+
 def test_a_task_imports_no_jax_before_it_sets_the_device_count() -> None:
     """A worker imports this module to run a block's task, which sets JAX's CPU device count before JAX starts: the
     module itself imports nothing that imports JAX (the cluster here has 1-CPU nodes, JAX's default, so a task would

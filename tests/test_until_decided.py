@@ -17,8 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness import cli
+from harness.common.integrity import FILES_KEY, read_manifest
 from harness.common.locks import LOCK_SUFFIX
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
 from harness.engine.metrics import all_metrics
@@ -40,6 +43,7 @@ from harness.grid.conditions import grid_from_mapping
 from harness.grid.layout import GridSpec
 from harness.inference.sequential import look_levels
 from tests.compile_cache_settings import compile_cache_settings_restored
+from tests.tampering import Edit, check_commands, edits
 
 # Three cheap conditions. After 200 self-training steps the frozen judge's alignment is above the baseline's on every
 # one of the first 20 seeds: decided at the first look (after 40 steps it was above on only 29 of 40, which the sign
@@ -160,6 +164,20 @@ def test_the_report_re_renders_to_the_same_bytes_and_keeps_the_looks_verdicts(
 
 
 @pytest.mark.heavy
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), edit=edits)
+def test_an_edited_file_of_a_grid_grown_until_decided_is_refused_or_changes_no_number(
+    runs: dict[str, Path], data: st.DataObject, edit: Edit
+) -> None:
+    """tests/tampering.py's property on a grid grown until decided: any of its files (its stages' and their blocks'
+    included), edited one at a time, then verify, load_result and report (whose verdicts are the looks', read from
+    claims.csv: an input here)."""
+    manifest = read_manifest(runs["run"])
+    assert manifest is not None
+    relative = data.draw(st.sampled_from(sorted([*manifest[FILES_KEY], "manifest.json"])), label="file")
+    check_commands(runs["run"], relative, edit, ("verify", "load_result", "report"))
+
+
 def test_a_planned_budget_cannot_change(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert _coevolab("run", "--resume", runs["resumed"], "--until-decided", "--max-seeds", 80) == cli.EXIT_BAD_INPUT
     assert "cannot change" in capsys.readouterr().err

@@ -6,7 +6,8 @@ manifest.json keeps how the run was made (`run_files.manifest`) and, under FILES
 iteration until the run ends; each carries its own digest, see `harness.experiment.checkpoint`), a block's attempt log
 (block.json, written after the block's manifest; the merged run's manifest lists it), lock files and the temporary
 files of atomic writes. DIGEST_KEY is the SHA-256 of everything else in the manifest, so an edit of the manifest
-itself is found as surely as an edit of a file it lists.
+itself that does not also recompute that digest is found. This is an integrity check (a file cut, changed, added or
+removed by accident or by a tool), not a security boundary: whoever can write the directory can re-seal it.
 
 A manifest without either key was written before manifests listed files: nothing can be checked against it (`legacy`).
 """

@@ -35,7 +35,7 @@ class Terminated(KeyboardInterrupt):
 
 # Every stop signal this process has received since `caught` began, in order.
 received: list[int] = []
-_state: dict[str, Any] = {"handling": False, "resend": None}
+_state: dict[str, Any] = {"handling": False, "resend": None, "active": False}
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
@@ -57,13 +57,17 @@ def _resend_swallowed(unraisable: Any) -> None:
     sys.__unraisablehook__(unraisable)
 
 
+def _install() -> None:
+    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    sys.unraisablehook = _resend_swallowed
+
+
 def catch() -> None:
-    """Make SIGINT and SIGTERM raise KeyboardInterrupt / `Terminated` in the main thread: again, after a library
-    replaced the handlers (ray.init). Only in the main thread, where Python allows handlers."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _raise_stop)
-        signal.signal(signal.SIGTERM, _raise_stop)
-        sys.unraisablehook = _resend_swallowed
+    """Inside `caught` (a `coevolab` command), the handlers again, after a library replaced them (ray.init makes
+    SIGTERM exit with 15). Elsewhere (a lab's own program calling the API) nothing: its handlers are its own."""
+    if _state["active"] and threading.current_thread() is threading.main_thread():
+        _install()
 
 
 @contextlib.contextmanager
@@ -74,11 +78,12 @@ def caught() -> Iterator[None]:
         return
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.unraisablehook
     received.clear()
-    _state.update(handling=False, resend=None)
-    catch()
+    _state.update(handling=False, resend=None, active=True)
+    _install()
     try:
         yield
     finally:
+        _state["active"] = False
         if _state["resend"] is not None:
             _state["resend"].cancel()
         signal.signal(signal.SIGINT, before[0])

@@ -49,7 +49,7 @@ from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.run_tables import merged_tables_text, table_file
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
 from harness.experiment.validation import validated_metrics
-from harness.grid.grid_file import write_grid_file
+from harness.grid.grid_file import MECHANISMS_DIR, write_grid_file
 from harness.grid.layout import GridSpec
 
 # How the blocks of a run were run, as the manifest and the report name it.
@@ -139,6 +139,11 @@ def how_run_line(records: list[BlockRecord], how: str) -> str:
     )
 
 
+def _merge_input(relative: str) -> bool:
+    """Whether a file of a run directory (its path relative to it) is one a merge reads."""
+    return relative == GRID_FILE or relative.startswith((f"{BLOCKS_DIR}/", f"{MECHANISMS_DIR}/"))
+
+
 def merge_blocks(
     spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None, figures: bool = True
 ) -> ExperimentOutcome:
@@ -162,7 +167,8 @@ def merge_blocks(
     run_dir = Path(run_dir)
     earlier = read_manifest(run_dir)  # of an earlier merge: it vouches for the blocks' files too (block.json)
     if earlier is not None:
-        verify_listed(run_dir, earlier, lambda relative: not relative.startswith(f"{BLOCKS_DIR}/"))
+        # What a merge reads: the blocks and the grid (its mechanisms' sources beside it); it writes the rest anew.
+        verify_listed(run_dir, earlier, lambda relative: not _merge_input(relative))
     text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
     try:
         tables = merged_tables_text(spec, [block_dir(run_dir, k) for k in range(block_count(spec))])

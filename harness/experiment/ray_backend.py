@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.common import stop_signals
+
 if TYPE_CHECKING:  # at run time these come after a worker has set JAX's device count (run_block_task)
     from harness.experiment.blocks import BlockRunner
     from harness.grid.layout import GridSpec
@@ -244,6 +246,7 @@ class RayBackend:
                     ray.init(address=address, **quiet_logs)
                 except (ConnectionError, RuntimeError) as error:
                     raise RaySetupError(f"--ray {address}: {str(error).splitlines()[0]}") from None
+            stop_signals.catch()  # ray.init replaced the command's handlers: its SIGTERM exits with 15
         return cls(address, cpus_per_block, compile_cache, quiet, owns_connection=joined)
 
     @classmethod
