@@ -76,9 +76,9 @@ def _verifies(run_dir: Path) -> bool:
 
 def check_commands(original: Path, relative: str, edit: Edit, commands: Sequence[str]) -> None:
     """Copy `original`, apply `edit` to its file `relative`, then run each of `commands` ("verify", "load_result",
-    "resume", "merge", "report", in that order) on the copy and hold each to the property of the module: a command
-    that did not refuse leaves the run's numbers (`NUMBERS`) as the undisturbed run's, in a directory that verifies;
-    after one that refused, verify still refuses the directory."""
+    "resume" or "resume-until-decided", "merge", "report", in that order) on the copy and hold each to the property
+    of the module: a command that did not refuse leaves the run's numbers (`NUMBERS`) as the undisturbed run's, in a
+    directory that verifies; after one that refused, verify still refuses the directory."""
     expected = numbers(original)
     with tempfile.TemporaryDirectory(prefix="coevolab-tampered-") as scratch:
         run_dir = Path(shutil.copytree(original, Path(scratch) / "run"))
@@ -98,6 +98,7 @@ def check_commands(original: Path, relative: str, edit: Edit, commands: Sequence
             argv = {
                 "verify": ("verify", run_dir),
                 "resume": ("run", "--resume", run_dir, "--quiet", "--no-figures"),
+                "resume-until-decided": ("run", "--resume", run_dir, "--until-decided", "--quiet", "--no-figures"),
                 "merge": ("merge", run_dir, "--quiet", "--no-figures"),
                 "report": ("report", run_dir, "--no-figures"),
             }[command]

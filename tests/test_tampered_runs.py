@@ -23,24 +23,10 @@ from harness import cli
 from harness.common.integrity import FILES_KEY, RunDirectoryError, read_manifest, write_manifest
 from harness.common.locks import holding_run_dir
 from harness.grid.compile_cache import CACHE_DIR_ENV
-from tests.run_directories import copy, in_process
+from tests.run_directories import copy, grid_file, in_process
 from tests.tampering import Edit, check_commands, edits
 
 ROOT = Path(__file__).resolve().parent.parent
-GRID = """
-[run]
-seeds = {seeds}
-iterations = 2
-steps_per_iteration = 10
-batch_size = 16
-block_seeds = 1
-
-[world]
-vocab_size = 4
-seq_len = 2
-
-[conditions.baseline]
-{claim}"""
 CLAIM = """
 [claims.best-of-n-gains]
 statement = "best-of-n from the initial policy gains real quality over it"
@@ -104,8 +90,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
             ("no-best-of-n", 1, "", ("--no-figures",)),
             ("blocks", 2, CLAIM, ("--no-figures",)),
         ):
-            grid = root / f"{name}.toml"
-            grid.write_text(GRID.format(seeds=seeds, claim=claim))
+            grid = grid_file(root, name, seeds=seeds, iterations=2, knob=claim)
             code, _, err = in_process("run", grid, "--out", root / name, "--quiet", *flags)
             assert code == cli.EXIT_OK, err
             made[name] = root / name

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import cli
-from harness.common.integrity import FILES_KEY, read_manifest
+from harness.common.integrity import FILES_KEY, read_manifest, write_manifest
 from harness.common.locks import LOCK_SUFFIX
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
 from harness.engine.metrics import all_metrics
@@ -170,12 +170,12 @@ def test_an_edited_file_of_a_grid_grown_until_decided_is_refused_or_changes_no_n
     runs: dict[str, Path], data: st.DataObject, edit: Edit
 ) -> None:
     """tests/tampering.py's property on a grid grown until decided: any of its files (its stages' and their blocks'
-    included), edited one at a time, then verify, load_result and report (whose verdicts are the looks', read from
-    claims.csv: an input here)."""
+    included), edited one at a time, then verify, load_result, its resume (which recomputes a finished run's verdicts
+    from its stages) and report (whose verdicts are the looks', read from claims.csv: an input here)."""
     manifest = read_manifest(runs["run"])
     assert manifest is not None
     relative = data.draw(st.sampled_from(sorted([*manifest[FILES_KEY], "manifest.json"])), label="file")
-    check_commands(runs["run"], relative, edit, ("verify", "load_result", "report"))
+    check_commands(runs["run"], relative, edit, ("verify", "load_result", "resume-until-decided", "report"))
 
 
 def test_a_planned_budget_cannot_change(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -274,6 +274,7 @@ def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run
         rows = synthetic_rows([c.name for c in own.conditions], own.run.seeds, own.run.iterations)
         (directory / METRICS_FILE).write_text(rows.to_csv(index=False))
         (directory / GRID_FILE).write_text(own.model_dump_json())
+        write_manifest(directory, {"synthetic": True})  # sealed before its record, as a block's run seals it
         attempt = Attempt(host="synthetic", started="", finished="")
         record = BlockRecord(block=block, seeds=own.run.seeds, finished=True, attempts=[attempt])
         (directory / BLOCK_FILE).write_text(record.model_dump_json())
@@ -326,6 +327,7 @@ def test_a_finished_run_grows_as_the_first_look(tmp_path: Path) -> None:
     (tmp_path / METRICS_FILE).write_text(rows.assign(retired_metric=1.0).to_csv(index=False))
     (tmp_path / GRID_FILE).write_text(spec.model_dump_json())
     (tmp_path / "report.md").write_text("# the run's own report\n")
+    write_manifest(tmp_path, {"synthetic": True})  # finished: sealed
     calls.clear()
     outcome = until_decided.run_until_decided(None, tmp_path, 40, backend=synthetic_backend, figures=False)
     assert calls == [(("base", "same"), (0, 1))]  # the first look decided better-is-better from the run's 20 seeds
@@ -388,6 +390,7 @@ def _finished_run(run_dir: Path, seeds: Sequence[int]) -> GridSpec:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / METRICS_FILE).write_text(rows.to_csv(index=False))
     (run_dir / GRID_FILE).write_text(spec.model_dump_json())
+    write_manifest(run_dir, {"synthetic": True})  # finished: sealed
     return spec
 
 
