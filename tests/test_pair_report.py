@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.engine.world import WorldConfig
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
 from harness.report.pairs import FIGURE, pair_section, pair_source, pair_table
@@ -74,6 +75,15 @@ def test_readings_answer_the_three_questions(tmp_path: Path) -> None:
     assert "`referee` -0.500 [-0.500, -0.500] (below)" in lines  # every non-reference condition is compared
     assert "`temporal`, `anchored` end at the same output on every seed" in lines
     assert (tmp_path / FIGURE).stat().st_size > 0
+
+
+def test_the_section_counts_the_pairs_of_its_own_world(tmp_path: Path) -> None:
+    """The number of pairs each audit sums over is the grid's world's (4,096² in the published one), never a fixed
+    figure: 16² for a world of 4 tokens × 2 positions, 65,536² for 16 × 4."""
+    for vocab, length, pairs in ((8, 4, "4,096²"), (4, 2, "16²"), (16, 4, "65,536²")):
+        grid = GRID.model_copy(update={"world": WorldConfig(vocab_size=vocab, seq_len=length)})
+        lines = "\n".join(pair_section(_metrics(), grid, tmp_path, figures=False))
+        assert f"an exact sum over all {pairs} pairs" in lines and lines.count("²") == 1
 
 
 def test_no_section_for_a_table_without_audits(tmp_path: Path) -> None:

@@ -296,7 +296,7 @@ def test_an_unreachable_cluster_or_a_missing_ray_fails_in_one_line_and_writes_no
     _one_line_error(capsys, "--block K runs one here")
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as it does where Ray is not installed
     assert _coevolab("run", grid_file, "--out", out, "--ray") == cli.EXIT_BAD_INPUT
-    _one_line_error(capsys, "pip install -e '.[ray]'")
+    _one_line_error(capsys, "pip install 'coevolab[ray]'")
     assert not out.exists()
 
 

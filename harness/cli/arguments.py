@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from harness.grid.layout import GridSpec
+    from harness.grid.overrides import Override
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 # The built-in grids (the repository's conditions/*.toml), found beside the package so that a name works from any
@@ -115,10 +116,27 @@ def writing(run_dir: Path, shared: bool = False) -> Iterator[None]:
         yield
 
 
-def grid_and_warnings(path: Path, seeds: int | tuple[int, ...] | None = None) -> GridSpec:
+def knob_override(text: str) -> Override:
+    """--set KEY=VALUE (harness.grid.overrides): its form checked here, its key and value with the file's."""
+    from harness.grid.overrides import OverrideError, parse_override
+
+    try:
+        return parse_override(text)
+    except OverrideError as error:
+        raise argparse.ArgumentTypeError(f"{error.key}: {error}") from None
+
+
+SET_HELP = """Overrides: --set KEY=VALUE (repeatable) sets a key of the condition file before it is checked, as if
+written there: run.iterations=3, world.q_star=rugged, conditions.baseline.lr_judge=0.003, conditions.*.n_judges=3
+(every condition). The grid.json of the run records the result; --resume refuses an override that changes it."""
+
+
+def grid_and_warnings(
+    path: Path, seeds: int | tuple[int, ...] | None = None, overrides: Sequence[Override] = ()
+) -> GridSpec:
     from harness.grid.conditions import duplicate_conditions, load_grid
 
-    spec = load_grid(path, seeds=seeds)
+    spec = load_grid(path, seeds=seeds, overrides=overrides)
     for condition, same_as in duplicate_conditions(spec):
         print(
             f"coevolab: warning: condition '{condition}' resolves to the same knobs as '{same_as}' (duplicate runs)",

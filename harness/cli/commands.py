@@ -92,7 +92,7 @@ def command_list(args: argparse.Namespace) -> int:
 
     from harness.grid.knobs import Knobs
 
-    spec = grid_and_warnings(conditions_path(args.conditions))
+    spec = grid_and_warnings(conditions_path(args.conditions), overrides=args.overrides)
     if args.all:
         # Resolved: an unset pretraining target is shown as the grid's own.
         rows = [

@@ -12,9 +12,11 @@ from harness.cli.arguments import (
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     SEEDS_HELP,
+    SET_HELP,
     Parser,
     UsageError,
     builtin_grids,
+    knob_override,
     seed_count,
     seed_list,
 )
@@ -37,6 +39,18 @@ def _add_figures_argument(parser: argparse.ArgumentParser, later: str) -> None:
     )
 
 
+def _add_set_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        type=knob_override,
+        metavar="KEY=VALUE",
+        help="set a key of the condition file, checked as the file's are (repeatable; see Overrides below)",
+    )
+
+
 def _conditions_help() -> str:
     return f"a condition file, or a built-in grid's name ({', '.join(builtin_grids())}; default {DEFAULT_GRID})"
 
@@ -49,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run a grid of conditions × seeds and write its report",
-        epilog=SEEDS_HELP,
+        epilog=f"{SEEDS_HELP}\n\n{SET_HELP}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("conditions", nargs="?", help=_conditions_help())
@@ -62,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='run these seeds, e.g. "3", "0-4,7"; with --until-decided, a range S-E: the first look\'s seeds (the '
         "looks after it take the seeds that follow)",
     )
+    _add_set_argument(run)
     run.add_argument("--out", help=f"output directory (default: a fresh one under {DEFAULT_RUNS_ROOT}/)")
     run.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
     run.add_argument(
@@ -136,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="show the conditions a file defines and the knobs they change")
     listing.add_argument("conditions", nargs="?", help=_conditions_help())
     listing.add_argument("--all", action="store_true", help="every resolved knob of every condition (wide)")
+    _add_set_argument(listing)
     listing.set_defaults(handler=command_list)
     return parser
 
@@ -152,6 +168,7 @@ def dispatch(argv: list[str] | None, started: float) -> int:
     from harness.common.run_files import ArtifactWriteError
     from harness.experiment.blocks import BlockError
     from harness.experiment.checkpoint import CheckpointMismatch
+    from harness.experiment.live import TensorBoardMissing
     from harness.experiment.ray_backend import BlockLost, RaySetupError
     from harness.grid.conditions import ConditionFileError
     from harness.grid.memory import GridTooLarge
@@ -170,6 +187,7 @@ def dispatch(argv: list[str] | None, started: float) -> int:
         MechanismError,
         RunDirectoryError,
         DirectoryBusy,
+        TensorBoardMissing,
     ) as error:
         print(f"coevolab: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -145,6 +145,7 @@ def _resumed(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[Pat
             "--resume continues a run as it was, or grows it with --seeds N; do not pass a condition file, "
             "--seed-list or --block"
         )
+    _unchanged_by_overrides(args, existing_directory(Path(args.resume), "--resume"))
     if args.seeds is None:
         run_dir = _prepare_run_dir(args, "")
     else:
@@ -158,6 +159,26 @@ def _resumed(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[Pat
     spec = grown_spec(_unchanged_mechanisms(load_spec(run_dir)), args.seeds)
     adopt_flat_run(spec, run_dir)
     return run_dir, spec
+
+
+def _unchanged_by_overrides(args: argparse.Namespace, run_dir: Path) -> None:
+    """--resume DIR with --set: refuse, before anything is read or written, an override that changes the grid the run
+    records (a run continues as it started); one that sets what the grid already has is no change."""
+    from harness.experiment.runner import load_spec
+    from harness.grid.overrides import changes
+
+    if args.overrides:
+        changed = changes(load_spec(run_dir), args.overrides)
+        if changed:
+            raise UsageError(
+                f"--resume {run_dir}: --set changes the grid it runs ({'; '.join(changed)}); a run continues as it "
+                "started: run the changed grid into another directory"
+            )
+
+
+def _seeds_given_once(args: argparse.Namespace) -> None:
+    if (args.seeds is not None or args.seed_list is not None) and any(o.key == "run.seeds" for o in args.overrides):
+        raise UsageError("--set run.seeds and --seeds / --seed-list both set the seeds; give them once")
 
 
 def _check_earlier_results(run_dir: Path) -> None:
@@ -193,6 +214,11 @@ def command_run(args: argparse.Namespace) -> int:
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
+    _seeds_given_once(args)
+    if args.tensorboard:  # an optional part missing is refused before any work, leaving nothing behind
+        from harness.experiment.live import check_tensorboard
+
+        check_tensorboard()
     if args.until_decided or args.max_seeds is not None:
         return command_until_decided(args)
     if _is_study(args):
@@ -208,7 +234,7 @@ def command_run(args: argparse.Namespace) -> int:
             if ray and not in_blocks:
                 raise UsageError(f"--resume {run_dir}: a grid run whole (not in seed blocks) resumes without --ray")
         else:
-            spec = grid_and_warnings(conditions_path(args.conditions), seeds)
+            spec = grid_and_warnings(conditions_path(args.conditions), seeds, args.overrides)
             largest = block_spec(spec, 0)  # every block is the size of the first or smaller
             check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
             if args.block is not None:
@@ -276,11 +302,12 @@ def command_until_decided(args: argparse.Namespace) -> int:
             spec, run_dir = None, existing_directory(Path(args.resume), "--resume")
             if not (run_dir / "grid.json").is_file():
                 raise UsageError(f"--resume {run_dir}: not a run directory (no grid.json); nothing to resume")
+            _unchanged_by_overrides(args, run_dir)
             stack.enter_context(writing(run_dir))
             _check_earlier_results(run_dir)
         else:
             seeds = args.seeds if args.seeds is not None else args.seed_list
-            spec = grid_and_warnings(conditions_path(args.conditions), seeds)
+            spec = grid_and_warnings(conditions_path(args.conditions), seeds, args.overrides)
             first_seed_of(spec.run.seeds)  # refuse a gap before writing anything
             largest = block_spec(spec, 0)
             check_fits(layout_grid(largest).shape, len(largest.run.seeds))  # refuse before writing anything
@@ -321,6 +348,8 @@ def command_study(args: argparse.Namespace) -> int:
 
     if args.block is not None:
         raise UsageError("a study runs its shapes one after another; --block applies to a grid file")
+    if args.overrides:
+        raise UsageError("--set applies to a grid's condition file; a study's shapes are set in the study's file")
     with contextlib.ExitStack() as stack:
         ray = RayBackend.from_arguments(args)  # before anything is written: an unreachable cluster leaves nothing
         if ray:

@@ -6,8 +6,8 @@ labels depends on the run's pair source (`Knobs.chosen_from`, `Knobs.rejected_fr
 side's distribution and b from the rejected side's, labelled a > b; otherwise a and b are
 two draws of the policy, labelled by the judge's own preference 1[J(a) > J(b)]. Meta-judging
 (`Knobs.referee_margin`) then re-labels, by a frozen referee, the pairs on which the judge is
-least certain. In a world of 4,096 outputs every quantity the follow-up papers argue about
-is an exact sum over the 4,096² ordered pairs.
+least certain. In a world of N outputs (4,096 in the published one) every quantity the follow-up
+papers argue about is an exact sum over the N² ordered pairs.
 
 A label disagrees with q* when it prefers the side of lower q*; pairs of equal q* (an output
 paired with itself) are never wrong.

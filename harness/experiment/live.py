@@ -25,11 +25,31 @@ if TYPE_CHECKING:
 
 PROGRESS_FILE = "progress.csv"
 TENSORBOARD_DIR = "tensorboard"
-TENSORBOARD_HINT = "--tensorboard needs tensorboardX, which is not installed: pip install 'coevolab[tensorboard]'"
+TENSORBOARD_HINT = (
+    "--tensorboard needs tensorboardX, which is not installed: pip install 'coevolab[tensorboard]' (in a checkout: "
+    "pip install -e '.[tensorboard]')"
+)
 
 
 class TensorBoardMissing(RuntimeError):
     """--tensorboard without tensorboardX installed."""
+
+
+def check_tensorboard() -> None:
+    """Before any work of a run with --tensorboard: tensorboardX imports.
+
+    Raises:
+        TensorBoardMissing: it is not installed (one line saying how to install it).
+    """
+    tensorboard_writer_class()
+
+
+def tensorboard_writer_class() -> Any:
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        raise TensorBoardMissing(TENSORBOARD_HINT) from None
+    return SummaryWriter
 
 
 def tensorboard_writer(log_dir: Path) -> Any:
@@ -38,11 +58,7 @@ def tensorboard_writer(log_dir: Path) -> Any:
     Raises:
         TensorBoardMissing: tensorboardX is not installed (one line saying how to install it).
     """
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        raise TensorBoardMissing(TENSORBOARD_HINT) from None
-    return SummaryWriter(logdir=str(log_dir), flush_secs=1)
+    return tensorboard_writer_class()(logdir=str(log_dir), flush_secs=1)
 
 
 def iteration_means(program: GridTrainer, records: list[Diagnostics]) -> pd.DataFrame:

@@ -44,7 +44,9 @@ if TYPE_CHECKING:  # at run time these come after a worker has set JAX's device 
 
 RAY = "Ray"  # how the blocks ran, as the manifest and the report name it
 LOCAL = "local"  # --ray without an address: a Ray instance of this machine alone, started and stopped by the run
-INSTALL_HINT = "--ray needs Ray, which is not installed: pip install -e '.[ray]' (ray==2.60.0)"
+INSTALL_HINT = (
+    "--ray needs Ray, which is not installed: pip install 'coevolab[ray]' (in a checkout: pip install -e '.[ray]')"
+)
 # Blocks hand back one record each; Ray's shared-memory object store holds nothing bigger.
 LOCAL_OBJECT_STORE_BYTES = 128 * 2**20
 # A block's process beside the grid's own estimate: Python, JAX and XLA, the compiled programs (measured: a block of
@@ -137,7 +139,7 @@ def add_ray_arguments(run: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="run the seed blocks as Ray tasks: on a Ray instance of this machine, or on the cluster at ADDRESS "
         "(HOST:PORT, or auto: the one this machine joined); the run directory must be on a file system every node "
-        "sees (pip install -e '.[ray]')",
+        "sees (pip install 'coevolab[ray]')",
     )
     run.add_argument(
         "--ray-cpus-per-block",

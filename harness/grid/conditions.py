@@ -28,6 +28,7 @@ from harness.grid import registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs, host_only, knob_fields, knob_owners
 from harness.grid.layout import Condition, GridSpec, MechanismSource, PretrainSettings, RunSettings
+from harness.grid.overrides import Override, OverrideError, apply_overrides
 from harness.inference.claims import Claim
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -303,10 +304,21 @@ def with_seeds(document: Mapping[str, Any], seeds: int | Sequence[int] | None) -
     return {**document, "run": run}
 
 
-def load_grid(path: str | Path, seeds: int | Sequence[int] | None = None) -> GridSpec:
-    """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds."""
+def load_grid(
+    path: str | Path, seeds: int | Sequence[int] | None = None, overrides: Sequence[Override] = ()
+) -> GridSpec:
+    """Read and validate a condition file; `seeds` (a count N for 0..N-1, or a list of seeds) overrides [run].seeds,
+    then each of `overrides` (`--set KEY=VALUE`, harness.grid.overrides) sets its key, all validated as the file is.
+
+    Raises:
+        ConditionFileError: the first mistake, naming the file and the key (an override's too).
+    """
     path = Path(path)
-    return parse_grid(with_seeds(read_document(path), seeds), str(path))
+    try:
+        document = apply_overrides(with_seeds(read_document(path), seeds), overrides)
+    except OverrideError as error:
+        raise ConditionFileError(str(path), f"--set: {error}", key=error.key) from None
+    return parse_grid(document, str(path))
 
 
 def _as_toml_values(value: Any) -> Any:
