@@ -207,11 +207,12 @@ def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, f
         "## The judge's training pairs, audited exactly",
         "",
         "Each judge update trains on a batch of pairs with labels. Every number here is an exact sum over all "
-        f"{grid.world.n_outputs:,}² pairs of outputs under the distribution the condition's judge draws its pairs from, as it stands at the end "
-        "of the iteration: **label error** is the probability that a pair's label prefers the side of lower q*, "
-        "**q* gap** is E|q*(a) − q*(b)| (the signal the pair carries; the Temporal Self-Rewarding note's 'gap "
-        "narrows'), **identical** the probability that both sides are one output (such a pair is never wrong, "
-        "and carries no signal), **label error, a ≠ b** the label error among pairs of two different outputs. "
+        f"{grid.world.n_outputs:,}² pairs of outputs under the distribution the condition's judge draws its pairs "
+        "from, as it stands at the end of the iteration: **label error** is the probability that a pair's label "
+        "prefers the side of lower q*, **q* gap** is E|q*(a) − q*(b)| (the signal the pair carries; the Temporal "
+        "Self-Rewarding note's 'gap narrows'), **identical** the probability that both sides are one output (such a "
+        "pair is never wrong, and carries no signal), **label error, a ≠ b** the label error among pairs of two "
+        "different outputs. "
         f"Means over seeds with 95% Student-t CIs, at iteration 1 and {last}. The q* gap counts pairs of one output "
         "(gap 0), so it closes with collapse as well as with narrowing. A frozen judge's row describes the pairs it "
         "would train on.",
