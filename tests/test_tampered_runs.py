@@ -22,6 +22,7 @@ import harness
 from harness import cli
 from harness.common.integrity import FILES_KEY, RunDirectoryError, read_manifest, write_manifest
 from harness.common.locks import holding_run_dir
+from harness.experiment.verify import is_run_directory, replaceable_entries
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from tests.run_directories import copy, grid_file, in_process
 from tests.tampering import Edit, check_commands, edits
@@ -248,3 +249,15 @@ def test_force_keeps_a_users_files_and_a_folder_with_a_foreign_manifest(runs: di
     code, _, err = in_process("run", grid, "--out", out, "--force", "--quiet", "--no-figures")
     assert code == cli.EXIT_OK, err
     assert not (out / "blocks").exists() and in_process("verify", out)[0] == cli.EXIT_OK
+
+
+def test_every_committed_reference_is_a_run_that_force_replaces_whole() -> None:
+    """`make reference*` reruns each committed reference with --force: each is a coevolab run (their manifests are of
+    before manifests listed files, and no lock file is committed), and --force would remove every entry it holds."""
+    references = sorted(
+        path for path in (ROOT / "artifacts" / "reference").iterdir() if (path / "manifest.json").is_file()
+    )
+    assert len(references) >= 6
+    for reference in references:
+        assert is_run_directory(reference), reference
+        assert replaceable_entries(reference).foreign == [], reference

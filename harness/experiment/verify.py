@@ -66,11 +66,16 @@ RUN_ENTRIES = frozenset(
 )
 
 
+# What every manifest coevolab wrote before it listed files holds (`harness.common.run_files.manifest`): how such a
+# run directory is told from a folder with a manifest.json of its own.
+LEGACY_MANIFEST_KEYS = frozenset({"grid", "packages", "machine", "wall_seconds", "started", "finished"})
+
+
 def is_run_directory(path: Path) -> bool:
     """Whether `path` holds a coevolab run (finished or not) of any kind, by a mark only coevolab leaves: the run
     directory's lock file, which every coevolab writer creates before it writes anything there, or a manifest that
-    verifies as one coevolab sealed (its own digest, its coevolab version). A folder that merely holds a file named
-    manifest.json or grid.json is not one."""
+    verifies as one coevolab sealed (its own digest, its coevolab version; one of before manifests listed files: the
+    keys such manifests have). A folder that merely holds a file named manifest.json or grid.json is not one."""
     path = Path(path)
     if run_dir_lock(path).is_file():
         return True
@@ -78,7 +83,11 @@ def is_run_directory(path: Path) -> bool:
         manifest = read_manifest(path)
     except RunDirectoryError:
         return False
-    return manifest is not None and not legacy(manifest) and "coevolab_version" in manifest
+    if manifest is None:
+        return False
+    if legacy(manifest):  # before manifests listed files: the keys every coevolab manifest has always had
+        return LEGACY_MANIFEST_KEYS <= manifest.keys()
+    return "coevolab_version" in manifest
 
 
 class Replaceable(NamedTuple):
