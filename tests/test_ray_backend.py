@@ -46,6 +46,7 @@ from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 from harness.grid.conditions import load_grid
 from tests.compile_cache_settings import compile_cache_settings_restored
+from tests.stop_handlers import wait_for_stop_handlers
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: the module needs Ray)
@@ -326,7 +327,7 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_run_in_process(
     assert int(read_checkpoint(block_dir(out, 0))["completed_iterations"]) >= 1
 
 
-@pytest.mark.parametrize(("name", "delay"), [("SIGINT", 1.5), ("SIGTERM", 3.0)])
+@pytest.mark.parametrize(("name", "delay"), [("SIGINT", 0.5), ("SIGTERM", 2.0)])
 def test_a_stop_in_the_first_seconds_of_a_ray_run_is_one_line(
     cluster: Cluster, grids: dict[str, Path], tmp_path: Path, subprocess_compile_cache: Path, name: str, delay: float
 ) -> None:
@@ -342,6 +343,7 @@ def test_a_stop_in_the_first_seconds_of_a_ray_run_is_one_line(
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+    wait_for_stop_handlers(driver)  # then `delay` into its start: imports, joining the cluster
     time.sleep(delay)
     os.kill(driver.pid, signum)
     stdout, stderr = driver.communicate(timeout=300)

@@ -21,6 +21,7 @@ import pytest
 from harness import cli
 from harness.common import stop_signals
 from tests.run_directories import grid_file, in_process
+from tests.stop_handlers import wait_for_stop_handlers
 
 ROOT = Path(__file__).resolve().parent.parent
 STOPS = {"SIGINT": (signal.SIGINT, cli.EXIT_INTERRUPTED), "SIGTERM": (signal.SIGTERM, cli.EXIT_TERMINATED)}
@@ -91,10 +92,11 @@ def test_a_stop_in_the_report_phase_twenty_times(tmp_path: Path, name: str) -> N
         _stop_in_report_phase(root, name, delay=0.25 * attempt)
 
 
-@pytest.mark.parametrize(("name", "delay"), [("SIGINT", 0.4), ("SIGTERM", 1.0)])
+@pytest.mark.parametrize(("name", "delay"), [("SIGINT", 0.0), ("SIGTERM", 0.3)])
 def test_a_stop_at_start_up_is_one_line(tmp_path: Path, name: str, delay: float) -> None:
     """While the command's modules (JAX's among them) load: a stop is raised once they have, never inside them."""
     listing = _start("list", "tiny")
+    wait_for_stop_handlers(listing)  # then `delay` into the imports of the command's modules
     time.sleep(delay)
     if listing.poll() is not None:
         pytest.skip("the command finished before the signal")  # a fast machine
@@ -108,6 +110,7 @@ def test_a_stop_during_coevolab_report_leaves_it_to_be_run_again(tmp_path: Path,
     code, _, err = in_process("run", grid_file(tmp_path, "grid", iterations=2), "--out", out, "--quiet")
     assert code == cli.EXIT_OK, err
     report = _start("report", out)
+    wait_for_stop_handlers(report)
     time.sleep(4.0)  # past start-up: drawing figures
     if report.poll() is None:
         _stopped(report, name)
