@@ -64,15 +64,16 @@ def main(argv: list[str] | None = None) -> int:
             code = dispatch(argv, started)
         except KeyboardInterrupt as stop:
             stop_signals.handling()
-            how = "terminated (SIGTERM)" if stop_signals.terminated(stop) else "interrupted (Ctrl-C)"
+            terminated = stop_signals.terminated(stop)
+            how = stop_signals.stop_name(terminated)
             print(
                 f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr
             )
-            return EXIT_TERMINATED if stop_signals.terminated(stop) else EXIT_INTERRUPTED
+            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
         stopped = stop_signals.exit_code()
         if stopped is not None and code != stopped:
             # A stop that code on the way swallowed (a callback, a library catching it): never an exit 0 after it.
-            how = "terminated (SIGTERM)" if stopped == EXIT_TERMINATED else "interrupted (Ctrl-C)"
+            how = stop_signals.stop_name(stopped == EXIT_TERMINATED)
             print(f"coevolab: {how} as the command ran; check its files (coevolab verify DIR)", file=sys.stderr)
             return stopped
         return code

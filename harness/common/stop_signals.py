@@ -117,6 +117,11 @@ def terminated(stop: BaseException | None = None) -> bool:
     return isinstance(stop, Terminated) or signal.SIGTERM in received
 
 
+def stop_name(terminated: bool) -> str:
+    """How a stop is named in a command's closing line."""
+    return "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
+
+
 def exit_code() -> int | None:
     """130 or 143 where a stop signal came (SIGTERM wins), else None: the exit code of a command that received one,
     whatever it went on to do."""
