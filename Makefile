@@ -1,22 +1,29 @@
 # Two commands on a fresh machine:  make run  (published grid -> report)  and  make test.
-# Both create .venv from the pinned requirements.lock when it is missing or stale.
+# Both create .venv when it is missing or stale: make run from requirements-run.lock (what running needs, so any
+# Python 3.11 installs it, Debian 12's 3.11.2 included), make test and the rest from requirements.lock on top of it
+# (tests, docs, Ray; the docs' packages need Python 3.11.5 or later).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-all test-profile bench calibration docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
-$(STAMP): requirements.lock pyproject.toml harness/common/version.py
+$(RUN_STAMP): requirements-run.lock pyproject.toml harness/common/version.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet -r requirements-run.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) requirements.lock
+	$(BIN)/python -m pip install --quiet -r requirements.lock
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/coevolab run conditions/paper.toml
 
 # Two test processes, one file (or the files that share a grid) each at a time, so module fixtures train their grid
