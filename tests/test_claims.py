@@ -54,8 +54,16 @@ def test_verdicts_on_known_effects(shift: float, direction: str, expected: str) 
     ranges = {"policy_quality": (1.2, 2.2)}  # what equivalence needs: a difference is at most 1 (margin 5%)
     row = verdict_table(_metrics(side, other), [_claim(direction=direction, resolution=0.05)], ranges=ranges).iloc[0]
     assert row["verdict"] == expected, row["why"]
+    assert row["jump_rule"] == "resolution" and "seeds that differ by more than 0.05" in row["why"]
+    # the mean itself, as measured, inside its interval, and the counts are those of the differences beyond 0.05
     assert row["ci_low"] <= row["effect"] <= row["ci_high"]
-    assert row["effect"] == pytest.approx(np.mean(resolved(side - other, 0.05)))  # noise within 0.05 counts as 0
+    assert row["effect"] == pytest.approx(np.mean(side - other))
+    jumps = resolved(side - other, 0.05)
+    assert (row["seeds_up"], row["seeds_down"]) == (np.sum(jumps > 0), np.sum(jumps < 0))
+    # a 0.3 shift on every seed is measured by the mean's interval too (range 1, 100 seeds), and no shift is
+    # within the margin
+    reading = {"holds": "holds", "contradicted": "contradicted"}.get(expected, "within ±0.05")
+    assert row["mean_reading"] == ("holds" if expected == "holds" and direction == "equal" else reading)
 
 
 def test_float_noise_is_no_difference_never_a_finding() -> None:
@@ -64,8 +72,8 @@ def test_float_noise_is_no_difference_never_a_finding() -> None:
     ranges = {"policy_quality": (1.7, 1.8)}
     row = verdict_table(_metrics(side, other), [_claim(direction="above")], ranges=ranges).iloc[0]
     assert row["verdict"] == "not supported"
-    assert "no difference" in row["why"]
-    assert row["seeds_up"] == row["seeds_down"] == 0 and row["effect"] == 0.0
+    assert "lies below" in row["why"] and "0 up and 0 down of 100" in row["why"]
+    assert row["seeds_up"] == row["seeds_down"] == 0 and row["effect"] == pytest.approx(-1e-5, abs=1e-6)
     # without the metric's range a rare jump as large as anything cannot be excluded: no verdict
     assert verdict_table(_metrics(side, other), [_claim(direction="above")]).iloc[0]["verdict"] == "undecided"
 
@@ -215,3 +223,54 @@ def test_published_claims_parse_at_both_seed_counts() -> None:
     assert five.claims == hundred.claims and len(five.claims) >= 15
     assert five.conditions == hundred.conditions
     assert len(hundred.run.seeds) == 100
+
+
+def _mode_metrics(side: np.ndarray, other: np.ndarray, side_modes: np.ndarray, other_modes: np.ndarray) -> pd.DataFrame:
+    """_metrics with each run's end mode recorded (mode_index), as a grid's metrics.csv has it."""
+    metrics = _metrics(side, other)
+    last = metrics["iteration"] == 1
+    metrics["mode_index"] = 0
+    metrics.loc[last & (metrics["condition"] == "a"), "mode_index"] = side_modes
+    metrics.loc[last & (metrics["condition"] == "b"), "mode_index"] = other_modes
+    return metrics
+
+
+def test_drifts_within_an_end_mode_are_never_jumps():
+    # 100 seeds, every rival run at end mode 0 (q* 1.747); the claimed side stays there on 85 seeds but 0.02 lower
+    # (a policy less concentrated on the same output), jumps to a better mode on 10 and a worse one on 5. Counted by
+    # the resolution alone, 90 of 100 seeds are lower and the sign test rejects; counted by end mode, 10 go up and
+    # 5 down, and the 85 same-mode seeds are drifts, reported apart.
+    other = np.full(100, 1.747)
+    side = np.concatenate([np.full(85, 1.727), np.full(10, 2.1), np.full(5, 1.5)])
+    side_modes = np.concatenate([np.zeros(85), np.ones(10), np.full(5, 2)]).astype(int)
+    metrics = _mode_metrics(side, other, side_modes, np.zeros(100, dtype=int))
+    ranges = {"policy_quality": (-3.7, 3.7)}
+    row = verdict_table(metrics, [_claim(direction="below")], ranges=ranges).iloc[0]
+    assert row["jump_rule"] == "end mode"
+    assert (row["seeds_up"], row["seeds_down"], row["seeds_drift"]) == (10, 5, 85)
+    assert row["drift_mean"] == pytest.approx(-0.02)
+    assert row["verdict"] == "undecided"
+    assert "of the 15 seeds whose end modes differ, 10 end higher and 5 lower" in row["why"]
+    assert row["effect"] == pytest.approx(np.mean(side - other))  # the mean itself, drifts included
+    # The same data without the end modes: the resolution rule, which the verdict names
+    plain = verdict_table(_metrics(side, other), [_claim(direction="below")], ranges=ranges).iloc[0]
+    assert plain["jump_rule"] == "resolution" and (plain["seeds_up"], plain["seeds_down"]) == (10, 90)
+    assert plain["p_value"] < 1e-15 and "seeds that differ by more than 0.01" in plain["why"]
+
+
+def test_an_earlier_iteration_is_compared_by_the_resolution_not_the_end_mode():
+    # A run's mode at an earlier iteration is not an end mode: the same policy concentrating on its mode is a change.
+    other = np.full(30, 1.0)
+    metrics = _mode_metrics(np.full(30, 1.5), other, np.zeros(30, dtype=int), np.zeros(30, dtype=int))
+    claim = _claim(than_condition=None, than_iteration=0, direction="above")
+    row = verdict_table(metrics, [claim], ranges={"policy_quality": (-3.7, 3.7)}).iloc[0]
+    assert row["jump_rule"] == "resolution" and row["seeds_up"] == 30 and row["verdict"] == "holds"
+
+
+def test_an_equivalence_no_data_could_show_leaves_the_family_and_says_so():
+    # margin 0.01 of a range of 7.4: a TOST needs 2,728 seeds with no jump at all; at 30 it cannot reject
+    other = np.full(30, 1.747)
+    metrics = _mode_metrics(other.copy(), other, np.zeros(30, dtype=int), np.zeros(30, dtype=int))
+    row = verdict_table(metrics, [_claim(direction="equal")], ranges={"policy_quality": (-3.7, 3.7)}).iloc[0]
+    assert np.isnan(row["equivalence_p"]) and row["verdict"] == "undecided"
+    assert "cannot be shown at 30 seeds (that needs at least 2,728" in row["why"]

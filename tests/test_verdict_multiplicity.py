@@ -106,16 +106,18 @@ def _two_claim_table(families: tuple[str | None, str | None], adjustments: tuple
 
 
 def test_the_table_adjusts_within_families() -> None:
-    # Two copies of one mean claim, each with two hypotheses (its effect test and its TOST, whose p here is 1): in
-    # one family Holm multiplies the smaller effect p by 4 (and the tied second by max(4p, 3p)); in two families
-    # each has its own two hypotheses (2p).
+    # Two copies of one mean claim, each with one hypothesis (its effect test: without the metric's range its TOST
+    # could never reject, so it stays out of the family): in one family Holm multiplies the smaller effect p by 2
+    # (and the tied second by max(2p, p)); in two families each has its own (p). The mean's interval is at
+    # 1 − α/m for the m claims of its family.
     together = _two_claim_table((None, None), ("holm", "holm"))
     apart = _two_claim_table(("x", "y"), ("holm", "holm"))
     assert together["p_value"].tolist() == apart["p_value"].tolist()
-    assert (together["equivalence_p"] == 1.0).all()
-    assert together["p_adjusted"].tolist() == pytest.approx(np.minimum(1, 4 * together["p_value"]).tolist())
-    assert apart["p_adjusted"].tolist() == pytest.approx(np.minimum(1, 2 * apart["p_value"]).tolist())
-    assert together["ci_level"].tolist() == pytest.approx([1 - 0.05 / 4, 1 - 0.05 / 3])  # Holm's steps
+    assert together["equivalence_p"].isna().all()
+    assert together["p_adjusted"].tolist() == pytest.approx(np.minimum(1, 2 * together["p_value"]).tolist())
+    assert apart["p_adjusted"].tolist() == pytest.approx(apart["p_value"].tolist())
+    assert together["ci_level"].tolist() == pytest.approx([1 - 0.05 / 2] * 2)
+    assert apart["ci_level"].tolist() == pytest.approx([1 - 0.05] * 2)
     assert list(together["family"]) == ["condition file"] * 2 and list(apart["family"]) == ["x", "y"]
     assert set(together["adjustment"]) == {"Holm"}
     with pytest.raises(ValueError, match="different adjustments"):

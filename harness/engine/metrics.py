@@ -86,7 +86,9 @@ class Metric:
     definition: one line a reader needs to interpret it; kind: the column's type;
     headline: one of the core curves every report shows per iteration; judge_scale: its values are on the run's own
     judges' score scale, which differs from judge to judge, so one condition's value is no reference line for
-    another's; valid: the values it can take in a run that has not diverged.
+    another's; valid: the values it can take in a run that has not diverged; set_by_end_mode: its end value is fixed
+    by the run's end mode up to a small drift (how concentrated the policy is), so two runs' end values differ by a
+    jump only where their end modes differ (what a claim's verdict counts, `harness.inference.rule`).
     """
 
     name: str
@@ -98,6 +100,7 @@ class Metric:
     headline: bool = False
     judge_scale: bool = False
     valid: ValidValues = ValidValues()
+    set_by_end_mode: bool = False
 
     @property
     def axis_label(self) -> str:
@@ -122,6 +125,7 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "expected ground-truth quality of the policy's output, Σₓ π(x) q*(x), exact over all outputs",
         lambda run: run.pi @ run.q_star,
         headline=True,
+        set_by_end_mode=True,
     ),
     Metric(
         "judge_alignment",
@@ -177,6 +181,7 @@ END_MODE: tuple[Metric, ...] = (
         "q*",
         "ground-truth quality of the policy's most probable output",
         lambda run: run.q_star[run.mode],
+        set_by_end_mode=True,
     ),
 )
 

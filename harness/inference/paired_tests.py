@@ -23,6 +23,7 @@ p-values are enumerated or drawn until exact enough (`monte_carlo`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,6 +125,20 @@ def equivalence_test(differences: np.ndarray, margin: float, bound: float) -> Mo
     up, down = int(np.sum(differences > 0)), int(np.sum(differences < 0))
     upper, lower = scipy.stats.binom.cdf(up, n, chance), scipy.stats.binom.cdf(down, n, chance)
     return MonteCarloP.exact(min(1.0, 2 * max(float(upper), float(lower))))
+
+
+def equivalence_reachable(seeds: int, margin: float, bound: float, alpha: float) -> bool:
+    """Whether `equivalence_test` can reject at level alpha with this many seeds: its smallest p, with no seed
+    jumping at all, is 2 (1 − margin / bound)^seeds. A hypothesis that cannot reject is left out of its family."""
+    if not np.isfinite(bound) or seeds == 0:
+        return False
+    return 2 * (1 - min(1.0, margin / bound)) ** seeds <= alpha
+
+
+def equivalence_seeds(margin: float, bound: float, alpha: float) -> int:
+    """The fewest seeds at which `equivalence_test` can reject at level alpha (with no seed jumping)."""
+    chance = min(1.0, margin / bound)
+    return 1 if chance >= 1 else math.ceil(math.log(alpha / 2) / math.log(1 - chance))
 
 
 def beyond_margin_test(

@@ -1,21 +1,34 @@
 """The verdict rule for one claim, given its two adjusted p-values.
 
-Every claim's differences are resolved first (`paired_tests.resolved`: a difference within the resolution r is 0).
+A claim's verdict word is about **jumps**: the seeds whose two runs differ in a way that counts. Where the metric is
+set by the run's end mode (real quality, mode quality) and both sides are end states (the grid's last iteration), a
+jump is a seed whose two runs end in *different end modes* and differ by more than the resolution r; a seed whose
+two runs share their end mode but differ by more than r is a **drift**, counted and reported apart and never a
+jump. For every other comparison (other metrics, an intermediate iteration, a fixed value) a jump is a seed whose
+difference exceeds r (`paired_tests.resolved`). Each verdict's text states which rule it used.
+
 Each claim then has up to two hypotheses, both in its family's adjustment (`verdicts.verdict_table`):
-- the **effect** hypothesis, whose rejection gives "holds" or "contradicted": for "above"/"below" on a mean, as many
-  seeds jump up as down (the exact sign test); on a spread, equal spreads (pair-swap test); for "equal", the mean of
-  the resolved differences lies within ±r (a shifted sign-flip test beyond the margin: rejection contradicts);
-- the **equivalence** hypothesis (mean claims only), whose rejection says the mean of the resolved differences lies
-  within ±r (an exact TOST on the jump counts given the metric's range, `paired_tests.equivalence_test`): "not
-  supported" for "above"/"below", "holds" for "equal". A metric without a known range never gets these verdicts.
+- the **effect** hypothesis, whose rejection gives "holds" or "contradicted": for a mean claim ("above", "below",
+  "equal") as many seeds jump up as down (the exact sign test on the jumps); on a spread, equal spreads (pair-swap
+  test);
+- the **equivalence** hypothesis (mean claims only), whose rejection says each way's jump rate lies below r / range,
+  the most a mean difference smaller than r allows (an exact TOST on the jump counts given the metric's range,
+  `paired_tests.equivalence_test`): "not supported" for "above"/"below", "holds" for "equal". It joins the family
+  only where it can reject at all at this seed count (`paired_tests.equivalence_reachable`): a hypothesis that no
+  data could reject only takes α from the others. A metric without a known range never gets these verdicts.
+
+None of these is a test of the mean: a rare large jump against frequent small ones moves the mean without moving
+the jump counts. The mean itself is reported beside the verdict with an interval valid for any distribution within
+the metric's range (`betting`), and read from that interval alone (`mean_reading`).
 
 With R distinct rivals (a pattern): a positive verdict needs every rival (intersection–union: the claim-level p is
 the largest of the rivals'); a negative one is a statement about some rival (union: the smallest p times R).
 
 - "above" (below mirrors it): holds if the effect p_adj ≤ α, every rival's jumps favour the claim and every
-  rival's mean resolved difference is ≥ r on the claimed side; contradicted if p_adj ≤ α against a rival whose
+  rival's jumps add up to a mean of at least r on the claimed side; contradicted if p_adj ≤ α against a rival whose
   jumps go the other way, by a mean of at least r; not supported if the equivalence p_adj ≤ α; else undecided.
-- "equal": holds if the equivalence p_adj ≤ α; contradicted if the effect p_adj ≤ α; else undecided.
+- "equal": holds if the equivalence p_adj ≤ α; contradicted if the sign test rejects and the jumps add up to a mean
+  of at least r one way; else undecided.
 A difference smaller than r is never a finding, and a Monte-Carlo p whose interval still straddles a threshold
 (`monte_carlo.MonteCarloP.determined`) never decides.
 """
@@ -31,7 +44,9 @@ import numpy as np
 from harness.inference.claims import Claim
 from harness.inference.monte_carlo import FIRST_BATCH, MonteCarloP
 from harness.inference.paired_tests import (
-    beyond_margin_test,
+    Shift,
+    equivalence_reachable,
+    equivalence_seeds,
     equivalence_test,
     resolved,
     resolved_pairs,
@@ -50,35 +65,73 @@ Streams = Callable[[int, str], np.random.Generator]
 @dataclass(frozen=True)
 class ClaimData:
     """A claim's sides over shared seeds: side values and one array per distinct rival (None: the side is
-    already a difference from a fixed value), with the rivals' labels."""
+    already a difference from a fixed value), with the rivals' labels.
+
+    bound: the largest |difference| the metric allows (its range): what equivalence and the mean's interval need.
+    side_modes / other_modes: each run's end mode (an output index) where jumps are end-mode changes (the metric is
+    set by the end mode and both sides are end states); None: a jump is any difference beyond the resolution."""
 
     side: np.ndarray
     others: tuple[np.ndarray | None, ...]
     labels: tuple[str, ...]
-    bound: float = math.inf  # the largest |difference| the metric allows (its range): what equivalence needs
+    bound: float = math.inf
+    side_modes: np.ndarray | None = None
+    other_modes: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def by_end_mode(self) -> bool:
+        """Whether a jump is an end-mode change (else a difference beyond the resolution)."""
+        return self.side_modes is not None and self.other_modes is not None
 
     def take(self, rows: np.ndarray) -> ClaimData:
         """The same claim over the seed rows given (resampling whole seeds: every side moves together)."""
         others = tuple(None if o is None else o[rows] for o in self.others)
-        return ClaimData(self.side[rows], others, self.labels, self.bound)
+        if not self.by_end_mode:
+            return ClaimData(self.side[rows], others, self.labels, self.bound)
+        modes = tuple(m[rows] for m in self.other_modes)  # type: ignore[union-attr]
+        return ClaimData(self.side[rows], others, self.labels, self.bound, self.side_modes[rows], modes)  # type: ignore[index]
+
+    def raw_differences(self, index: int) -> np.ndarray:
+        """Per-seed differences side − rival `index`, as measured (drifts and float noise included)."""
+        other = self.others[index]
+        return self.side if other is None else self.side - other
+
+    def same_mode(self, index: int) -> np.ndarray:
+        """Per seed: whether both runs end in the same end mode (all False where jumps are not end-mode changes)."""
+        if not self.by_end_mode:
+            return np.zeros(len(self.side), dtype=bool)
+        return self.side_modes == self.other_modes[index]  # type: ignore[index]
 
     def differences(self, index: int, resolution: float) -> np.ndarray:
-        """Resolved per-seed differences side − rival `index`."""
-        other = self.others[index]
-        return resolved(self.side if other is None else self.side - other, resolution)
+        """Per-seed jumps side − rival `index`: the differences beyond the resolution, and where jumps are end-mode
+        changes only those between different end modes; every other seed is a tie (0)."""
+        return np.where(self.same_mode(index), 0.0, resolved(self.raw_differences(index), resolution))
+
+    def drifts(self, index: int, resolution: float) -> np.ndarray:
+        """The differences beyond the resolution of seeds whose two runs share their end mode (none where jumps are
+        not end-mode changes): measured, reported, never a jump."""
+        raw = self.raw_differences(index)
+        return raw[self.same_mode(index) & (np.abs(raw) > resolution)]
+
+    def jump_words(self, resolution: float) -> str:
+        """What a jump is for this claim, as a verdict states it: "seeds whose end modes differ" or the rule."""
+        if self.by_end_mode:
+            return "seeds whose end modes differ"
+        return f"seeds that differ by more than {resolution:g}"
 
 
 @dataclass(frozen=True)
 class RivalTest:
-    """A claim's tests against one rival: its effect (mean of the resolved differences; spread difference of the
-    resolved pairs), whether it lies on the claim's side, the effect test and the equivalence test (None: not
-    a mean claim, or not asked for)."""
+    """A claim's tests against one rival: its effect (mean of the jumps over all seeds; spread difference of the
+    resolved pairs), whether it lies on the claim's side, the effect test, the equivalence test (None: not a mean
+    claim, not asked for, or unable to reject at this seed count) and the jump counts (mean claims)."""
 
     effect: float
     favours: bool
     effect_test: MonteCarloP
     effect_name: str
     equivalence: MonteCarloP | None
+    shift: Shift | None = None
 
 
 @dataclass(frozen=True)
@@ -94,11 +147,17 @@ class Outcome:
 
 
 def rival_tests(
-    data: ClaimData, claim: Claim, streams: Streams, draws: int = FIRST_BATCH, equivalence: bool = True
+    data: ClaimData,
+    claim: Claim,
+    streams: Streams,
+    draws: int = FIRST_BATCH,
+    equivalence: bool = True,
+    alpha: float = 0.05,
 ) -> tuple[RivalTest, ...]:
     """The claim's tests against each rival, drawn permutation tests with `draws` draws each (`monte_carlo`);
-    equivalence: run the TOST too (mean claims)."""
+    equivalence: run the TOST too (mean claims) where it can reject at level alpha with this many seeds."""
     r, tests = claim.resolution, []
+    reachable = equivalence and equivalence_reachable(len(data.side), r, data.bound, alpha)
     for index, other in enumerate(data.others):
         if claim.statistic == "std":
             side, rival = resolved_pairs(data.side, other, r)
@@ -109,15 +168,15 @@ def rival_tests(
             continue
         differences = data.differences(index, r)
         effect = float(np.mean(differences))
-        tost = equivalence_test(differences, r, data.bound) if equivalence else None
-        if claim.direction == "equal":
-            beyond = beyond_margin_test(differences, r, streams(index, "beyond"), draws)
-            tests.append(RivalTest(effect, abs(effect) < r, beyond, "sign-flip beyond the margin", tost))
-            continue
+        tost = equivalence_test(differences, r, data.bound) if reachable else None
         shift = shift_test(differences)
+        test = MonteCarloP.exact(shift.p)
+        if claim.direction == "equal":
+            tests.append(RivalTest(effect, abs(effect) < r, test, "sign test on the jumps", tost, shift))
+            continue
         sign = 1.0 if claim.direction == "above" else -1.0
         favours = sign * (shift.up - shift.down) > 0
-        tests.append(RivalTest(effect, favours, MonteCarloP.exact(shift.p), "sign test on the jumps", tost))
+        tests.append(RivalTest(effect, favours, test, "sign test on the jumps", tost, shift))
     return tuple(tests)
 
 
@@ -154,6 +213,29 @@ def equivalence_p(claim: Claim, tests: Sequence[RivalTest]) -> MonteCarloP | Non
     return _smallest(found, len(found))  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Wording:
+    """What a verdict's text needs of its data: what a jump is, the seeds, and the metric's range (the bound)."""
+
+    jumps: str = "seeds that differ by more than the resolution"
+    seeds: int = 0
+    bound: float = math.inf
+
+    @staticmethod
+    def of(data: ClaimData, resolution: float) -> Wording:
+        return Wording(data.jump_words(resolution), len(data.side), data.bound)
+
+
+def _counts(test: RivalTest, jumps: str, p_text: str) -> str:
+    """A mean test's counts in words: "of the 19 seeds whose end modes differ, 18 end higher and 1 lower (…)"."""
+    shift = test.shift
+    if shift is None:
+        return f"the spreads differ ({p_text})"
+    if shift.up + shift.down == 0:
+        return f"0 {jumps} ({p_text})"
+    return f"of the {shift.up + shift.down} {jumps}, {shift.up} end higher and {shift.down} lower (sign test, {p_text})"
+
+
 def judge(
     claim: Claim,
     tests: Sequence[RivalTest],
@@ -161,14 +243,15 @@ def judge(
     equivalence_adjusted: float,
     alpha: float,
     determined: tuple[bool, bool] = (True, True),
+    wording: Wording = Wording(),
 ) -> Outcome:
     """The claim's verdict by the module's rule from its adjusted p-values (NaN: not tested); determined: whether
-    the effect and the equivalence p are settled (no value in their Monte-Carlo intervals changes a decision)."""
+    the effect and the equivalence p are settled (no value in their Monte-Carlo intervals changes a decision).
+    Its text states what was tested and the counts that decided it."""
     r = claim.resolution
     effect_found = effect_adjusted <= alpha and determined[0]
     equivalent = equivalence_adjusted <= alpha and determined[1]
     text = f"p_adj = {effect_adjusted:.2g}"
-    equivalence_text = f"TOST p_adj = {equivalence_adjusted:.2g}"
     sign = -1.0 if claim.direction == "below" else 1.0
     # the weakest rival: the largest p, and among equal p (exact tests tie often) the smallest effect the claimed way
     weakest = max(range(len(tests)), key=lambda i: (tests[i].effect_test.p, -sign * tests[i].effect))
@@ -178,39 +261,60 @@ def judge(
         name = "exact TOST on the jumps" if deciding == "equivalence" else test.effect_name
         return Outcome(verdict, why, index, test.effect, name, deciding)
 
+    def counts(index: int) -> str:
+        return _counts(tests[index], wording.jumps, text)
+
+    def equivalence_text(index: int) -> str:
+        shift, chance = tests[index].shift, min(1.0, r / wording.bound)
+        found = f"{shift.up} up and {shift.down} down of {wording.seeds}" if shift else ""
+        return (
+            f"each way's share of {wording.jumps} lies below {chance:.2g} (= {r:g} / the metric's range), the most a "
+            f"mean difference within ±{r:g} allows: {found} (exact binomial TOST, p_adj = {equivalence_adjusted:.2g})"
+        )
+
     unsettled = [name for name, settled in zip(("effect", "equivalence"), determined, strict=True) if not settled]
     note = f" (the {' and '.join(unsettled)} test's Monte-Carlo p could not be settled)" if unsettled else ""
+    unreachable = ""
+    if claim.statistic == "mean" and np.isfinite(wording.bound) and wording.seeds:
+        if not equivalence_reachable(wording.seeds, r, wording.bound, alpha):
+            needs = equivalence_seeds(r, wording.bound, alpha)
+            unreachable = (
+                f"; a difference within ±{r:g} cannot be shown at {wording.seeds} seeds "
+                f"(that needs at least {needs:,}, even with no seed jumping)"
+            )
     if claim.direction == "equal":
         tightest = weakest
         if all(t.equivalence is not None for t in tests):
             tightest = max(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
         if equivalent:
+            return outcome(tightest, "holds", equivalence_text(tightest), "equivalence")
+        worst = min(range(len(tests)), key=lambda i: tests[i].effect_test.p)
+        if effect_found and abs(tests[worst].effect) >= r:
             return outcome(
-                tightest, "holds", f"the mean difference lies within ±{r:g}, {equivalence_text}", "equivalence"
+                worst,
+                "contradicted",
+                f"{counts(worst)}: one way, their jumps adding up to {tests[worst].effect:+.3g}, beyond ±{r:g}",
             )
-        if effect_found:
-            worst = min(range(len(tests)), key=lambda i: tests[i].effect_test.p)
-            return outcome(worst, "contradicted", f"a difference beyond ±{r:g}: {tests[worst].effect:+.3g}, {text}")
-        return outcome(tightest, "undecided", f"neither within nor beyond ±{r:g} yet: more seeds needed{note}")
+        return outcome(tightest, "undecided", f"{counts(tightest)}: not decided{note}{unreachable}")
     signed = [sign * t.effect for t in tests]
-    moved = "the spreads differ" if claim.statistic == "std" else "seeds jump"
     if effect_found and all(t.favours for t in tests):
         weakest_effect = min(range(len(tests)), key=lambda i: signed[i])
         if signed[weakest_effect] >= r:
-            return outcome(weakest, "holds", f"{moved} the claimed way, {text}, |Δ| ≥ {r:g}")
+            return outcome(weakest, "holds", f"{counts(weakest)}, adding up to {tests[weakest].effect:+.3g}")
         return outcome(
             weakest_effect,
             "undecided",
-            f"{moved} the claimed way ({text}), but the difference is below the resolution ({r:g})",
+            f"{counts(weakest_effect)}, but adding up to only {tests[weakest_effect].effect:+.3g}, "
+            f"within the resolution ({r:g})",
         )
     if effect_found:
         against = [i for i in range(len(tests)) if not tests[i].favours]
         worst = min(against, key=lambda i: tests[i].effect_test.p)
         if signed[worst] <= -r:
-            return outcome(worst, "contradicted", f"{moved} the other way, {text}, |Δ| ≥ {r:g}")
+            return outcome(
+                worst, "contradicted", f"{counts(worst)}: the other way, adding up to {tests[worst].effect:+.3g}"
+            )
     if equivalent:
         closest = min(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
-        return outcome(closest, "not supported", f"no difference as large as {r:g}: {equivalence_text}", "equivalence")
-    if effect_found:
-        return outcome(weakest, "undecided", f"the jumps and the mean disagree ({text}){note}")
-    return outcome(weakest, "undecided", f"no test decides yet: more seeds needed{note}")
+        return outcome(closest, "not supported", equivalence_text(closest), "equivalence")
+    return outcome(weakest, "undecided", f"{counts(weakest)}: not decided{note}{unreachable}")

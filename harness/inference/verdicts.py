@@ -21,17 +21,20 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from harness.engine.metrics import all_metrics
+from harness.inference.betting import betting_interval
 from harness.inference.claims import Claim
 from harness.inference.intervals import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci, share_interval
 from harness.inference.monte_carlo import FIRST_BATCH, GROWTH, MAX_DRAWS, MonteCarloP, claim_generator
 from harness.inference.multiplicity import ADJUSTMENT_NAMES, adjust, levels
-from harness.inference.paired_tests import mode_counts, resolved, resolved_pairs
+from harness.inference.paired_tests import mode_counts, resolved_pairs, shift_test
 from harness.inference.rule import (
     MIN_SEEDS,
     VERDICTS,
     ClaimData,
     Outcome,
     RivalTest,
+    Wording,
     effect_p,
     equivalence_p,
     judge,
@@ -42,6 +45,7 @@ from harness.inference.seeds_needed import seeds_needed, simulation_resamples
 __all__ = ["BOOTSTRAP_RESAMPLES", "MIN_SEEDS", "VERDICTS", "claim_verdict", "paired_bootstrap_ci"]
 
 DEFAULT_FAMILY = "condition file"
+MODE = "mode_index"  # each run's end mode: what a jump changes where the metric is set by it
 
 VERDICT_COLUMNS = [
     "claim",
@@ -60,10 +64,15 @@ VERDICT_COLUMNS = [
     "ci_low",
     "ci_high",
     "ci_level",
+    "ci_method",
+    "mean_reading",
+    "jump_rule",
     "seeds_up",
     "seeds_down",
     "exact_test",
     "exact_p",
+    "seeds_drift",
+    "drift_mean",
     "test",
     "p_value",
     "p_error",
@@ -138,8 +147,22 @@ def claim_data(
         f"{named[0]} @ {other_iteration}" + (f" (= {', '.join(named[1:])})" if len(named) > 1 else "")
         for _, named in groups.values()
     )
-    data = ClaimData(side[seeds].to_numpy(), tuple(array for array, _ in groups.values()), labels, high - low)
+    side_modes, other_modes = None, None
+    if _jumps_by_end_mode(metrics, claim.metric, iteration, other_iteration, last):
+        side_modes = _values(metrics, MODE, claim.condition, iteration)[seeds].to_numpy()
+        other_modes = tuple(
+            _values(metrics, MODE, named[0], other_iteration)[seeds].to_numpy() for _, named in groups.values()
+        )
+    arrays = tuple(array for array, _ in groups.values())
+    data = ClaimData(side[seeds].to_numpy(), arrays, labels, high - low, side_modes, other_modes)
     return data, side_label, labels[0], iteration, excluded
+
+
+def _jumps_by_end_mode(metrics: pd.DataFrame, metric: str, iteration: int, other_iteration: int, last: int) -> bool:
+    """Whether a claim's jumps are end-mode changes: its metric is set by the end mode, both sides are end states
+    (the last iteration) and the table records each run's end mode."""
+    tied = any(m.name == metric and m.set_by_end_mode for m in all_metrics())
+    return tied and iteration == other_iteration == last and MODE in metrics.columns
 
 
 def _improvement_scores(claim: Claim, differences: np.ndarray) -> np.ndarray:
@@ -252,7 +275,7 @@ def judge_family(
 
     def tests_of(index: int) -> tuple[RivalTest, ...]:
         claim, data = claims[index], datas[index]
-        return rival_tests(data, claim, _streams(claim, data.labels), draws[index])
+        return rival_tests(data, claim, _streams(claim, data.labels), draws[index], alpha=alpha)
 
     tests = [tests_of(index) for index in range(len(claims))]
     while True:
@@ -285,7 +308,8 @@ def judge_family(
         determined = (effect[index].determined, True if found is None else found.determined)
         effect_adjusted = adjusted[index] if tested[index] else effect[index].p
         equivalence_adjusted = adjusted_equivalence[index] if tested[index] else _bounds([found], "p")[0]
-        outcome = judge(claim, tests[index], effect_adjusted, equivalence_adjusted, alpha, determined)
+        wording = Wording.of(datas[index], claim.resolution)
+        outcome = judge(claim, tests[index], effect_adjusted, equivalence_adjusted, alpha, determined, wording)
         judged_claims.append(
             Judged(
                 outcome,
@@ -310,10 +334,16 @@ def verdict_table(
 ) -> pd.DataFrame:
     """The verdicts table: one row per claim, in the given order (columns VERDICT_COLUMNS).
 
-    effect, ci_low, ci_high: the mean of the resolved differences (a spread: the difference of the resolved pairs'
-    spreads) and its BCa interval at confidence ci_level, against other_side (the rival that decided, or the
-    weakest). seeds_up / seeds_down: seeds whose difference exceeds ± the resolution (spread: escapes from the
-    dominant end mode), exact_test and exact_p the exact test on them. p_value: the effect test's p (test names it)
+    effect, ci_low, ci_high, ci_level, ci_method: for a mean claim the mean of the per-seed differences as measured
+    (the mean itself, drifts included) and its betting confidence interval (`betting`: valid for any distribution
+    within the metric's range; NaN without a range) at 1 − α/m for the m tested claims of its family (Bonferroni, so
+    every mean reading of a family holds together); for a spread claim the difference of the resolved pairs' spreads
+    and its BCa interval at the level of the hypothesis that decided it; against other_side (the rival that decided,
+    or the weakest). mean_reading: what that interval says of the mean (`mean_reading`). jump_rule: "end mode"
+    where a jump is a change of end mode, else "resolution". seeds_up / seeds_down: the seeds that jumped each way
+    (spread: escapes from the dominant end mode), exact_test and exact_p the exact test on them. seeds_drift,
+    drift_mean: seeds whose runs share their end mode yet differ by more than the resolution, and their mean
+    difference (0 seeds where jumps are not end-mode changes). p_value: the effect test's p (test names it)
     with its Monte-Carlo error p_error; equivalence_p: the TOST's (mean claims); both adjusted within the family by
     `adjustment` (NaN where untested). p_improvement with p_improvement_low/high: P(better) and its 95% interval.
     seeds_needed: for undecided claims, the seeds that would decide them with chance 0.8 (inf: more than the
@@ -327,13 +357,15 @@ def verdict_table(
     alpha = 1 - confidence
     prepared = [claim_data(metrics, claim, ranges) for claim in claims]
     found = judge_family(claims, [data for data, *_ in prepared], alpha)
+    tested_in_family = pd.Series([_family(c) for c, j in zip(claims, found, strict=True) if j.tested]).value_counts()
     rows = []
     for claim, (data, side_label, _, _, excluded), judged_claim in zip(claims, prepared, found, strict=True):
         outcome = judged_claim.outcome
         equivalence = judged_claim.equivalence
         level = judged_claim.equivalence_level if outcome.deciding == "equivalence" else judged_claim.level
+        mean_level = alpha / max(1, int(tested_in_family.get(_family(claim), 0)))
         rows.append(
-            _row(claim, data, side_label, outcome, judged_claim.tested, alpha, level, excluded)
+            _row(claim, data, side_label, outcome, judged_claim.tested, alpha, (level, mean_level), excluded)
             | {
                 "p_value": judged_claim.effect.p,
                 "p_error": judged_claim.effect.error,
@@ -360,19 +392,20 @@ def judged(
     can still change the verdict: for a metric with a known range, and for "above"/"below" only where the effect
     test leaves the claim open."""
     can_equal = claim.statistic == "mean" and np.isfinite(data.bound)
-    found = rival_tests(data, claim, streams, draws, equivalence=can_equal and claim.direction == "equal")
+    wording = Wording.of(data, claim.resolution)
+    found = rival_tests(data, claim, streams, draws, can_equal and claim.direction == "equal", alpha)
     first = effect_p(claim, found)
     adjusted_effect = min(1.0, first.p * factors[0])
     second = equivalence_p(claim, found)
     if second is None and can_equal:
-        outcome = judge(claim, found, adjusted_effect, np.nan, alpha, (first.determined, True))
+        outcome = judge(claim, found, adjusted_effect, np.nan, alpha, (first.determined, True), wording)
         if outcome.verdict != "undecided":
             return outcome
-        found = rival_tests(data, claim, streams, draws, equivalence=True)
+        found = rival_tests(data, claim, streams, draws, True, alpha)
         second = equivalence_p(claim, found)
     adjusted_equivalence = np.nan if second is None else min(1.0, second.p * factors[1])
     determined = (first.determined, True if second is None else second.determined)
-    return judge(claim, found, adjusted_effect, adjusted_equivalence, alpha, determined)
+    return judge(claim, found, adjusted_effect, adjusted_equivalence, alpha, determined, wording)
 
 
 def _seeds_needed(data: ClaimData, claim: Claim, factors: tuple[float, float], level: float, alpha: float) -> float:
@@ -386,23 +419,49 @@ def _seeds_needed(data: ClaimData, claim: Claim, factors: tuple[float, float], l
     return seeds_needed(decided, len(data.side), single_test=len(data.others) == 1)
 
 
-def _row(claim, data, side_label, outcome, tested, alpha, level, excluded) -> dict[str, object]:  # noqa: ANN001
+def mean_reading(claim: Claim, low: float, high: float) -> str:
+    """What a mean's interval says of a claim about the mean, by the resolution r: "holds" where it lies beyond r on
+    the claimed side ("equal": within ±r), "contradicted" beyond r on the other side ("equal": beyond ±r either
+    way), "within ±r" where it lies inside ±r (an "above"/"below" claim's no difference), else "undecided"; "not
+    tested" without an interval (a metric without a known range)."""
+    r = claim.resolution
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "not tested"
+    within = -r <= low and high <= r
+    if claim.direction == "equal":
+        return "holds" if within else "contradicted" if low > r or high < -r else "undecided"
+    above, below = low > r, high < -r
+    if above or below:
+        return "holds" if above == (claim.direction == "above") else "contradicted"
+    return f"within ±{r:g}" if within else "undecided"
+
+
+def _row(claim, data, side_label, outcome, tested, alpha, levels, excluded) -> dict[str, object]:  # noqa: ANN001
+    """A claim's row; levels: (the level of the hypothesis that decided it, the level of its mean's interval)."""
+    level, mean_level = levels
     rival = outcome.rival
     other = data.others[rival]
     side_values = data.side + (claim.than_value or 0.0) if other is None else data.side
     other_values = np.full(len(data.side), claim.than_value) if other is None else other
     differences = side_values - other_values
-    up, down, exact, exact_p = mode_counts(data.side, other, claim.statistic, claim.resolution)
-    share = (
-        share_interval(_improvement_scores(claim, differences), 1 - alpha)
-        if claim.statistic == "mean"
-        else (np.nan,) * 3
-    )
-    rng = claim_generator(claim.name, data.labels[rival], "interval")
+    jumps = data.differences(rival, claim.resolution)
+    drifts = data.drifts(rival, claim.resolution)
     if claim.statistic == "std":
-        interval = paired_bootstrap_ci(*resolved_pairs(data.side, other, claim.resolution), "std", 1 - level, rng=rng)
+        up, down, exact, exact_p = mode_counts(data.side, other, claim.statistic, claim.resolution)
     else:
-        interval = paired_bootstrap_ci(resolved(differences, claim.resolution), None, "mean", 1 - level, rng=rng)
+        shift = shift_test(jumps)
+        up, down, exact, exact_p = shift.up, shift.down, "sign test", shift.p
+    share = share_interval(_improvement_scores(claim, jumps), 1 - alpha) if claim.statistic == "mean" else (np.nan,) * 3
+    if claim.statistic == "std":
+        rng = claim_generator(claim.name, data.labels[rival], "interval")
+        interval = paired_bootstrap_ci(*resolved_pairs(data.side, other, claim.resolution), "std", 1 - level, rng=rng)
+        method, interval_level, reading = "BCa bootstrap", 1 - level, "not tested"
+    else:
+        bounds = betting_interval(differences, -data.bound, data.bound, 1 - mean_level) if len(differences) else None
+        mean = float(np.mean(differences)) if len(differences) else np.nan
+        interval = (mean, *(bounds or (np.nan, np.nan)))
+        method, interval_level = "betting confidence sequence", 1 - mean_level
+        reading = mean_reading(claim, interval[1], interval[2]) if tested else "not tested"
     rivals = len(data.others)
     other_label = data.labels[rival] + (f" (worst of {rivals} distinct rivals)" if rivals > 1 else "")
     verdict, why = outcome.verdict, outcome.why
@@ -426,11 +485,16 @@ def _row(claim, data, side_label, outcome, tested, alpha, level, excluded) -> di
         "effect": interval[0],
         "ci_low": interval[1],
         "ci_high": interval[2],
-        "ci_level": 1 - level,
+        "ci_level": interval_level,
+        "ci_method": method,
+        "mean_reading": reading,
+        "jump_rule": "end mode" if data.by_end_mode else "resolution",
         "seeds_up": up,
         "seeds_down": down,
         "exact_test": exact,
         "exact_p": exact_p,
+        "seeds_drift": len(drifts),
+        "drift_mean": float(np.mean(drifts)) if len(drifts) else np.nan,
         "test": outcome.test + (f", intersection–union over {rivals} rivals" if rivals > 1 else ""),
         "family": _family(claim),
         "adjustment": ADJUSTMENT_NAMES[claim.adjustment] if tested else "none (untested)",

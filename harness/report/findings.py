@@ -15,7 +15,7 @@ import pandas as pd
 from harness.common.run_files import CLAIMS_FILE
 from harness.common.wording import plural
 from harness.inference.claims import Claim
-from harness.inference.intervals import BOOTSTRAP_RESAMPLES, COVERAGE
+from harness.inference.intervals import BOOTSTRAP_RESAMPLES
 from harness.inference.seeds_needed import LADDER_TOP, SIMULATED_DATASETS, TARGET
 from harness.inference.verdicts import MIN_SEEDS, VERDICTS, verdict_table
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
@@ -35,41 +35,33 @@ def verdict_rule(verdicts: pd.DataFrame, confidence: float = 0.95) -> str:
     adjustments = sorted(set(verdicts["adjustment"]) - {"none (untested)"}) or ["Holm"]
     adjusted = " or ".join(f"{name}'s" if name == "Holm" else name for name in adjustments)
     return (
-        "Δ is the claimed side minus the other side: a mean of seed-paired differences (or of the difference from a "
-        "fixed value), or for *spread* claims the difference of standard deviations over seeds. Per-seed differences "
-        "are mostly ties (identical end modes, float noise) and a few jumps between end modes, so a difference within "
-        "the claim's resolution counts as 0 in every test and interval, and Δ is the mean of these resolved "
-        "differences. *Seeds ↑/↓* counts the seeds that jumped each way, with an exact test on them: the sign test for "
-        "a mean, McNemar's exact test on escapes from the dominant end mode for a spread. A mean claim (*above*, "
-        "*below*) is a claim about the jumps: its p-value is that exact sign test (a permutation test of the mean "
-        "would assume symmetric jumps, and end-mode jumps are not), and a verdict also needs |Δ| at least the "
-        "resolution. A spread claim's p-value is a permutation test swapping the two values within seed pairs. No "
-        "difference as large as the resolution (*not supported*; an *equal* claim's *holds*) is an exact TOST: a mean "
-        "of at least r needs jumps up with chance at least r / (the metric's range), so exact binomial tests of the "
-        "jumps up and down against that chance, doubled; it holds whatever the jumps' sizes (a sign-flip TOST does "
-        "not: a mean at the margin made of rare large jumps looks like none whenever the sample misses them), and a "
-        "metric without a known range never gets these verdicts. "
-        "Permutation p-values are exact where the tied values allow, else drawn until no decision depends on the "
-        f"Monte-Carlo error (each claim its own random stream). A condition file's claims are one family (unless a "
-        f"claim names another): the p-values of every claim's hypotheses (its effect test and, for a mean, its TOST) "
-        f"are adjusted together ({adjusted}; *p (adj.)* shows both). Each claim's CI is {MEAN_CI} of the resolved "
-        f"differences at the level of the hypothesis that decided it (Holm: 1 − {alpha}/(m − k + 1) for the "
-        f"hypothesis of rank k of m, the *level* shown); it describes the effect, the tests decide. {COVERAGE} A claim "
-        f"**holds** when its adjusted p ≤ {alpha}, the seeds jump the claimed way and |Δ| reaches the resolution "
-        "(*equal*: the TOST passes); it is **contradicted** when the same is true the other way (*equal*: a shifted "
-        "test puts the mean beyond the margin); it is **not supported** when the TOST passes; otherwise it is "
-        "**undecided**. *Seeds needed* estimates how many would decide an undecided claim with "
-        f"{TARGET:.0%} probability: the observed seeds resampled with replacement at 1–{LADDER_TOP}× their number (a "
-        f"√2 ladder, {SIMULATED_DATASETS} datasets a step that extend each other, the permutation tests inside drawn "
-        "at least 10 / level times) through this rule at the claim's adjustment, a logistic curve fit to the decided "
-        f'counts; "> N" when even {LADDER_TOP}× the seeds would not. A claim against several conditions (a pattern) '
-        "must hold against every one of them (an intersection–union test, identical conditions counted once; a "
-        "negative verdict against one must survive Bonferroni over them); the row shows the one that decided. With "
-        f"fewer than {MIN_SEEDS} seeds (runs with a non-finite value left out and counted) a claim is **untested**: no "
-        "verdict, numbers shown for orientation only. P(better) is the share of seeds on the claimed side by more "
-        "than the resolution, ties counted half (*equal*: the share within the margin), with a "
-        f"{confidence:.0%} interval: exact (Clopper–Pearson) for a plain share, a BCa bootstrap over seeds where ties "
-        "count half. IQM: interquartile mean over seeds, robust to the few runs in rare modes."
+        "A verdict is about **jumps**, and its text says which rule made a seed one. Where the metric is set by the "
+        "end mode (real quality, mode quality) and both sides are end states, a jump is a seed whose two runs end in "
+        "different end modes and differ by more than the claim's resolution r; a seed whose two runs share their end "
+        "mode yet differ by more than r is a *drift*, counted apart (*Drifts*) and never a jump. Elsewhere (other "
+        "metrics, an earlier iteration, a fixed value) a jump is a seed whose difference exceeds r. An *above*, "
+        "*below* or *equal* claim is tested by the exact sign test on the jumps (as many up as down); *holds* (and "
+        "*contradicted*, the other way) needs that test to reject and the jumps to add up to a mean of at least r "
+        "on that side. A spread claim is tested by a permutation test swapping the two values within seed pairs. *Not "
+        "supported*, and an *equal* claim's *holds*, is an exact TOST on the jump counts: a mean difference of at "
+        "least r needs jumps one way with chance at least r / (the metric's range); where even seeds with no jump at "
+        "all could not pass it at this seed count, the hypothesis stays out of the family and the verdict says how "
+        f"many seeds it would need. A condition file's claims are one family (unless a claim names another), every "
+        f"hypothesis adjusted together ({adjusted}; *p (adj.)*); a verdict needs p (adj.) ≤ {alpha}. **No verdict is "
+        "a test of the mean**: a rare large jump against frequent small ones moves the mean and not the counts. The "
+        "mean itself stands beside it: *Mean Δ* is the mean of the per-seed differences as measured (drifts "
+        "included), with a betting confidence interval (Waudby-Smith & Ramdas 2024) valid for any distribution within "
+        f"the metric's range, at 1 − {alpha}/m for the m tested claims of the family (Bonferroni); *The mean* reads "
+        "that interval alone: *holds* where it lies beyond r on the claimed side (*equal*: within ±r), *contradicted* "
+        "beyond r on the other side, *within ±r* inside the margin, else *undecided*, and *not tested* for a metric "
+        "without a known range. A spread claim's Δ is the difference of standard deviations over seeds, with "
+        f"{MEAN_CI} at the level of its Holm step. *Seeds needed* estimates how many seeds would decide an undecided "
+        f"claim with {TARGET:.0%} probability: the observed seeds resampled at 1–{LADDER_TOP}× their number "
+        f'({SIMULATED_DATASETS} datasets a step) through this rule at the claim\'s adjustment; "> N" when even '
+        f"{LADDER_TOP}× would not. A claim against several conditions (a pattern) must hold against each one "
+        "(intersection–union; a negative verdict against one survives Bonferroni over them); the row shows the one "
+        f"that decided. With fewer than {MIN_SEEDS} seeds a claim is **untested**: no verdict, numbers shown for "
+        "orientation only. claims.csv holds every count, p-value and interval."
     )
 
 
@@ -81,45 +73,45 @@ def seeds_needed_text(row: object) -> str:
     return f"> {LADDER_TOP * int(seeds)}" if math.isinf(needed) else f"{int(needed)}"
 
 
+def _drifts_text(row: object) -> str:
+    """A verdicts row's drifts: "·" where none (or jumps are not end-mode changes), else how many and their mean."""
+    if getattr(row, "jump_rule") != "end mode":  # noqa: B009
+        return "n/a"
+    count = int(getattr(row, "seeds_drift"))  # noqa: B009
+    return "·" if count == 0 else f"{count}: {num(getattr(row, 'drift_mean'), signed=True)} (mean)"  # noqa: B009
+
+
 def verdicts_markdown(verdicts: pd.DataFrame) -> str:
     header = [
         "Claim",
         "Compared with",
-        "Claimed side: mean (IQM)",
-        "Other side: mean (IQM)",
-        "Δ [CI] (level)",
-        "Seeds ↑/↓ (exact p)",
-        "p (adj.)",
-        "P(better) [95% CI]",
         "Verdict",
-        "Why",
+        "What was tested",
+        "Means (claimed / other)",
+        "Mean Δ [CI] (level)",
+        "The mean",
+        "Drifts",
         "Seeds needed",
     ]
     rows = []
     for row in verdicts.itertuples(index=False):
         spread = " (spread)" if row.statistic == "std" else ""
         level = f" ({row.ci_level:.1%})" if pd.notna(row.ci_level) else ""
-        better = num(row.p_improvement, 2)
-        if pd.notna(row.p_improvement_low):
-            better += f" [{num(row.p_improvement_low, 2)}, {num(row.p_improvement_high, 2)}]"
+        interval = f" [{num(row.ci_low, signed=True)}, {num(row.ci_high, signed=True)}]" if pd.notna(row.ci_low) else ""
         rows.append(
             [
                 f"{row.statement}{spread} [{row.side}]",
                 row.other_side,
-                f"{num(row.side_mean)} ({num(row.side_iqm)})",
-                f"{num(row.other_mean)} ({num(row.other_iqm)})",
-                f"{num(row.effect, signed=True)} [{num(row.ci_low, signed=True)}, {num(row.ci_high, signed=True)}]"
-                + level,
-                f"{row.seeds_up}/{row.seeds_down} ({EXACT_NAMES.get(row.exact_test, row.exact_test)} "
-                f"p = {p_text(row.exact_p)})",
-                f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
-                better,
                 f"**{row.verdict}**",
                 row.why,
+                f"{num(row.side_mean)} / {num(row.other_mean)}",
+                f"{num(row.effect, signed=True)}{interval}{level if interval else ''}",
+                row.mean_reading,
+                _drifts_text(row),
                 seeds_needed_text(row),
             ]
         )
-    return markdown_table(header, rows, right=[False, False, True, True, True, True, True, True, False, False, True])
+    return markdown_table(header, rows, right=[False, False, False, False, True, True, False, True, True])
 
 
 def p_text(value: object) -> str:
