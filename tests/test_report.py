@@ -19,7 +19,6 @@ from harness.inference.verdicts import claim_verdict, paired_bootstrap_ci
 from harness.report import make_figures, run_summary, summarize, summary_markdown, write_report
 from harness.report.figures import ends, gap, trends
 from harness.report.figures.ends import bulk_range
-from harness.report.tables import difference_verdict
 
 METRIC_COLUMNS = ("policy_quality", "judge_alignment", "policy_entropy", "judge_perceived_quality")
 
@@ -188,14 +187,20 @@ def test_summary_keeps_grid_order_and_roles(grid: pd.DataFrame) -> None:
     assert trends.shown_in_boundaries_figure(summary) == (["baseline"], ["high", "low"], ["bound", "bound2"])
 
 
-def test_summary_and_claims_give_a_paired_difference_one_interval() -> None:
-    """Near zero a Student-t interval and the claims' bootstrap disagree about excluding 0; the summary uses the
-    claims' bootstrap, so its verdict and the claim's agree."""
+def test_the_summary_describes_a_difference_and_the_claim_judges_it() -> None:
+    """Near zero a Student-t interval and the bootstrap disagree about excluding 0: the summary shows the bootstrap
+    interval as a description (no direction word), and only the claim, tested by its rule, says "above"."""
     gains = [0.0] * 16 + [0.1, 0.2, 0.3, 0.4]  # most seeds tie, four gain: t reaches below 0, the bootstrap does not
     runs = {("baseline", s): [0.0, 1.0] for s in range(20)}
     runs |= {("better", s): [0.0, 1.0 + g] for s, g in enumerate(gains)}
     metrics = make_metrics(runs)
-    row = summarize(metrics).set_index("condition").loc["better"]
+    summary = summarize(metrics)
+    row = summary.set_index("condition").loc["better"]
+    _, low, high = paired_bootstrap_ci(np.array(gains), None, "mean", 0.95)
+    assert (row["policy_quality_diff_ci_low"], row["policy_quality_diff_ci_high"]) == pytest.approx((low, high))
+    assert ci(gains)[0] < 0 < row["policy_quality_diff_ci_low"]
+    line = next(line for line in summary_markdown(summary).splitlines() if line.startswith("| better"))
+    assert "[" in line and not any(word in line for word in ("above", "below", "no difference"))
     claim = Claim(
         name="c",
         statement="better ends above",
@@ -205,14 +210,17 @@ def test_summary_and_claims_give_a_paired_difference_one_interval() -> None:
         than_condition="baseline",
     )
     verdict = claim_verdict(metrics, claim)
-    # The same bootstrap: the summary's at 95%, the claim's at the level of its Holm step (its family has two
-    # hypotheses, so 97.5%), which therefore holds the summary's interval.
-    _, low, high = paired_bootstrap_ci(np.array(gains), None, "mean", 0.95)
-    assert (row["policy_quality_diff_ci_low"], row["policy_quality_diff_ci_high"]) == pytest.approx((low, high))
-    assert verdict["ci_level"] == pytest.approx(0.975)
-    assert verdict["ci_low"] <= low and high <= verdict["ci_high"]
-    assert ci(gains)[0] < 0 < row["policy_quality_diff_ci_low"]
-    assert difference_verdict(row.rename("better")) == "above"
+    # 4 of 4 seeds that differ go up: the sign test's p is 0.125, so the claim is not decided
+    assert (verdict["seeds_up"], verdict["seeds_down"], verdict["verdict"]) == (4, 0, "undecided")
+
+
+def test_below_twenty_paired_seeds_no_interval_is_shown() -> None:
+    runs = {("baseline", s): [0.0, 1.0] for s in range(5)}
+    runs |= {("better", s): [0.0, 1.1 + 0.01 * s] for s in range(5)}
+    summary = summarize(make_metrics(runs))
+    assert not np.isnan(summary.set_index("condition").loc["better", "policy_quality_diff_ci_low"])  # in the csv
+    line = next(line for line in summary_markdown(summary).splitlines() if line.startswith("| better"))
+    assert "+0.120 " in line and "[" not in line.split("|")[-3]
 
 
 def test_reference_falls_back_to_first_condition() -> None:
@@ -277,8 +285,7 @@ def test_summary_markdown_layout(grid: pd.DataFrame) -> None:
         "judge alignment (Spearman ρ)",
         "policy entropy (nats)",
         "judge-perceived quality (judge score)",
-        "Δ quality vs reference [CI]",
-        "Verdict",
+        "Δ quality vs reference [CI] (descriptive)",
         "Fell from peak (q*)",
     ]
     assert len(lines) == 2 + 5

@@ -26,19 +26,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from harness.inference.betting import betting_interval
 from harness.inference.claims import Claim
-from harness.inference.intervals import paired_bootstrap_ci
 from harness.inference.multiplicity import holm
-from harness.inference.paired_tests import resolved
 from harness.inference.rule import ClaimData
 from harness.inference.sign_flip import sign_flip_p
-from harness.inference.verdicts import judge_family, judged
+from harness.inference.verdicts import judge_family, judged, mean_reading
 
 ALPHA = 0.05
 POSITIVE = ("holds", "contradicted")
 
-# (generator, claim, seeds) -> (side, other)
-Draw = Callable[[np.random.Generator, Claim, int], tuple[np.ndarray, np.ndarray]]
+# (generator, claim, seeds) -> (side, other), or (side, other, side's end modes, other's end modes) where a jump is an
+# end-mode change
+Draw = Callable[[np.random.Generator, Claim, int], tuple[np.ndarray, ...]]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,35 @@ def jumps_from(baseline: np.ndarray, jumps: Jumps, spread: Draw) -> Draw:
     return draw
 
 
+def within_mode_drifts(differences: np.ndarray, same_mode: np.ndarray, ends: np.ndarray, spread: Draw) -> Draw:
+    """Mean claims: seed pairs resampled from real ones (`differences`, whether the two runs share their end mode):
+    a pair in one end mode keeps its measured difference, a drift, and its shared mode; a pair in two modes keeps its
+    size with a random sign, so jumps go up as often as down (no shift of the end modes), while the drifts move the
+    mean. The other side is drawn from `ends`. Spread claims: `spread`."""
+
+    def draw(rng: np.random.Generator, claim: Claim, n: int) -> tuple[np.ndarray, ...]:
+        if claim.statistic == "std":
+            return spread(rng, claim, n)
+        rows = rng.integers(0, len(differences), size=n)
+        same = same_mode[rows]
+        signs = np.where(same, 1.0, rng.choice([-1.0, 1.0], size=n))
+        other = rng.choice(ends, size=n)
+        return other + signs * differences[rows], other, np.zeros(n, dtype=int), (~same).astype(int)
+
+    return draw
+
+
+def without_end_modes(draw: Draw) -> Draw:
+    """The same draw with the end modes dropped: jumps counted by the resolution alone (the earlier rule)."""
+    return lambda rng, claim, n: draw(rng, claim, n)[:2]
+
+
+def claim_data(drawn: tuple[np.ndarray, ...], bound: float) -> ClaimData:
+    """A simulated claim's data against one rival, with end modes where the draw gives them."""
+    modes = (drawn[2], (drawn[3],)) if len(drawn) == 4 else (None, None)
+    return ClaimData(drawn[0], (drawn[1],), ("rival",), bound, *modes)
+
+
 def wrong_verdicts(claim: Claim, scenario: str, effect: bool) -> tuple[set[str], set[str]]:
     """(wrong by the rule's reading, wrong for the mean) of a claim in a scenario. Nulls: a positive verdict about an
     effect is wrong ("equal" claims: only "contradicted", the sides being equal); under B (jumps down more often,
@@ -118,9 +147,24 @@ def _family_data(
     datas = []
     for index, claim in enumerate(claims):
         draw = scenario.effect if index == scenario.effect_claim and scenario.effect else scenario.draw
-        side, other = draw(rng, claim, n)
-        datas.append(ClaimData(side, (other,), ("rival",), bound))
+        datas.append(claim_data(draw(rng, claim, n), bound))
     return datas
+
+
+def mean_reading_wrong(claim: Claim, data: ClaimData, truth: float, level: float) -> bool:
+    """Whether the report's reading of a mean claim's mean (its betting interval at 1 − level, `mean_reading`) is
+    wrong for the true mean difference `truth`: "holds", "contradicted" or "within ±r" said of a mean that is not so.
+    Spread claims and metrics without a range have no such reading."""
+    if claim.statistic != "mean" or not np.isfinite(data.bound):
+        return False
+    low, high = betting_interval(data.raw_differences(0), -data.bound, data.bound, 1 - level)
+    reading, r = mean_reading(claim, low, high), claim.resolution
+    sign = -1.0 if claim.direction == "below" else 1.0
+    if claim.direction == "equal":
+        true_reading = "holds" if abs(truth) <= r else "contradicted"
+    else:
+        true_reading = "holds" if sign * truth > r else "contradicted" if sign * truth < -r else f"within ±{r:g}"
+    return reading != "undecided" and reading != true_reading
 
 
 def sign_flip_family_error(claims: Sequence[Claim], datas: Sequence[ClaimData], rng: np.random.Generator) -> bool:
@@ -143,12 +187,21 @@ def family_errors(
     rng = np.random.default_rng([seed, n, sum(map(ord, scenario.name))])
     wrong = np.zeros((families, len(claims)), dtype=bool)
     wrong_mean = np.zeros_like(wrong)
+    wrong_reading = np.zeros_like(wrong)
+    truths = [
+        population_mean(scenario.effect if i == scenario.effect_claim and scenario.effect else scenario.draw, c)
+        if c.statistic == "mean"
+        else np.nan
+        for i, c in enumerate(claims)
+    ]
     holds = np.zeros(families, dtype=bool)
     flip_wrong = np.zeros(families, dtype=bool)
     for family in range(families):
         datas = _family_data(scenario, claims, n, rng, bound)
         if scenario.effect_claim is None:
             flip_wrong[family] = sign_flip_family_error(claims, datas, rng)
+        for index, (claim, data) in enumerate(zip(claims, datas, strict=True)):
+            wrong_reading[family, index] = mean_reading_wrong(claim, data, truths[index], ALPHA / len(claims))
         for index, (claim, verdict) in enumerate(zip(claims, judge_family(claims, datas, ALPHA), strict=True)):
             is_effect = index == scenario.effect_claim
             rule_wrong, mean_wrong = wrong_verdicts(claim, scenario.name, is_effect)
@@ -162,6 +215,7 @@ def family_errors(
         "families": families,
         "familywise_error": float(wrong.any(axis=1).mean()),
         "familywise_error_mean": float(wrong_mean.any(axis=1).mean()),
+        "familywise_error_mean_reading": float(wrong_reading.any(axis=1).mean()),
         "per_claim_error": float(per_claim.mean()),
         "worst_claim_error": float(per_claim.max()),
         "worst_claim": claims[int(np.argmax(per_claim))].name,
@@ -189,20 +243,20 @@ def margin_errors(claim: Claim, jumps: Jumps, bound: float, n: int, datasets: in
     return rule_wrong / datasets, flip_wrong / datasets
 
 
-def population_mean(draw: Draw, claim: Claim, size: int = 2_000_000) -> float:
-    """The mean resolved difference of a scenario's claim, from one large draw (standard error about 1e-4)."""
-    side, other = draw(np.random.default_rng(23), claim, size)
-    return float(np.mean(resolved(side - other, claim.resolution)))
+def population_mean(draw: Draw, claim: Claim, size: int = 1_000_000) -> float:
+    """The mean difference of a scenario's claim as measured, from one large draw (standard error about 1e-4)."""
+    side, other, *_ = draw(np.random.default_rng(23), claim, size)
+    return float(np.mean(side - other))
 
 
-def coverage(jumps_or_draw: Draw, claim: Claim, truth: float, n: int, datasets: int, seed: int) -> float:
-    """How often the 95% BCa interval of the mean resolved difference covers its true value."""
+def coverage(draw: Draw, claim: Claim, truth: float, n: int, datasets: int, seed: int, bound: float) -> float:
+    """How often the 95% betting interval of the mean difference (`betting`, differences within ± bound) covers its
+    true value."""
     rng = np.random.default_rng([seed, n, 7])
     covered = 0
     for _ in range(datasets):
-        side, other = jumps_or_draw(rng, claim, n)
-        differences = resolved(side - other, claim.resolution)
-        _, low, high = paired_bootstrap_ci(differences, None, "mean", 0.95, resamples=2_000, rng=rng)
+        side, other, *_ = draw(rng, claim, n)
+        low, high = betting_interval(side - other, -bound, bound, 0.95)
         covered += low <= truth <= high
     return covered / datasets
 

@@ -230,7 +230,7 @@ def _counts(test: RivalTest, jumps: str, p_text: str) -> str:
     """A mean test's counts in words: "of the 19 seeds whose end modes differ, 18 end higher and 1 lower (…)"."""
     shift = test.shift
     if shift is None:
-        return f"the spreads differ ({p_text})"
+        return f"spread over seeds {test.effect:+.3g} against the rival's (pair-swap permutation test, {p_text})"
     if shift.up + shift.down == 0:
         return f"0 {jumps} ({p_text})"
     return f"of the {shift.up + shift.down} {jumps}, {shift.up} end higher and {shift.down} lower (sign test, {p_text})"

@@ -31,6 +31,7 @@ SEEDS_NEEDED_SEED = 1
 GIVE_UP_MARGIN = 0.15  # below the normal-theory bound by this much, the ladder's top is out of reach
 
 Rule = Callable[[np.ndarray, np.random.Generator], bool]
+Judge = Callable[[np.ndarray, np.random.Generator], str]  # a resampled set of seed rows, a generator -> its verdict
 
 
 def simulation_resamples(level: float) -> int:
@@ -122,3 +123,17 @@ def seeds_needed(
             break
         n *= LADDER_RATIO
     return math.inf
+
+
+def verdict_shares(
+    judge: Judge, observed: int, n: int, datasets: int = SIMULATED_DATASETS, seed: int = SEEDS_NEEDED_SEED
+) -> dict[str, float]:
+    """The share of each verdict among `datasets` datasets of n seeds resampled from the observed ones, judged by
+    `judge`: which way a claim would be decided at n seeds, not only whether (each share's Monte-Carlo standard
+    error is at most 0.5 / √datasets, 0.025 at 400)."""
+    found = []
+    for dataset in range(datasets):
+        rng = np.random.default_rng([seed, dataset, n])
+        found.append(judge(rng.integers(0, observed, size=n), rng))
+    verdicts, counts = np.unique(found, return_counts=True)
+    return {str(v): float(c) / datasets for v, c in zip(verdicts, counts, strict=True)}

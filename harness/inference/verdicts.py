@@ -40,7 +40,7 @@ from harness.inference.rule import (
     judge,
     rival_tests,
 )
-from harness.inference.seeds_needed import seeds_needed, simulation_resamples
+from harness.inference.seeds_needed import seeds_needed, simulation_resamples, verdict_shares
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "MIN_SEEDS", "VERDICTS", "claim_verdict", "paired_bootstrap_ci"]
 
@@ -88,7 +88,12 @@ VERDICT_COLUMNS = [
     "verdict",
     "why",
     "seeds_needed",
+    "chance_holds",
+    "chance_contradicted",
+    "chance_not_supported",
+    "chance_undecided",
 ]
+DECISIONS = ("holds", "contradicted", "not supported", "undecided")  # what a claim at seeds_needed may come to
 
 
 def _resolve(iteration: int | str, last: int) -> int:
@@ -347,7 +352,9 @@ def verdict_table(
     with its Monte-Carlo error p_error; equivalence_p: the TOST's (mean claims); both adjusted within the family by
     `adjustment` (NaN where untested). p_improvement with p_improvement_low/high: P(better) and its 95% interval.
     seeds_needed: for undecided claims, the seeds that would decide them with chance 0.8 (inf: more than the
-    ladder's top), NaN otherwise.
+    ladder's top), NaN otherwise; chance_holds, chance_contradicted, chance_not_supported, chance_undecided: the
+    share of each verdict among resampled datasets of that many seeds (which way it would be decided; NaN where
+    seeds_needed is not a finite count).
 
     α = 1 − confidence is each family's error rate. estimate_seeds: give undecided claims a seeds_needed (the
     costly part); NaN otherwise. ranges: the metrics' (low, high) (`run_measures.metric_ranges` of the grid's world):
@@ -375,7 +382,11 @@ def verdict_table(
             }
         )
         if rows[-1]["verdict"] == "undecided" and estimate_seeds:
-            rows[-1]["seeds_needed"] = _seeds_needed(data, claim, judged_claim.factors(), level, alpha)
+            needed, shares = _seeds_needed(data, claim, judged_claim.factors(), level, alpha)
+            rows[-1]["seeds_needed"] = needed
+            rows[-1] |= {
+                f"chance_{v.replace(' ', '_')}": shares.get(v, np.nan if not shares else 0.0) for v in DECISIONS
+            }
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 
@@ -408,15 +419,22 @@ def judged(
     return judge(claim, found, adjusted_effect, adjusted_equivalence, alpha, determined, wording)
 
 
-def _seeds_needed(data: ClaimData, claim: Claim, factors: tuple[float, float], level: float, alpha: float) -> float:
-    """seeds_needed through the rule at the claim's current adjustment, with a fixed number of resamples."""
+def _seeds_needed(
+    data: ClaimData, claim: Claim, factors: tuple[float, float], level: float, alpha: float
+) -> tuple[float, dict[str, float]]:
+    """(seeds_needed, the share of each verdict there) through the rule at the claim's current adjustment, with a
+    fixed number of resamples; no shares where the count is beyond the ladder (inf)."""
     draws = simulation_resamples(level)
 
-    def decided(rows: np.ndarray, rng: np.random.Generator) -> bool:
-        outcome = judged(data.take(rows), claim, factors, alpha, lambda *_: rng, draws)
-        return outcome.verdict != "undecided"
+    def verdict_of(rows: np.ndarray, rng: np.random.Generator) -> str:
+        return judged(data.take(rows), claim, factors, alpha, lambda *_: rng, draws).verdict
 
-    return seeds_needed(decided, len(data.side), single_test=len(data.others) == 1)
+    needed = seeds_needed(
+        lambda rows, rng: verdict_of(rows, rng) != "undecided", len(data.side), single_test=len(data.others) == 1
+    )
+    if not np.isfinite(needed):
+        return needed, {}
+    return needed, verdict_shares(verdict_of, len(data.side), int(needed))
 
 
 def mean_reading(claim: Claim, low: float, high: float) -> str:
@@ -455,12 +473,15 @@ def _row(claim, data, side_label, outcome, tested, alpha, levels, excluded) -> d
     if claim.statistic == "std":
         rng = claim_generator(claim.name, data.labels[rival], "interval")
         interval = paired_bootstrap_ci(*resolved_pairs(data.side, other, claim.resolution), "std", 1 - level, rng=rng)
-        method, interval_level, reading = "BCa bootstrap", 1 - level, "not tested"
+        if not tested:  # below MIN_SEEDS no interval is shown, as no verdict is
+            interval = (interval[0], np.nan, np.nan)
+        method, interval_level, reading = "BCa bootstrap", 1 - level if tested else np.nan, "not tested"
     else:
-        bounds = betting_interval(differences, -data.bound, data.bound, 1 - mean_level) if len(differences) else None
+        # the interval only where the claim is tested: below MIN_SEEDS no interval is shown, as no verdict is
+        bounds = betting_interval(differences, -data.bound, data.bound, 1 - mean_level) if tested else None
         mean = float(np.mean(differences)) if len(differences) else np.nan
         interval = (mean, *(bounds or (np.nan, np.nan)))
-        method, interval_level = "betting confidence sequence", 1 - mean_level
+        method, interval_level = "betting confidence sequence", 1 - mean_level if tested else np.nan
         reading = mean_reading(claim, interval[1], interval[2]) if tested else "not tested"
     rivals = len(data.others)
     other_label = data.labels[rival] + (f" (worst of {rivals} distinct rivals)" if rivals > 1 else "")
@@ -505,6 +526,7 @@ def _row(claim, data, side_label, outcome, tested, alpha, levels, excluded) -> d
         "verdict": verdict,
         "why": why,
         "seeds_needed": np.nan,
+        **{f"chance_{v.replace(' ', '_')}": np.nan for v in DECISIONS},
     }
 
 

@@ -145,7 +145,7 @@ def write_report(
         "## Summary at the final iteration",
         "",
         f"{facts.heading()} Mean ± std over seeds with {100 * confidence:g}% Student-t CIs of means; Δ is paired on "
-        f"shared seeds, its CI {PAIRED_CI}; Verdict follows the difference rule above. Conditions in the grid's "
+        f"shared seeds, its CI {PAIRED_CI}, descriptive (see How to read this). Conditions in the grid's "
         "order, as in every table."
         + (" Conditions with identical results are listed below the table." if identical else ""),
         "",

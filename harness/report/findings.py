@@ -17,7 +17,7 @@ from harness.common.wording import plural
 from harness.inference.claims import Claim
 from harness.inference.intervals import BOOTSTRAP_RESAMPLES
 from harness.inference.seeds_needed import LADDER_TOP, SIMULATED_DATASETS, TARGET
-from harness.inference.verdicts import MIN_SEEDS, VERDICTS, verdict_table
+from harness.inference.verdicts import DECISIONS, MIN_SEEDS, VERDICTS, verdict_table
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
 from harness.report.markdown import markdown_table
@@ -66,11 +66,16 @@ def verdict_rule(verdicts: pd.DataFrame, confidence: float = 0.95) -> str:
 
 
 def seeds_needed_text(row: object) -> str:
-    """A verdicts row's seeds_needed as the report writes it: "—" (decided), "> N" (beyond the ladder) or a count."""
+    """A verdicts row's seeds_needed as the report writes it: "—" (decided), "> N" (beyond the ladder) or a count
+    with the chance of each verdict there ("303: 80% contradicted, 20% undecided")."""
     needed, seeds = getattr(row, "seeds_needed"), getattr(row, "seeds")  # noqa: B009
     if pd.isna(needed):
         return "—"
-    return f"> {LADDER_TOP * int(seeds)}" if math.isinf(needed) else f"{int(needed)}"
+    if math.isinf(needed):
+        return f"> {LADDER_TOP * int(seeds)}"
+    chances = [(verdict, getattr(row, f"chance_{verdict.replace(' ', '_')}", math.nan)) for verdict in DECISIONS]
+    shown = ", ".join(f"{share:.0%} {verdict}" for verdict, share in chances if pd.notna(share) and share > 0)
+    return f"{int(needed)}: {shown}" if shown else f"{int(needed)}"
 
 
 def _drifts_text(row: object) -> str:

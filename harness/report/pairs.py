@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.engine.metrics import QUALITY_RESOLUTION, metric
+from harness.engine.metrics import metric
 from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec
 from harness.inference.verdicts import paired_bootstrap_ci
@@ -22,7 +22,6 @@ from harness.report.figures.common import integer_x, mean_band, new_figure, pane
 from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import conditions, mean_std_ci, num, reference
-from harness.report.tables import VERDICT_WORDS, difference_direction
 
 PAIR_METRICS = ("pair_label_error", "pair_label_error_distinct", "pair_quality_gap", "pair_identical")
 FIGURE = "figures/pair_audits.png"
@@ -147,15 +146,12 @@ def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
         rows = []
         for name in others:
             effect, low, high = _paired(prepared, name, slow, last, "policy_quality")
-            words = VERDICT_WORDS[difference_direction(effect, low, high)]
-            rows.append(
-                f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}] ({words})"
-            )
+            rows.append(f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}]")
         if rows:
             lines.append(
                 f"- **Does any beat slower judge updates?** Each condition's final real quality minus `{slow}`'s, "
-                "paired over seeds (95% bootstrap CI; above or below only where |Δ| ≥ "
-                f"{QUALITY_RESOLUTION:g} q* and the CI excludes 0): " + "; ".join(rows) + "."
+                "paired over seeds, with a 95% bootstrap CI per comparison (descriptive: a claim in the condition "
+                "file gets a verdict): " + "; ".join(rows) + "."
             )
     first_modes = _same_end_modes(prepared, grid)
     if first_modes:

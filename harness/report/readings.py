@@ -27,19 +27,12 @@ from harness.report.tables import (
     FELL_FROM_PEAK,
     FELL_FROM_PEAK_MEANING,
     PAIRED_CI,
-    difference_rule,
-    difference_verdict,
+    descriptive_rule,
     mode_label,
     split_modes,
 )
 
 TOKEN_GLYPHS_TEXT = "↑ ↗ → ↘ ↓ ↙ ← ↖"
-VERDICT_PHRASES = {
-    "above": "above the reference",
-    "below": "below the reference",
-    "none": "no difference from the reference",
-    "n/a": "no seeds shared with the reference",
-}
 
 
 def reading_headline(prepared: pd.DataFrame, ref: str) -> str:
@@ -71,16 +64,15 @@ def reading_boundaries(summary: pd.DataFrame) -> str:
 
     parts = [f"reference {listed(ref)}"]
     if top:
-        verdicts = list(dict.fromkeys(difference_verdict(rows.loc[c].rename(c)) for c in top))
-        parts.append(f"top-ranked mechanisms {listed(top)} ({', '.join(VERDICT_PHRASES[v] for v in verdicts)})")
+        parts.append(f"top-ranked mechanisms by final mean {QUALITY.label} {listed(top)}")
     if bounds:
         parts.append(f"boundary conditions {listed(bounds)}")
     return f"Shown: {boundaries_title(summary)}. Final mean {QUALITY.label}: " + "; ".join(parts) + "."
 
 
 def reading_all_conditions(summary: pd.DataFrame, groups: list[tuple[str, ...]]) -> str:
-    """The span of final mean quality, and how many mechanisms end above, below or with no difference from the
-    reference under the one difference rule (`difference_verdict`).
+    """The span of final mean quality, and the mechanisms' largest paired mean difference from the reference: numbers
+    only (which differences count is the claims' verdicts).
 
     groups: the identical groups (identical.identical_groups); a group is one result, so it is counted once and the
     sentence names it.
@@ -97,19 +89,18 @@ def reading_all_conditions(summary: pd.DataFrame, groups: list[tuple[str, ...]])
     mechanisms = summary.loc[summary["role"] == "mechanism", "condition"].tolist()
     if mechanisms:
         mech = summary.set_index("condition").loc[distinct(mechanisms, groups)].reset_index()
-        verdicts = mech.apply(difference_verdict, axis=1).tolist()
-        count = {v: verdicts.count(v) for v in VERDICT_PHRASES}
         once = counted_once(mechanisms, groups)
         results = f" ({plural(len(mech), 'distinct result')}: {once})" if once else ""
-        text += (
-            f"; of {plural(len(mechanisms), 'mechanism')}{results}, {count['above']} end above the reference, "
-            f"{count['below']} below and {count['none']} show no difference (the rule in How to read this)"
-        )
-        if count["n/a"]:
-            text += f"; {count['n/a']} share no seed with it"
-        clear = mech[[v in ("above", "below") for v in verdicts]]
-        if len(clear):
-            text += f"; the differences reach |Δ| = {num(clear[f'{DIFF}_mean'].abs().max())} q*"
+        differences = mech[f"{DIFF}_mean"].dropna()
+        if len(differences):
+            low, high = differences.min(), differences.max()
+            text += (
+                f"; the {plural(len(mechanisms), 'mechanism')}{results} differ from the reference by mean paired "
+                f"Δ {num(low, signed=True)} to {num(high, signed=True)} q* (descriptive; the claims' verdicts say "
+                "which differences the verdict rule finds)"
+            )
+        else:
+            text += f"; the {plural(len(mechanisms), 'mechanism')}{results} share no seed with the reference"
     return text + "."
 
 
@@ -201,8 +192,8 @@ def how_to_read(
         "",
         f"A run is one condition × one seed; iteration 0 is before training and the tables report iteration "
         f"{facts.final_iteration}, the last{steps}. Means are over seeds; CIs of means are {100 * confidence:g}% "
-        f"Student-t over seeds, CIs of paired differences (Δ) {PAIRED_CI}; the claims' intervals are built the "
-        "same way, each at its family-adjusted level.",
+        f"Student-t over seeds, CIs of paired differences (Δ) {PAIRED_CI}; a claim's mean carries its own "
+        "interval (a betting confidence sequence, valid without symmetry), described in Which claims hold.",
         "",
     ]
     lines += [
@@ -210,10 +201,9 @@ def how_to_read(
     ]
     if grid:
         lines.append(q_star_line(grid))
-    rule = difference_rule(confidence)
     lines += [
-        f"- **Δ quality vs reference** and **Verdict**: final {QUALITY.label} minus that of the reference `{ref}` on "
-        f"the same seed, mean and paired CI. The report's one difference rule: {rule}.",
+        f"- **Δ quality vs reference**: final {QUALITY.label} minus that of the reference `{ref}` on the same seed, "
+        f"mean and paired CI. {descriptive_rule(confidence)}.",
         f"- **{FELL_FROM_PEAK}**: {FELL_FROM_PEAK_MEANING}.",
         "- **Belief gap** (last figure): per run, judge-perceived quality gained since iteration 0 minus real quality "
         "gained since iteration 0, averaged over seeds; it is 0 at iteration 0 by construction. Judges are pretrained "

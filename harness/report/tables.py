@@ -10,7 +10,7 @@ import pandas as pd
 from harness.common.wording import plural
 from harness.engine import metrics as registry
 from harness.engine.metrics import QUALITY_RESOLUTION
-from harness.inference.verdicts import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci
+from harness.inference.verdicts import BOOTSTRAP_RESAMPLES, MIN_SEEDS, paired_bootstrap_ci
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import (
     QUALITY,
@@ -162,35 +162,13 @@ def paired_difference(differences: pd.Series, confidence: float) -> tuple[int, f
     return int(v.size), mean, low, high
 
 
-def difference_verdict(row: pd.Series) -> str:
-    """How a summary row's paired quality difference from the reference reads: the report's one difference rule.
-
-    "reference" on the reference row; "above" / "below" when |mean Δ| ≥ QUALITY_RESOLUTION and the paired CI excludes
-    zero (with a single pair there is no CI, so it cannot); "n/a" without pairs; "none" otherwise.
-    """
-    if row["role"] == "reference":
-        return "reference"
-    mean, low, high = (float(row[f"{DIFF}_{k}"]) for k in ("mean", "ci_low", "ci_high"))
-    return "n/a" if math.isnan(mean) else difference_direction(mean, low, high)
-
-
-def difference_direction(mean: float, low: float, high: float) -> str:
-    """The difference rule on one paired quality difference and its CI: "above", "below" or "none"."""
-    if abs(mean) >= QUALITY_RESOLUTION and (low > 0 or high < 0):  # NaN bounds compare False: no CI, no difference
-        return "above" if mean > 0 else "below"
-    return "none"
-
-
-VERDICT_WORDS = {"reference": "—", "above": "above", "below": "below", "none": "no difference", "n/a": "n/a"}
-
-
-def difference_rule(confidence: float) -> str:
-    """The difference rule in words, as report.md and summary.md state it (once each)."""
+def descriptive_rule(confidence: float) -> str:
+    """What the summary's Δ and its interval are, as report.md and summary.md state it (once each)."""
     return (
-        f"a condition differs from the reference only if its mean paired Δ quality is at least "
-        f"{QUALITY_RESOLUTION:g} q* in size and the {100 * confidence:g}% paired CI excludes zero; otherwise it reads "
-        '"no difference" (not shown to differ: runs that end at the same output differ only by float noise, and an '
-        "interval that spans zero resolves nothing)"
+        f"Δ and its {100 * confidence:g}% interval describe the seeds and decide nothing: the interval is per "
+        "comparison, not adjusted for the table's other comparisons, and shown only from "
+        f"{MIN_SEEDS} paired seeds on; a direction (above, below, the same) is stated only by a claim's verdict, "
+        "under one rule with its family's adjustment"
     )
 
 
@@ -228,26 +206,28 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     """The output of summarize() as a markdown table, 3 decimals, "n/a" for undefined values.
 
     One column per headline metric (mean ± std over seeds; quality also with its CI), the paired quality difference
-    with its CI and its verdict (difference_verdict), the runs that fell from their peak (fell_from_peak), and a
-    Diverged column when any run diverged. Boundary rows read "boundary" in the Role column.
+    with its CI where at least MIN_SEEDS seeds are paired (descriptive: no direction word), the runs that fell from
+    their peak (fell_from_peak), and a Diverged column when any run diverged. Boundary rows read "boundary" in the
+    Role column.
     """
     headline = [x for x in registry.headline_metrics() if f"{x.name}_mean" in summary.columns]
     any_diverged = int(summary["diverged_runs"].sum()) > 0
     header = ["Condition", "Role"]
     for x in headline:
         header.append(x.axis_label + (" [CI]" if x is QUALITY else ""))
-    header += ["Δ quality vs reference [CI]", "Verdict", FELL_FROM_PEAK]
+    header += ["Δ quality vs reference [CI] (descriptive)", FELL_FROM_PEAK]
     if any_diverged:
         header.append("Diverged runs")
     rows = []
     for _, r in summary.iterrows():
-        verdict = difference_verdict(r)
-        delta = "—" if verdict == "reference" else _with_ci(num(r[f"{DIFF}_mean"], signed=True), *_diff_ci(r))
+        delta = "—" if r["role"] == "reference" else num(r[f"{DIFF}_mean"], signed=True)
+        if r["role"] != "reference" and not pd.isna(r["n_paired"]) and int(r["n_paired"]) >= MIN_SEEDS:
+            delta = _with_ci(delta, *_diff_ci(r))
         cells = [str(r["condition"]), str(r["role"])]
         for x in headline:
             text = _mean_std(r, x.name)
             cells.append(_with_ci(text, r[f"{x.name}_ci_low"], r[f"{x.name}_ci_high"]) if x is QUALITY else text)
-        cells += [delta, VERDICT_WORDS[verdict], fell_from_peak(r)]
+        cells += [delta, fell_from_peak(r)]
         if any_diverged:
             cells.append(f"{int(r['diverged_runs'])}/{int(r['n_seeds'])}")
         rows.append(cells)
@@ -340,7 +320,7 @@ def summary_document(summary: pd.DataFrame, facts: GridFacts, confidence: float,
     title = f"# Summary of {facts.name}" if facts.name else "# Summary"
     text = (
         f"{title}\n\n{facts.heading()} Mean ± std over seeds, {100 * confidence:g}% Student-t CIs of means; Δ is "
-        f"paired on shared seeds, its CI {PAIRED_CI}; {difference_rule(confidence)}. "
+        f"paired on shared seeds, its CI {PAIRED_CI}; {descriptive_rule(confidence)}. "
         f"{FELL_FROM_PEAK}: {FELL_FROM_PEAK_MEANING}.\n\n" + summary_markdown(summary)
     )
     return text + (f"\n{notes}" if notes else "")
