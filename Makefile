@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all test-profile bench calibration docs docs-serve blocks reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
+.PHONY: run test test-all test-profile bench calibration docs docs-serve blocks rejudge reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(RUN_STAMP): requirements-run.lock pyproject.toml harness/common/version.py
@@ -69,6 +69,22 @@ docs-serve: $(STAMP)
 # is trained): after a change of how a block or a verdict is rendered. tools/blocks.py lists every block, its pages and
 # its command; tests/test_generated_blocks.py fails while a page differs from what its blocks render.
 blocks: $(STAMP)
+	$(BIN)/python -m tools.blocks
+
+# Every committed reference judged again under the verdict rule as it now stands, from its own files (minutes, nothing
+# is trained): each grid's report re-rendered (coevolab report), each study's shapes and then the study (which reads
+# its shapes' verdicts), the grid grown until decided re-judged look by look from its finished stages (its manifest
+# keeps the earlier calls' time) and its stages' reports re-rendered, then every generated block.
+REJUDGED := paper paper-original paper-100 temporal
+STUDIES := scale overoptimization
+rejudge: $(STAMP)
+	for run in $(REJUDGED); do $(BIN)/coevolab report artifacts/reference/$$run || exit 1; done
+	for study in $(STUDIES); do \
+		for shape in artifacts/reference/$$study/shapes/*/; do $(BIN)/coevolab report $$shape || exit 1; done; \
+		$(BIN)/coevolab report artifacts/reference/$$study || exit 1; \
+	done
+	$(BIN)/coevolab run --resume artifacts/reference/paper-until-decided --until-decided
+	$(BIN)/coevolab report artifacts/reference/paper-until-decided
 	$(BIN)/python -m tools.blocks
 
 # The verdict rule's calibration table (artifacts/reference/calibration/): families of the published grid's claims

@@ -5,9 +5,8 @@ registry-driven panels, reproducible bytes. Tests that read no figure's reading 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import pytest
 from test_report import make_metrics
 
 from harness.engine import metrics as registry
-from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.engine.world import World
 from harness.grid import registry as mechanism_registry
 from harness.grid.contract import Mechanism
@@ -29,7 +27,6 @@ from harness.report.identical import explain, identical_groups
 from harness.report.metrics_table import belief_gap, prepare
 from harness.report.readings import reading_modes
 from harness.report.tables import descriptive_rule
-
 
 # A statement that one condition ends above or below another, or does not differ: only a claim's verdict may say it.
 DIRECTION = re.compile(r"\b(?:ends?|ended) (?:clearly )?(?:above|below)\b|\bno difference\b|\((?:above|below)\)")

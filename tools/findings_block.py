@@ -50,12 +50,17 @@ def _claims(verdicts: pd.DataFrame, where: str = "") -> str:
 
 
 def _quoted(verdicts: pd.DataFrame, claim: str) -> str:
-    """A claim's statement with its seed-paired effect, interval and verdict, as its row has them."""
+    """A claim's statement, its verdict with what it counted (the seeds up and down among its jumps), and the mean
+    difference itself with its interval and reading, as its row has them."""
     rows = verdicts[verdicts["claim"] == claim]
     if rows.empty:
         raise SystemExit(f"the findings quote the claim {claim!r}, which the run does not have")
     row = rows.iloc[0]
-    return f"“{row.statement}”: Δ {row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}], {row.verdict}"
+    jumps = "seeds whose end modes differ" if row.jump_rule == "end mode" else "seeds that differ"
+    return (
+        f"“{row.statement}”: {row.verdict}, {row.seeds_up} of the {row.seeds_up + row.seeds_down} {jumps} ending "
+        f"higher; the mean Δ {row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]: {row.mean_reading}"
+    )
 
 
 def _moved(before: float, after: float, digits: int = 3) -> str:
@@ -205,8 +210,8 @@ def scale(run_dir: Path) -> str:
     low, high = quoted.loc[quoted["effect"].idxmin()], quoted.loc[quoted["effect"].idxmax()]
     return (
         f"{_study_scope(run_dir, runs, 'the published conditions')}: {_claims(across, ' across shapes')} and "
-        f"{_claims(within, ' within them')}; “{low.statement}”, Δ per shape from {low.effect:+.3f} ({low['shape']}) "
-        f"to {high.effect:+.3f} ({high['shape']})."
+        f"{_claims(within, ' within them')}; “{low.statement}”, mean Δ per shape from {low.effect:+.3f} "
+        f"({low['shape']}) to {high.effect:+.3f} ({high['shape']})."
     )
 
 

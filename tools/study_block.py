@@ -70,13 +70,14 @@ def study_block(run_dir: Path, regenerate: str = "make reference-scale") -> str:
         right=[False, False, True, True, False, False],
     )
     seeds = int(runs["seed"].nunique())
+    quoted = f"“{within['statement'].iloc[0]}”" if not within.empty else "(none)"
     seconds, machine = manifest["wall_seconds"]["invocation"], manifest["machine"]
     return (
         f"{plural(len(rows), 'shape')} × {plural(runs['condition'].nunique(), 'condition')} × "
         f"{plural(seeds, 'seed')} ({len(runs):,} runs), from `{run_dir.as_posix()}` "
         f"([report]({run_dir.as_posix()}/report.md)); regenerate: `{regenerate}`. The baseline's runs per shape "
-        "(means over seeds), and the within-shape claim that slower judge updates (every 10) end above the baseline "
-        f"(seed-paired, Δ real quality):\n\n{shapes.rstrip()}\n\nThe claims across shapes (one Holm family; "
+        f"(means over seeds), and the within-shape claim {quoted} (seed-paired: the mean Δ of real quality with its "
+        f"interval, and the verdict on its jumps):\n\n{shapes.rstrip()}\n\nThe claims across shapes (one Holm family; "
         "between two shapes the runs are independent samples: Δ of means with a BCa interval at the claim's "
         f"adjusted level and a permutation p):\n\n{claims.rstrip()}\n\n"
         f"That study took {seconds:.0f} s in one command on {machine['cores']} cores of an {machine['cpu']}, at a "

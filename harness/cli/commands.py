@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli.arguments import (
     EXIT_OK,
@@ -17,6 +18,11 @@ from harness.cli.arguments import (
     writing,
 )
 from harness.common.wording import plural
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pandas as pd
 
 
 def command_merge(args: argparse.Namespace) -> int:
@@ -39,13 +45,17 @@ def command_merge(args: argparse.Namespace) -> int:
 def command_report(args: argparse.Namespace) -> int:
     """Re-render a finished run's report from its files: every file it is rendered from checked against the
     manifest and read back first, the manifest's listing of the report's own files brought up to date after."""
-    from harness.common.integrity import reseal
+    from harness.common.integrity import read_manifest, reseal
     from harness.common.run_files import METRICS_FILE
-    from harness.experiment.merge import how_run_line_of
     from harness.experiment.study import is_study, load_study_spec, write_study_files
-    from harness.experiment.until_decided import is_sequential, render_report
-    from harness.experiment.verify import check_finished, remove_report_outputs, report_outputs
-    from harness.report import read_run_grid, write_run_report
+    from harness.experiment.until_decided import STAGES_DIR, is_sequential, render_report
+    from harness.experiment.verify import (
+        check_finished,
+        remove_report_outputs,
+        report_outputs,
+        resealed_stage_manifest,
+        stage_report_outputs,
+    )
 
     run_dir = existing_directory(Path(args.run_dir), "report")
     if not (run_dir / METRICS_FILE).is_file():
@@ -58,17 +68,36 @@ def command_report(args: argparse.Namespace) -> int:
             how = checked.manifest.get("execution", {}).get("backend", "")
             write_study_files(load_study_spec(run_dir), run_dir, how, figures=args.figures)
         elif is_sequential(run_dir):  # its verdicts are the looks', read back rather than judged again at one level
+            for stage in sorted(run_dir.joinpath(STAGES_DIR).iterdir(), key=lambda path: int(path.name)):
+                _render_grid_report(stage, args.figures)  # verified with the whole directory above
+                reseal(stage, read_manifest(stage), stage_report_outputs())
             render_report(run_dir, figures=args.figures)
+            rewritten = _either(rewritten, resealed_stage_manifest)
         else:
-            # The run titles and describes its report from its grid; recover it so the re-render is the same bytes.
-            grid = read_run_grid(run_dir)
-            assert checked.metrics is not None and grid is not None  # check_finished read both
-            write_run_report(
-                run_dir, checked.metrics, grid.name, grid, how_run=how_run_line_of(run_dir), figures=args.figures
-            )
+            assert checked.metrics is not None  # check_finished read it
+            _render_grid_report(run_dir, args.figures, checked.metrics)
         reseal(run_dir, checked.manifest, rewritten)
     print(run_dir / "report.md")
     return EXIT_OK
+
+
+def _either(first: Callable[[str], bool], second: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda relative: first(relative) or second(relative)
+
+
+def _render_grid_report(run_dir: Path, figures: bool, metrics: pd.DataFrame | None = None) -> None:
+    """A grid's report from its files (metrics: its table, already read back; None: read here). The run titles and
+    describes its report from its grid; recovered, so the re-render is the same bytes."""
+    import pandas as pd
+
+    from harness.common.run_files import METRICS_FILE
+    from harness.experiment.merge import how_run_line_of
+    from harness.report import read_run_grid, write_run_report
+
+    grid = read_run_grid(run_dir)
+    assert grid is not None  # a finished run's grid.json, verified by the caller
+    metrics = pd.read_csv(run_dir / METRICS_FILE) if metrics is None else metrics
+    write_run_report(run_dir, metrics, grid.name, grid, how_run=how_run_line_of(run_dir), figures=figures)
 
 
 def command_verify(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ stages and blocks are kept, and the verdicts, which are deterministic, are recom
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,7 @@ from harness.grid.layout import GridSpec
 from harness.inference.claims import Claim
 from harness.inference.run_measures import metric_ranges
 from harness.inference.sequential import Spending, look_levels, planned_looks
-from harness.inference.verdicts import MIN_SEEDS, verdict_table
+from harness.inference.verdicts import DECISIONS, MIN_SEEDS, verdict_table
 from harness.report import write_run_report
 from harness.report.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.sequential import sequential_section
@@ -292,6 +293,7 @@ def run_until_decided(
     progress = progress or SilentProgress()
     started, entered = dt.datetime.now(dt.UTC), time.perf_counter()
     spec, plan = prepare(run_dir, spec, max_seeds, spending, round(1 - confidence, 12))
+    earlier = _earlier_seconds(run_dir)
     # Written last again (by _write_outputs): until then nothing vouches for the merged files, rewritten look by look.
     (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     names = [c.name for c in spec.conditions]
@@ -334,7 +336,7 @@ def run_until_decided(
     claims = _with_seeds_needed(decided, metrics, spec.claims, confidence, metric_ranges(spec.world))
     look_table = pd.DataFrame(looks)
     seconds = time.perf_counter() - entered
-    _write_outputs(run_dir, spec, plan, claims, look_table, how, started, seconds, figures)
+    _write_outputs(run_dir, spec, plan, claims, look_table, how, started, {"until_decided": seconds} | earlier, figures)
     progress.close()
     return UntilDecidedOutcome(run_dir, metrics, diverged_runs(metrics), claims, look_table)
 
@@ -350,9 +352,21 @@ def _with_seeds_needed(
     out = decided.copy()
     open_ = out["decided_at_look"].isna().to_numpy()
     if open_.any():
-        estimates = verdict_table(metrics, claims, confidence, ranges=ranges)["seeds_needed"].to_numpy()
-        out["seeds_needed"] = np.where(open_, estimates, np.nan)
+        estimates = verdict_table(metrics, claims, confidence, ranges=ranges)
+        for column in ("seeds_needed", *(f"chance_{v.replace(' ', '_')}" for v in DECISIONS)):
+            out[column] = np.where(open_, estimates[column].to_numpy(), np.nan)
     return out
+
+
+def _earlier_seconds(run_dir: Path) -> dict[str, float]:
+    """The wall time of the calls that finished this run before (its manifest's, where it has one): a finished run
+    judged again (its looks' stages already trained, as after a change of the verdict rule) keeps the time its
+    training took beside the time of the new call, as {"earlier_calls": seconds}; {} for a new or unfinished run."""
+    try:
+        manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+        return {"earlier_calls": float(sum(manifest["wall_seconds"].values()))}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def _write_outputs(
@@ -363,7 +377,7 @@ def _write_outputs(
     looks: pd.DataFrame,
     how: str,
     started: dt.datetime,
-    seconds: float,
+    seconds: dict[str, float],
     figures: bool,
 ) -> None:
     """claims.csv, looks.csv, report.md (the merged grid's report and the sequential verdicts), then manifest.json."""
@@ -379,7 +393,7 @@ def _write_outputs(
         run_dir,
         manifest(
             spec.model_dump(mode="json"),
-            {"until_decided": seconds},
+            seconds,
             started,
             runs=int(looks["runs"].sum()),
             execution={"backend": how, "line": line},

@@ -119,13 +119,36 @@ def report_outputs(run_dir: Path) -> Callable[[str], bool]:
     report's own files at its top (a grid's, a study's, or a grid grown until decided, whose claims.csv is its looks'
     record and so an input) and its figures. Every other file is an input, verified before anything reads it."""
     run_dir = Path(run_dir)
+    own = _own_report_outputs(set(REPORT_FILES))
     if (run_dir / STUDY_FILE).is_file():
-        outputs = set(STUDY_REPORT_FILES)
-    elif (run_dir / PLAN_FILE).is_file():
-        outputs = set(REPORT_FILES) - {CLAIMS_FILE}
-    else:
-        outputs = set(REPORT_FILES)
+        return _own_report_outputs(set(STUDY_REPORT_FILES))
+    if (run_dir / PLAN_FILE).is_file():
+        # its stages' reports too: re-rendered with it, so the verdict words of every page follow one rule
+        top = _own_report_outputs(set(REPORT_FILES) - {CLAIMS_FILE})
+        return lambda relative: top(relative) or _in_stage(relative, own)
+    return own
+
+
+def _own_report_outputs(outputs: set[str]) -> Callable[[str], bool]:
+    """The report files of one run directory's own top: `outputs` and its figures."""
     return lambda relative: relative.startswith(f"{FIGURES_DIR}/") or relative in outputs
+
+
+def _in_stage(relative: str, outputs: Callable[[str], bool]) -> bool:
+    """Whether `relative` is stages/<k>/<path> with <path> one of a stage's own report files."""
+    parts = relative.split("/", 2)
+    return len(parts) == 3 and parts[0] == STAGES_DIR and parts[1].isdigit() and outputs(parts[2])
+
+
+def resealed_stage_manifest(relative: str) -> bool:
+    """Whether `relative` is a stage's manifest, which re-rendering the stage's report reseals (so the top's listing
+    of it is brought up to date with the report's own files)."""
+    return _in_stage(relative, lambda name: name == MANIFEST_FILE)
+
+
+def stage_report_outputs() -> Callable[[str], bool]:
+    """Which files of one stage of a grid grown until decided (paths relative to the stage) its report writes."""
+    return _own_report_outputs(set(REPORT_FILES))
 
 
 def remove_report_outputs(run_dir: Path, outputs: Callable[[str], bool]) -> None:
