@@ -316,6 +316,27 @@ def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path) 
         until_decided.run_until_decided(None, tmp_path, 160, backend=synthetic_backend)
 
 
+def test_judged_after_every_block_by_e_values(tmp_path: Path) -> None:
+    """--spending anytime: a look after every block of the first look's seeds, each at α (e-values valid at any look);
+    the clear claim is decided, the one without an effect never holds, the spread of levels is α each."""
+    spec = grid_from_mapping(SYNTHETIC)
+    calls.clear()
+    outcome = until_decided.run_until_decided(
+        spec, tmp_path, 80, spending="anytime", backend=synthetic_backend, how="synthetic", figures=False
+    )
+    assert outcome.looks["seeds"].tolist()[0] == 20 and set(outcome.looks["level"]) == {0.05}
+    assert set(outcome.looks["spent"]) == {0.05}
+    claims = outcome.claims.set_index("claim")
+    better = claims.loc["better-is-better"]
+    assert better["verdict"] == "holds" and "sign e-value" in better["why"]
+    assert better["test"].startswith("sign e-value")
+    assert better["p_adjusted"] <= 0.05 and better["p_value"] == pytest.approx(better["p_adjusted"] / 2)
+    assert claims.loc["same-is-better", "verdict"] == "undecided"
+    plan = json.loads((tmp_path / until_decided.PLAN_FILE).read_text())
+    assert plan["spending"] == "anytime" and plan["looks"] == [20, 40, 60, 80]
+    assert "valid at any look" in (tmp_path / "report.md").read_text()
+
+
 def test_a_grid_without_claims_or_budget_is_refused(tmp_path: Path) -> None:
     spec = grid_from_mapping({**SYNTHETIC, "claims": {}})
     with pytest.raises(BlockError, match="no claims"):

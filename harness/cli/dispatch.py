@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--spending",
         choices=SPENDING_FUNCTIONS,
         default="pocock",
-        help="how --until-decided spends α over its looks (default: pocock)",
+        help="how --until-decided spends α over its looks (default: pocock); anytime: a look after every block of "
+        "the first look's seeds, mean claims judged by e-values valid at any look",
     )
     run.set_defaults(handler=command_run)
 

@@ -59,9 +59,10 @@ from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metric
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
 from harness.grid.grid_file import write_grid_file
 from harness.grid.layout import GridSpec
+from harness.inference.anytime import anytime_table
 from harness.inference.claims import Claim
 from harness.inference.run_measures import metric_ranges
-from harness.inference.sequential import Spending, look_levels, planned_looks
+from harness.inference.sequential import ANYTIME, Spending, anytime_looks, look_levels, planned_looks
 from harness.inference.verdicts import DECISIONS, MIN_SEEDS, verdict_table
 from harness.report import write_run_report
 from harness.report.metrics_table import CSV_FLOAT_FORMAT
@@ -89,7 +90,7 @@ class SequentialPlan(BaseModel):
     def planned(
         cls, start: int, max_seeds: int, spending: Spending, alpha: float, first_seed: int = 0
     ) -> SequentialPlan:
-        looks = planned_looks(start, max_seeds)
+        looks = anytime_looks(start, max_seeds) if spending == ANYTIME else planned_looks(start, max_seeds)
         levels = tuple(look_levels(looks, alpha, spending))
         return cls(spending=spending, alpha=alpha, looks=looks, levels=levels, first_seed=first_seed)
 
@@ -314,7 +315,11 @@ def run_until_decided(
         atomic_write_text(run_dir / METRICS_FILE, merged_stages_text(spec, stage + 1, run_dir))
         metrics = pd.read_csv(run_dir / METRICS_FILE)
         progress.phase("verdicts", f"look {stage + 1} at level {level:.3g}")
-        table = verdict_table(metrics, spec.claims, 1 - level, estimate_seeds=False, ranges=metric_ranges(spec.world))
+        ranges = metric_ranges(spec.world)
+        if plan.spending == ANYTIME:
+            table = anytime_table(metrics, spec.claims, plan.alpha, ranges)
+        else:
+            table = verdict_table(metrics, spec.claims, 1 - level, estimate_seeds=False, ranges=ranges)
         before = 0 if decided is None else int(decided["decided_at_look"].notna().sum())
         decided = record_look(decided, table, stage + 1, level)
         newly = decided["claim"][decided["decided_at_look"] == stage + 1].tolist()
@@ -323,7 +328,7 @@ def run_until_decided(
                 "look": stage + 1,
                 "seeds": seeds,
                 "level": level,
-                "spent": float(np.sum(plan.levels[: stage + 1])),
+                "spent": plan.alpha if plan.spending == ANYTIME else float(np.sum(plan.levels[: stage + 1])),
                 "conditions_grown": len(names),
                 "runs": len(names) * len(own.run.seeds),
                 "decided": len(newly) + before,

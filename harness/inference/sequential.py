@@ -13,16 +13,18 @@ chance is at most Σ_k P(wrong at look k) ≤ Σ_k α_k = α (Bonferroni over th
 looks' joint distribution, which matters here: the rule pairs a permutation test with a BCa interval on per-seed
 differences that are mostly ties and a few jumps between end modes, not the normal z-statistics whose Brownian
 joint law the sharper group-sequential boundaries (the ones that spend the same α with larger α_k) are computed
-from. The price is conservatism: the looks' overlap in seeds is not used. Anytime-valid confidence sequences (e.g.
-the `expectation` package) would allow unplanned looks, but they replace the rule itself (a betting interval for a
-bounded mean instead of the permutation test, BCa interval, TOST and intersection–union tests over rivals); the
-spending keeps every verdict the rule a fixed-seed grid gets, at a smaller level.
+from. The price is conservatism: the looks' overlap in seeds is not used. The "anytime" option judges after every
+block instead (`harness.inference.anytime`): each mean claim's sign test becomes an e-value, valid at any look, at the
+cost of leaving spread claims and equivalence to planned looks; the spending functions keep every verdict the rule a
+fixed-seed grid gets, at a smaller level.
 
 Spending functions (Lan & DeMets 1983; two-sided α):
 - "pocock" (Pocock-type): f(t) = α ln(1 + (e − 1) t). It spends about evenly in t, so a claim that is clear at the
   first look is decided there and its conditions stop growing; the default.
 - "obrien-fleming" (O'Brien–Fleming-type): f(t) = 2 − 2Φ(z_{1−α/2} / √t). It keeps nearly all of α for the last
   look: little is decided early, but the last look tests almost at α.
+- "anytime": no spending; looks after every block of the first look's seeds (`anytime_looks`), each at α, judged by
+  e-values (`harness.inference.anytime`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from typing import Literal
 import numpy as np
 import scipy.stats
 
-Spending = Literal["pocock", "obrien-fleming"]
-SPENDING_FUNCTIONS: tuple[Spending, ...] = ("pocock", "obrien-fleming")
-SPENDING_NAMES = {"pocock": "Pocock-type", "obrien-fleming": "O'Brien–Fleming-type"}
+Spending = Literal["pocock", "obrien-fleming", "anytime"]
+SPENDING_FUNCTIONS: tuple[Spending, ...] = ("pocock", "obrien-fleming", "anytime")
+SPENDING_NAMES = {"pocock": "Pocock-type", "obrien-fleming": "O'Brien–Fleming-type", "anytime": "anytime-valid"}
+ANYTIME: Spending = "anytime"  # no spending: e-values judged after every block (`harness.inference.anytime`)
 GROWTH = 2  # each planned look has (up to) twice the seeds of the one before
 
 
@@ -55,6 +58,15 @@ def spending_function(t: np.ndarray | float, alpha: float, spending: Spending) -
             z = scipy.stats.norm.isf(alpha / 2) / np.sqrt(t)
         return 2 * scipy.stats.norm.sf(z)
     raise ValueError(f"spending must be one of {', '.join(SPENDING_FUNCTIONS)}, got {spending!r}")
+
+
+def anytime_looks(start: int, max_seeds: int) -> tuple[int, ...]:
+    """Seed counts of the looks of an anytime-valid run: start, then one block of `start` seeds more each time, the
+    last capped at max_seeds (a look after every block; the e-values need no plan, but the blocks are fixed so a
+    resume finds the same stages)."""
+    if start < 1 or max_seeds < start:
+        raise ValueError(f"the looks need 1 ≤ start ≤ max seeds, got start {start} and max seeds {max_seeds}")
+    return tuple(min(n, max_seeds) for n in range(start, max_seeds + start, start))
 
 
 def planned_looks(start: int, max_seeds: int, growth: int = GROWTH) -> tuple[int, ...]:
@@ -77,7 +89,10 @@ def planned_looks(start: int, max_seeds: int, growth: int = GROWTH) -> tuple[int
 
 
 def look_levels(looks: tuple[int, ...], alpha: float, spending: Spending) -> np.ndarray:
-    """α_k = f(n_k / n_K) − f(n_{k−1} / n_K) for each planned look (n_0 = 0): they sum to α."""
+    """α_k = f(n_k / n_K) − f(n_{k−1} / n_K) for each planned look (n_0 = 0): they sum to α. Anytime-valid looks
+    spend nothing: each is judged at α itself (e-values), recorded as α."""
+    if spending == ANYTIME:
+        return np.full(len(looks), alpha)
     fractions = np.asarray(looks, dtype=float) / looks[-1]
     spent = spending_function(fractions, alpha, spending)
     return np.diff(spent, prepend=0.0)
@@ -85,6 +100,16 @@ def look_levels(looks: tuple[int, ...], alpha: float, spending: Spending) -> np.
 
 def method_text(looks: tuple[int, ...], levels: np.ndarray, alpha: float, spending: Spending) -> str:
     """One paragraph for a report: the planned looks, the spending function and why the error stays at α."""
+    if spending == ANYTIME:
+        return (
+            f"Seeds were added in blocks of {looks[0]} until every claim was decided or the budget of {looks[-1]} "
+            f"seeds was spent, the claims judged after every block ({len(looks)} looks at most) by e-values that stay "
+            f"valid at any look (α = {alpha:g}; harness.inference.anytime): each mean claim's jumps against as many up "
+            "as down, a Beta(½, ½) mixture whose chance of ever passing 1/α' is at most α' (Ville's inequality), "
+            "Bonferroni over the family's mean claims. A claim keeps the verdict of the first look that decides it; "
+            "conditions that appear only in decided claims stop growing. Spread claims and equivalence "
+            '("not supported", an equal claim\'s "holds") are not judged this way and stay open.'
+        )
     schedule = ", ".join(f"{n} seeds at {level:.3g}" for n, level in zip(looks, levels, strict=True))
     return (
         f"Seeds were added until every claim was decided or the budget of {looks[-1]} seeds was spent, looking at the "

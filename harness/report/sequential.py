@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from harness.common.wording import plural
-from harness.inference.sequential import Spending, method_text
+from harness.inference.sequential import ANYTIME, Spending, method_text
 from harness.report.findings import p_text, seeds_needed_text, verdict_rule, verdicts_markdown
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import num
@@ -73,8 +73,14 @@ def sequential_section(
         "",
         looks_markdown(looks),
         decisions_markdown(claims),
-        "Each claim's row below comes from the look that decided it (an open claim's from the last look), by the "
-        f"rule that follows with α = {alpha:g} replaced by that look's level (*Level* above). "
+        (
+            "Each claim's row below comes from the look that decided it (an open claim's from the last look); its "
+            "verdict and p (adj.) are the e-values' of the method above (p = 1/e, adjusted m/e), and every other "
+            "number is the rule's that follows. "
+            if spending == ANYTIME
+            else "Each claim's row below comes from the look that decided it (an open claim's from the last look), by "
+            f"the rule that follows with α = {alpha:g} replaced by that look's level (*Level* above). "
+        )
         + verdict_rule(claims, 1 - alpha)
         + " *Seeds needed* (open claims only) is "
         f"estimated at α = {alpha:g} from all seeds at the last look: the seeds a grid of a fixed size would need.",
