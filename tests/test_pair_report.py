@@ -25,7 +25,7 @@ GRID = GridSpec(name="pairs", conditions=tuple(Condition(name=n, knobs=k) for n,
 def _metrics() -> pd.DataFrame:
     rows = []
     for name in CONDITIONS:
-        for seed in range(4):
+        for seed in range(20):  # intervals are shown from 20 seeds on
             for iteration in range(3):
                 identical = 0.5 * iteration / 2
                 distinct = {"temporal": 0.2 + 0.1 * iteration}.get(name, 0.4)

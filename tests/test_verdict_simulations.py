@@ -95,6 +95,15 @@ def test_balanced_frequent_jumps_do_not_contradict_an_equal_claim() -> None:
     assert wrong <= _bound(100), wrong
 
 
+def test_a_true_equal_claim_with_one_sided_jumps_is_not_contradicted() -> None:
+    """Jumps mostly one way but their mean inside the margin (0.375 × (0.14 − 0.02) = 0.045 < 0.05): the claim is
+    true, and "contradicted" (the jumps' mean beyond the margin, by a betting test) stays within the nominal rate. A
+    sign test would call it contradicted in about a third of the experiments."""
+    found = _verdicts(_claim("equal", resolution=0.05), 100, 100, up=0.14, down=0.02, seed=6)
+    wrong = np.mean([verdict == "contradicted" for verdict, _ in found])
+    assert wrong <= _bound(100), wrong
+
+
 def test_equal_claims_hold_where_there_is_no_difference() -> None:
     found = _verdicts(_claim("equal", resolution=0.05), 100, 30, up=0.01, down=0.01, seed=4)
     assert np.mean([verdict == "holds" for verdict, _ in found]) >= 0.8

@@ -68,8 +68,10 @@ def command_report(args: argparse.Namespace) -> int:
             how = checked.manifest.get("execution", {}).get("backend", "")
             write_study_files(load_study_spec(run_dir), run_dir, how, figures=args.figures)
         elif is_sequential(run_dir):  # its verdicts are the looks', read back rather than judged again at one level
-            for stage in sorted(run_dir.joinpath(STAGES_DIR).iterdir(), key=lambda path: int(path.name)):
-                _render_grid_report(stage, args.figures)  # verified with the whole directory above
+            stages = [path for path in run_dir.joinpath(STAGES_DIR).iterdir() if path.name.isdigit()]
+            for stage in sorted(stages, key=lambda path: int(path.name)):
+                # verified with the whole directory above; its claims are the looks', never judged in a stage
+                _render_grid_report(stage, args.figures, claims=False)
                 reseal(stage, read_manifest(stage), stage_report_outputs())
             render_report(run_dir, figures=args.figures)
             rewritten = _either(rewritten, resealed_stage_manifest)
@@ -85,9 +87,10 @@ def _either(first: Callable[[str], bool], second: Callable[[str], bool]) -> Call
     return lambda relative: first(relative) or second(relative)
 
 
-def _render_grid_report(run_dir: Path, figures: bool, metrics: pd.DataFrame | None = None) -> None:
-    """A grid's report from its files (metrics: its table, already read back; None: read here). The run titles and
-    describes its report from its grid; recovered, so the re-render is the same bytes."""
+def _render_grid_report(run_dir: Path, figures: bool, metrics: pd.DataFrame | None = None, claims: bool = True) -> None:
+    """A grid's report from its files (metrics: its table, already read back; None: read here; claims=False: its
+    claims not judged, as a stage of a grid grown until decided). The run titles and describes its report from its
+    grid; recovered, so the re-render is the same bytes."""
     import pandas as pd
 
     from harness.common.run_files import METRICS_FILE
@@ -96,6 +99,7 @@ def _render_grid_report(run_dir: Path, figures: bool, metrics: pd.DataFrame | No
 
     grid = read_run_grid(run_dir)
     assert grid is not None  # a finished run's grid.json, verified by the caller
+    grid = grid if claims else grid.model_copy(update={"claims": ()})
     metrics = pd.read_csv(run_dir / METRICS_FILE) if metrics is None else metrics
     write_run_report(run_dir, metrics, grid.name, grid, how_run=how_run_line_of(run_dir), figures=figures)
 

@@ -1,10 +1,11 @@
 """Claims judged after every block of seeds, with the error controlled at any stopping point: e-values of the jumps.
 
 Planned looks (`sequential`) spend α over a few seed counts fixed in advance, and a claim clear at 88 seeds waits
-for the next planned look. Here the verdict may be read after every block instead: each mean claim's effect
-hypothesis (as many seeds jump up as down, the rule's sign test) is tested by an e-value that is a test martingale
-in the seeds, so by Ville's inequality its chance of ever reaching 1/α', at any look, chosen after seeing the data,
-is at most α' (Ramdas, Grünwald, Vovk & Shafer 2023, "Game-theoretic statistics and safe anytime-valid inference").
+for the next planned look. Here the verdict may be read after every block instead: each "above"/"below" claim's
+effect hypothesis (as many seeds jump up as down, the rule's sign test) is tested by an e-value that is a test
+martingale in the seeds, so by Ville's inequality its chance of ever reaching 1/α', at any look, chosen after seeing
+the data, is at most α' (Ramdas, Grünwald, Vovk & Shafer 2023, "Game-theoretic statistics and safe anytime-valid
+inference").
 
 The e-value of a claim against one rival is the mixture likelihood ratio of its jumps' directions, a jump up with
 chance p under a Beta(½, ½) prior on p against p = ½:
@@ -15,8 +16,8 @@ It depends on the counts alone, so the seeds' order does not matter. A family's 
 (each claim's e-value against m/α, m the family's tested mean claims), a claim against several rivals holds where
 every rival's e-value passes (intersection–union) and is contradicted where one passes R times the threshold. The
 verdict words are the rule's (`rule`): "holds" needs the jumps the claimed way adding up to at least the resolution,
-"contradicted" the other way. A spread claim and the equivalence hypotheses ("not supported", an "equal" claim's
-"holds") have no e-value here: they stay undecided, and the verdict says so (use planned looks for them). p_value
+"contradicted" the other way. Spread claims, "equal" claims and "not supported" have no e-value here: they stay
+undecided, and the verdict says so (use planned looks for them). p_value
 is 1/E, an anytime-valid p-value; p_adjusted its Bonferroni adjustment, m/E.
 """
 
@@ -48,39 +49,37 @@ def _rival_counts(data: ClaimData, index: int, resolution: float) -> tuple[int, 
 
 
 def anytime_verdict(claim: Claim, data: ClaimData, threshold: float) -> tuple[str, str, float]:
-    """(verdict, why, the claim-level e-value) of one mean claim at Bonferroni threshold `threshold` (m/α)."""
+    """(verdict, why, the claim-level e-value) of one "above"/"below" claim at Bonferroni threshold `threshold`
+    (m/α)."""
     r, rivals = claim.resolution, len(data.others)
     counts = [_rival_counts(data, i, r) for i in range(rivals)]
     values = [sign_e_value(up, down) for up, down, _ in counts]
-    words = data.jump_words(r)
     sign = -1.0 if claim.direction == "below" else 1.0
 
     def told(i: int) -> str:
         up, down, _ = counts[i]
+        words = data.jump_words(r, up + down)
         return f"of the {up + down} {words}, {up} end higher and {down} lower (sign e-value {values[i]:.3g})"
 
-    need = f"{threshold * (rivals if rivals > 1 else 1):.3g}"
+    need = f"{threshold * rivals:.3g}"
     favour = [sign * (up - down) > 0 for up, down, _ in counts]
-    if claim.direction != "equal" and all(favour):
+    if all(favour):
         weakest = int(np.argmin(values))
         if values[weakest] >= threshold:
             if min(sign * mean for _, _, mean in counts) >= r:
-                return (
-                    "holds",
-                    f"{told(weakest)} ≥ {threshold:.3g}, adding up to {counts[weakest][2]:+.3g}",
-                    values[weakest],
-                )
-            return "undecided", f"{told(weakest)}, but adding up to less than the resolution ({r:g})", values[weakest]
-    against = [i for i in range(rivals) if claim.direction == "equal" or not favour[i]]
+                why = f"{told(weakest)} ≥ {threshold:.3g}, adding up to {counts[weakest][2]:+.3g}"
+                return "holds", why, values[weakest]
+            why = f"{told(weakest)}, but adding up to less than the resolution ({r:g})"
+            return "undecided", why, values[weakest]
+    against = [i for i in range(rivals) if not favour[i]]
     if against:
         strongest = max(against, key=lambda i: values[i])
         mean = counts[strongest][2]
-        passes = values[strongest] >= threshold * rivals
-        if passes and (abs(mean) >= r if claim.direction == "equal" else sign * mean <= -r):
-            way = "one way" if claim.direction == "equal" else "the other way"
-            return "contradicted", f"{told(strongest)} ≥ {need}: {way}, adding up to {mean:+.3g}", values[strongest]
-    weakest = int(np.argmin(values)) if claim.direction != "equal" else int(np.argmax(values))
-    return "undecided", f"{told(weakest)}: below {need}, not decided", values[weakest]
+        if values[strongest] >= threshold * rivals and sign * mean <= -r:
+            why = f"{told(strongest)} ≥ {need}: the other way, adding up to {mean:+.3g}"
+            return "contradicted", why, values[strongest]
+    weakest = int(np.argmin(values))
+    return "undecided", f"{told(weakest)}: below {threshold:.3g}, not decided", values[weakest]
 
 
 def anytime_table(
@@ -95,14 +94,18 @@ def anytime_table(
     table = verdict_table(metrics, claims, 1 - alpha, estimate_seeds=False, ranges=ranges)
     datas = [claim_data(metrics, claim, ranges)[0] for claim in claims]
     families = [claim.family or "condition file" for claim in claims]
-    tested = [c.statistic == "mean" and len(d.side) >= MIN_SEEDS for c, d in zip(claims, datas, strict=True)]
+    tested = [
+        c.statistic == "mean" and c.direction != "equal" and len(d.side) >= MIN_SEEDS
+        for c, d in zip(claims, datas, strict=True)
+    ]
     sizes = pd.Series([f for f, t in zip(families, tested, strict=True) if t]).value_counts()
     for row, (claim, data) in enumerate(zip(claims, datas, strict=True)):
         if not tested[row]:
-            if claim.statistic == "std" and len(data.side) >= MIN_SEEDS:
+            if len(data.side) >= MIN_SEEDS:
+                kind = "a spread claim" if claim.statistic == "std" else "an equal claim"
                 table.loc[row, ["verdict", "why"]] = (
                     "undecided",
-                    "a spread claim has no anytime-valid test here: judge it with planned looks",
+                    f"{kind} has no anytime-valid test here: judge it with planned looks",
                 )
             continue
         m = int(sizes[families[row]])

@@ -227,16 +227,17 @@ def family_errors(
 def margin_errors(claim: Claim, jumps: Jumps, bound: float, n: int, datasets: int, seed: int) -> tuple[float, float]:
     """(the rule's error, a sign-flip TOST's error) when the truth sits exactly at the margin, for one claim alone (a
     family of one: its own level α, the least protected case). The truth: an "equal" claim's mean resolved
-    difference is exactly the margin ("holds" is wrong), or an "above" claim's is exactly its resolution ("not
-    supported" is wrong). The sign-flip TOST (two shifted sign-flip tests, doubled) is the alternative the rule
-    rejects: it assumes symmetry, and a mean at the margin made of rare large jumps breaks it."""
+    difference is exactly the margin ("holds" and "contradicted" are wrong), or an "above" claim's is exactly its
+    resolution ("not supported" is wrong). The sign-flip TOST (two shifted sign-flip tests, doubled) is the
+    alternative the rule rejects: it assumes symmetry, and a mean at the margin made of rare large jumps breaks it."""
     rng = np.random.default_rng([seed, n])
-    wrong = "holds" if claim.direction == "equal" else "not supported"
+    # at the margin an "equal" claim is neither within it nor beyond it: "holds" and "contradicted" are both wrong
+    wrong = ("holds", "contradicted") if claim.direction == "equal" else ("not supported",)
     rule_wrong = flip_wrong = 0
     for _ in range(datasets):
         differences = jumps.draw(rng, n)
         data = ClaimData(differences, (None,), ("0",), bound)
-        rule_wrong += judge_family([claim], [data], ALPHA)[0].outcome.verdict == wrong
+        rule_wrong += judge_family([claim], [data], ALPHA)[0].outcome.verdict in wrong
         r = claim.resolution
         flipped = max(sign_flip_p(differences + r, "greater", rng).p, sign_flip_p(differences - r, "less", rng).p)
         flip_wrong += 2 * flipped <= ALPHA

@@ -6,7 +6,7 @@ follow from that, and every test and interval here obeys them:
 - **Ties at the resolution.** A difference within the claim's resolution r is a tie and counts as exactly 0
   (`resolved`); for a spread, a seed whose two values lie within r counts as two equal values (`resolved_pairs`).
   Float noise therefore never moves a test: 18 seeds at −0.001 and 2 jumps down are 2 jumps down.
-- **A mean claim is a claim about jumps.** A sign-flip permutation test of the mean assumes the differences are
+- **A verdict is about jumps.** A sign-flip permutation test of the mean assumes the differences are
   symmetric about 0 under the null; jumps are not (a rare large jump up against frequent small jumps down has mean
   0, and without the rare jump in the sample the sign-flip test rejects far more often than its level: the
   calibration in `harness.inference.calibration` measures it). No test of a mean is exact at 20 seeds for such
@@ -14,11 +14,12 @@ follow from that, and every test and interval here obeys them:
   (`shift_test`, the exact two-sided sign test on the jumps, scipy.stats.binomtest), with the mean of the resolved
   differences on the claimed side by at least r as the effect size it must also have.
 
-Equivalence ("equal", and "not supported": no effect as large as r) is an exact two one-sided test (TOST) that needs
-the metric's range (`equivalence_test`): a sign-flip TOST errs far beyond its level when a mean at the margin is made
-of rare large jumps (the calibration measures it). A spread claim uses the pair-swap permutation test
-(`swap_test`); the "equal" claim's contradiction a shifted sign-flip test (`beyond_margin_test`). Permutation
-p-values are enumerated or drawn until exact enough (`monte_carlo`).
+Equivalence ("equal", and "not supported": the jumps' mean within ±r) is an exact two one-sided test (TOST) on the
+jump counts that needs the metric's range (`equivalence_test`): a sign-flip TOST errs far beyond its level when a
+mean at the margin is made of rare large jumps (the calibration measures it). A spread claim uses the pair-swap
+permutation test (`swap_test`); the "equal" claim's contradiction a betting test of the jumps' mean beyond ±r
+(`betting.betting_p_value`). Permutation p-values are enumerated or drawn until exact enough (`monte_carlo`). Where
+a claim's metric is set by the end mode, a jump is a change of end mode (`rule.ClaimData.differences`).
 """
 
 from __future__ import annotations
@@ -139,15 +140,6 @@ def equivalence_seeds(margin: float, bound: float, alpha: float) -> int:
     """The fewest seeds at which `equivalence_test` can reject at level alpha (with no seed jumping)."""
     chance = min(1.0, margin / bound)
     return 1 if chance >= 1 else math.ceil(math.log(alpha / 2) / math.log(1 - chance))
-
-
-def beyond_margin_test(
-    differences: np.ndarray, margin: float, rng: np.random.Generator, draws: int = FIRST_BATCH
-) -> MonteCarloP:
-    """2 × the sign-flip p that the mean of the (resolved) differences lies beyond the margin on its own side."""
-    if np.mean(differences) > 0:
-        return sign_flip_test(differences - margin, "greater", rng, draws).scaled(2.0)
-    return sign_flip_test(differences + margin, "less", rng, draws).scaled(2.0)
 
 
 def dominant_mode(values: np.ndarray, resolution: float) -> float:

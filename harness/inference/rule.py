@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.inference.betting import betting_p_value
 from harness.inference.claims import Claim
 from harness.inference.monte_carlo import FIRST_BATCH, MonteCarloP
 from harness.inference.paired_tests import (
@@ -60,6 +61,18 @@ NEGATIVE = ("contradicted", "not supported")
 
 # A test's generator, from the names that make its stream its own: (rival index, test name) -> generator
 Streams = Callable[[int, str], np.random.Generator]
+
+
+def jump_words(by_end_mode: bool, resolution: float, count: int = 2) -> str:
+    """What a jump is, as a verdict states it of `count` seeds: "seeds whose end modes differ" where jumps are
+    end-mode changes, else "seeds that differ by more than r" (singular for one)."""
+    if by_end_mode:
+        return "seed whose end modes differ" if count == 1 else "seeds whose end modes differ"
+    return (
+        f"seed that differs by more than {resolution:g}"
+        if count == 1
+        else f"seeds that differ by more than {resolution:g}"
+    )
 
 
 @dataclass(frozen=True)
@@ -100,7 +113,9 @@ class ClaimData:
         """Per seed: whether both runs end in the same end mode (all False where jumps are not end-mode changes)."""
         if not self.by_end_mode:
             return np.zeros(len(self.side), dtype=bool)
-        return self.side_modes == self.other_modes[index]  # type: ignore[index]
+        side, other = self.side_modes, self.other_modes[index]  # type: ignore[index]
+        # a run without a recorded end mode (NaN) shares none: that seed is counted by the resolution
+        return (side == other) & np.isfinite(side) & np.isfinite(other)
 
     def differences(self, index: int, resolution: float) -> np.ndarray:
         """Per-seed jumps side − rival `index`: the differences beyond the resolution, and where jumps are end-mode
@@ -113,11 +128,9 @@ class ClaimData:
         raw = self.raw_differences(index)
         return raw[self.same_mode(index) & (np.abs(raw) > resolution)]
 
-    def jump_words(self, resolution: float) -> str:
-        """What a jump is for this claim, as a verdict states it: "seeds whose end modes differ" or the rule."""
-        if self.by_end_mode:
-            return "seeds whose end modes differ"
-        return f"seeds that differ by more than {resolution:g}"
+    def jump_words(self, resolution: float, count: int = 2) -> str:
+        """What a jump is for this claim, as a verdict states it of `count` seeds (`jump_words`)."""
+        return jump_words(self.by_end_mode, resolution, count)
 
 
 @dataclass(frozen=True)
@@ -157,7 +170,9 @@ def rival_tests(
     """The claim's tests against each rival, drawn permutation tests with `draws` draws each (`monte_carlo`);
     equivalence: run the TOST too (mean claims) where it can reject at level alpha with this many seeds."""
     r, tests = claim.resolution, []
-    reachable = equivalence and equivalence_reachable(len(data.side), r, data.bound, alpha)
+    # "not supported" against one of R rivals is Bonferroni over them: its smallest p is R times a single TOST's
+    union = len(data.others) if claim.direction != "equal" else 1
+    reachable = equivalence and equivalence_reachable(len(data.side), r, data.bound, alpha / union)
     for index, other in enumerate(data.others):
         if claim.statistic == "std":
             side, rival = resolved_pairs(data.side, other, r)
@@ -170,10 +185,12 @@ def rival_tests(
         effect = float(np.mean(differences))
         tost = equivalence_test(differences, r, data.bound) if reachable else None
         shift = shift_test(differences)
-        test = MonteCarloP.exact(shift.p)
         if claim.direction == "equal":
-            tests.append(RivalTest(effect, abs(effect) < r, test, "sign test on the jumps", tost, shift))
+            beyond = betting_p_value(differences, -data.bound, data.bound, -r, r, alpha)
+            name = "betting test of the jumps' mean beyond the margin"
+            tests.append(RivalTest(effect, abs(effect) < r, MonteCarloP.exact(beyond), name, tost, shift))
             continue
+        test = MonteCarloP.exact(shift.p)
         sign = 1.0 if claim.direction == "above" else -1.0
         favours = sign * (shift.up - shift.down) > 0
         tests.append(RivalTest(effect, favours, test, "sign test on the jumps", tost, shift))
@@ -215,25 +232,33 @@ def equivalence_p(claim: Claim, tests: Sequence[RivalTest]) -> MonteCarloP | Non
 
 @dataclass(frozen=True)
 class Wording:
-    """What a verdict's text needs of its data: what a jump is, the seeds, and the metric's range (the bound)."""
+    """What a verdict's text needs of its data: what a jump is (by the count of seeds named), the seeds, and the
+    metric's range (the bound)."""
 
-    jumps: str = "seeds that differ by more than the resolution"
     seeds: int = 0
     bound: float = math.inf
+    by_end_mode: bool = False
+    resolution: float = 0.0
 
     @staticmethod
     def of(data: ClaimData, resolution: float) -> Wording:
-        return Wording(data.jump_words(resolution), len(data.side), data.bound)
+        return Wording(len(data.side), data.bound, data.by_end_mode, resolution)
+
+    def jumps(self, count: int) -> str:
+        """What a jump is, for `count` of them (`jump_words`)."""
+        return jump_words(self.by_end_mode, self.resolution, count)
 
 
-def _counts(test: RivalTest, jumps: str, p_text: str) -> str:
+def _counts(test: RivalTest, wording: Wording, p_text: str) -> str:
     """A mean test's counts in words: "of the 19 seeds whose end modes differ, 18 end higher and 1 lower (…)"."""
     shift = test.shift
     if shift is None:
         return f"spread over seeds {test.effect:+.3g} against the rival's (pair-swap permutation test, {p_text})"
-    if shift.up + shift.down == 0:
-        return f"0 {jumps} ({p_text})"
-    return f"of the {shift.up + shift.down} {jumps}, {shift.up} end higher and {shift.down} lower (sign test, {p_text})"
+    total = shift.up + shift.down
+    named = f"{test.effect_name}, {p_text}" if test.effect_name.startswith("betting") else f"sign test, {p_text}"
+    if total == 0:
+        return f"0 {wording.jumps(0)} ({named})"
+    return f"of the {total} {wording.jumps(total)}, {shift.up} end higher and {shift.down} lower ({named})"
 
 
 def judge(
@@ -247,11 +272,11 @@ def judge(
 ) -> Outcome:
     """The claim's verdict by the module's rule from its adjusted p-values (NaN: not tested); determined: whether
     the effect and the equivalence p are settled (no value in their Monte-Carlo intervals changes a decision).
-    Its text states what was tested and the counts that decided it."""
+    Its text states what was tested and the counts that decided it (or why nothing was decided)."""
     r = claim.resolution
     effect_found = effect_adjusted <= alpha and determined[0]
     equivalent = equivalence_adjusted <= alpha and determined[1]
-    text = f"p_adj = {effect_adjusted:.2g}"
+    text = f"{'claim ' if len(tests) > 1 else ''}p_adj = {effect_adjusted:.2g}"
     sign = -1.0 if claim.direction == "below" else 1.0
     # the weakest rival: the largest p, and among equal p (exact tests tie often) the smallest effect the claimed way
     weakest = max(range(len(tests)), key=lambda i: (tests[i].effect_test.p, -sign * tests[i].effect))
@@ -262,24 +287,26 @@ def judge(
         return Outcome(verdict, why, index, test.effect, name, deciding)
 
     def counts(index: int) -> str:
-        return _counts(tests[index], wording.jumps, text)
+        return _counts(tests[index], wording, text)
 
     def equivalence_text(index: int) -> str:
         shift, chance = tests[index].shift, min(1.0, r / wording.bound)
-        found = f"{shift.up} up and {shift.down} down of {wording.seeds}" if shift else ""
+        found = f"{shift.up} up and {shift.down} down" if shift else ""
         return (
-            f"each way's share of {wording.jumps} lies below {chance:.2g} (= {r:g} / the metric's range), the most a "
-            f"mean difference within ±{r:g} allows: {found} (exact binomial TOST, p_adj = {equivalence_adjusted:.2g})"
+            f"each way's share of all {wording.seeds} seeds that jump lies below {chance:.2g} (= {r:g} / the "
+            f"metric's range), which keeps the jumps' mean within ±{r:g}: {found} (exact binomial TOST, p_adj = "
+            f"{equivalence_adjusted:.2g})"
         )
 
     unsettled = [name for name, settled in zip(("effect", "equivalence"), determined, strict=True) if not settled]
     note = f" (the {' and '.join(unsettled)} test's Monte-Carlo p could not be settled)" if unsettled else ""
     unreachable = ""
     if claim.statistic == "mean" and np.isfinite(wording.bound) and wording.seeds:
-        if not equivalence_reachable(wording.seeds, r, wording.bound, alpha):
-            needs = equivalence_seeds(r, wording.bound, alpha)
+        union = len(tests) if claim.direction != "equal" else 1
+        if not equivalence_reachable(wording.seeds, r, wording.bound, alpha / union):
+            needs = equivalence_seeds(r, wording.bound, alpha / union)
             unreachable = (
-                f"; a difference within ±{r:g} cannot be shown at {wording.seeds} seeds "
+                f"; the jumps' mean within ±{r:g} cannot be shown at {wording.seeds} seeds "
                 f"(that needs at least {needs:,}, even with no seed jumping)"
             )
     if claim.direction == "equal":
@@ -289,11 +316,11 @@ def judge(
         if equivalent:
             return outcome(tightest, "holds", equivalence_text(tightest), "equivalence")
         worst = min(range(len(tests)), key=lambda i: tests[i].effect_test.p)
-        if effect_found and abs(tests[worst].effect) >= r:
+        if effect_found:
             return outcome(
                 worst,
                 "contradicted",
-                f"{counts(worst)}: one way, their jumps adding up to {tests[worst].effect:+.3g}, beyond ±{r:g}",
+                f"{counts(worst)}: the jumps' mean, {tests[worst].effect:+.3g}, lies beyond ±{r:g}",
             )
         return outcome(tightest, "undecided", f"{counts(tightest)}: not decided{note}{unreachable}")
     signed = [sign * t.effect for t in tests]
@@ -314,6 +341,12 @@ def judge(
             return outcome(
                 worst, "contradicted", f"{counts(worst)}: the other way, adding up to {tests[worst].effect:+.3g}"
             )
+        return outcome(
+            worst,
+            "undecided",
+            f"{counts(worst)}: the other way, but adding up to only {tests[worst].effect:+.3g}, within the resolution "
+            f"({r:g}){note}",
+        )
     if equivalent:
         closest = min(range(len(tests)), key=lambda i: tests[i].equivalence.p)  # type: ignore[union-attr]
         return outcome(closest, "not supported", equivalence_text(closest), "equivalence")

@@ -144,20 +144,22 @@ def claim_data(
     for values in others.values():
         finite &= np.isfinite(values[seeds].to_numpy())
     excluded, seeds = int(np.sum(~finite)), seeds[finite]
+    by_mode = _jumps_by_end_mode(metrics, claim.metric, iteration, other_iteration, last)
+    modes = {name: _values(metrics, MODE, name, other_iteration)[seeds].to_numpy() for name in names} if by_mode else {}
     groups: dict[bytes, tuple[np.ndarray, list[str]]] = {}
     for name, values in others.items():
         array = values[seeds].to_numpy()
-        groups.setdefault(array.tobytes(), (array, []))[1].append(name)
+        # one rival where the values and the end modes are the same seed by seed
+        key = array.tobytes() + (modes[name].tobytes() if by_mode else b"")
+        groups.setdefault(key, (array, []))[1].append(name)
     labels = tuple(
         f"{named[0]} @ {other_iteration}" + (f" (= {', '.join(named[1:])})" if len(named) > 1 else "")
         for _, named in groups.values()
     )
     side_modes, other_modes = None, None
-    if _jumps_by_end_mode(metrics, claim.metric, iteration, other_iteration, last):
+    if by_mode:
         side_modes = _values(metrics, MODE, claim.condition, iteration)[seeds].to_numpy()
-        other_modes = tuple(
-            _values(metrics, MODE, named[0], other_iteration)[seeds].to_numpy() for _, named in groups.values()
-        )
+        other_modes = tuple(modes[named[0]] for _, named in groups.values())
     arrays = tuple(array for array, _ in groups.values())
     data = ClaimData(side[seeds].to_numpy(), arrays, labels, high - low, side_modes, other_modes)
     return data, side_label, labels[0], iteration, excluded
@@ -208,8 +210,10 @@ class Judged:
         def ratio(adjusted: float, raw: float) -> float:
             return adjusted / raw if raw > 0 and np.isfinite(adjusted) else 1.0
 
-        equivalence = np.nan if self.equivalence is None else self.equivalence.p
-        return ratio(self.adjusted, self.effect.p), ratio(self.adjusted_equivalence, equivalence)
+        effect = ratio(self.adjusted, self.effect.p)
+        if self.equivalence is None:  # left out of the family here: at more seeds it joins it, adjusted like the effect
+            return effect, effect
+        return effect, ratio(self.adjusted_equivalence, self.equivalence.p)
 
 
 def _adjusted(
@@ -440,11 +444,14 @@ def _seeds_needed(
 def mean_reading(claim: Claim, low: float, high: float) -> str:
     """What a mean's interval says of a claim about the mean, by the resolution r: "holds" where it lies beyond r on
     the claimed side ("equal": within ±r), "contradicted" beyond r on the other side ("equal": beyond ±r either
-    way), "within ±r" where it lies inside ±r (an "above"/"below" claim's no difference), else "undecided"; "not
-    tested" without an interval (a metric without a known range)."""
+    way), "within ±r" where it lies inside ±r (an "above"/"below" claim's no difference), else "undecided"; "no
+    interval" without one (a metric without a known range), "empty interval" where every mean was rejected (the
+    data unlikely under i.i.d. seeds within the range: a chance below the interval's level)."""
     r = claim.resolution
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return "not tested"
+    if np.isnan(low) or np.isnan(high):
+        return "no interval"
+    if low > high:
+        return "empty interval"
     within = -r <= low and high <= r
     if claim.direction == "equal":
         return "holds" if within else "contradicted" if low > r or high < -r else "undecided"
@@ -452,6 +459,17 @@ def mean_reading(claim: Claim, low: float, high: float) -> str:
     if above or below:
         return "holds" if above == (claim.direction == "above") else "contradicted"
     return f"within ±{r:g}" if within else "undecided"
+
+
+def _joint_reading(claim: Claim, bounds: Sequence[tuple[float, float]]) -> str:
+    """The mean reading of a claim against several rivals, each rival's interval read by `mean_reading`: "holds"
+    (and "within ±r") only where it holds against every rival, "contradicted" where it does against any."""
+    readings = [mean_reading(claim, low, high) for low, high in bounds]
+    if not readings:
+        return "no interval"
+    if "contradicted" in readings:
+        return "contradicted"
+    return readings[0] if len(set(readings)) == 1 else "undecided"
 
 
 def _row(claim, data, side_label, outcome, tested, alpha, levels, excluded) -> dict[str, object]:  # noqa: ANN001
@@ -475,14 +493,19 @@ def _row(claim, data, side_label, outcome, tested, alpha, levels, excluded) -> d
         interval = paired_bootstrap_ci(*resolved_pairs(data.side, other, claim.resolution), "std", 1 - level, rng=rng)
         if not tested:  # below MIN_SEEDS no interval is shown, as no verdict is
             interval = (interval[0], np.nan, np.nan)
-        method, interval_level, reading = "BCa bootstrap", 1 - level if tested else np.nan, "not tested"
+        method, interval_level, reading = "BCa bootstrap", 1 - level if tested else np.nan, "—"
     else:
-        # the interval only where the claim is tested: below MIN_SEEDS no interval is shown, as no verdict is
-        bounds = betting_interval(differences, -data.bound, data.bound, 1 - mean_level) if tested else None
+        # The interval only where the claim is tested (below MIN_SEEDS none is shown, as no verdict is), against
+        # every rival at α / (m R): the reported rival is chosen from the data, and the reading speaks of them all.
+        rivals_level = mean_level / len(data.others)
+        bounds = [
+            betting_interval(data.raw_differences(i), -data.bound, data.bound, 1 - rivals_level) if tested else None
+            for i in range(len(data.others))
+        ]
         mean = float(np.mean(differences)) if len(differences) else np.nan
-        interval = (mean, *(bounds or (np.nan, np.nan)))
-        method, interval_level = "betting confidence sequence", 1 - mean_level if tested else np.nan
-        reading = mean_reading(claim, interval[1], interval[2]) if tested else "not tested"
+        interval = (mean, *(bounds[rival] or (np.nan, np.nan)))
+        method, interval_level = "betting confidence sequence", 1 - rivals_level if tested else np.nan
+        reading = _joint_reading(claim, [b for b in bounds if b is not None]) if tested else "—"
     rivals = len(data.others)
     other_label = data.labels[rival] + (f" (worst of {rivals} distinct rivals)" if rivals > 1 else "")
     verdict, why = outcome.verdict, outcome.why

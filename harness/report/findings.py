@@ -24,7 +24,6 @@ from harness.report.markdown import markdown_table
 from harness.report.metrics_table import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 
 MEAN_CI = f"a BCa bootstrap over seeds (scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} paired resamples)"
-EXACT_NAMES = {"sign test": "sign", "McNemar exact": "McNemar"}
 
 Writer = Callable[[str, str | bytes], None]
 
@@ -51,14 +50,17 @@ def verdict_rule(verdicts: pd.DataFrame, confidence: float = 0.95) -> str:
         "a test of the mean**: a rare large jump against frequent small ones moves the mean and not the counts. The "
         "mean itself stands beside it: *Mean Δ* is the mean of the per-seed differences as measured (drifts "
         "included), with a betting confidence interval (Waudby-Smith & Ramdas 2024) valid for any distribution within "
-        f"the metric's range, at 1 − {alpha}/m for the m tested claims of the family (Bonferroni); *The mean* reads "
-        "that interval alone: *holds* where it lies beyond r on the claimed side (*equal*: within ±r), *contradicted* "
-        "beyond r on the other side, *within ±r* inside the margin, else *undecided*, and *not tested* for a metric "
-        "without a known range. A spread claim's Δ is the difference of standard deviations over seeds, with "
+        f"the metric's range, at 1 − {alpha}/(m R) for the m tested claims of the family and a claim's R distinct "
+        "rivals (Bonferroni, one interval per rival); *The mean* reads those intervals alone: *holds* where they lie "
+        "beyond r on the claimed side against every rival (*equal*: within ±r), *contradicted* beyond r on the other "
+        "side against some rival, *within ±r* inside the margin, else *undecided*; a metric without a known range "
+        "gets *no interval*. A spread claim's Δ is the difference of standard deviations over seeds, with "
         f"{MEAN_CI} at the level of its Holm step. *Seeds needed* estimates how many seeds would decide an undecided "
         f"claim with {TARGET:.0%} probability: the observed seeds resampled at 1–{LADDER_TOP}× their number "
-        f'({SIMULATED_DATASETS} datasets a step) through this rule at the claim\'s adjustment; "> N" when even '
-        f"{LADDER_TOP}× would not. A claim against several conditions (a pattern) must hold against each one "
+        f"({SIMULATED_DATASETS} datasets a step) through this rule at the claim's adjustment, then the share of each "
+        f"verdict among {SIMULATED_DATASETS} datasets of that many seeds (which way it would be decided, each share "
+        f'±{0.5 / SIMULATED_DATASETS**0.5:.3f} at most); "> N" when even {LADDER_TOP}× would not. '
+        "A claim against several conditions (a pattern) must hold against each one "
         "(intersection–union; a negative verdict against one survives Bonferroni over them); the row shows the one "
         f"that decided. With fewer than {MIN_SEEDS} seeds a claim is **untested**: no verdict, numbers shown for "
         "orientation only. claims.csv holds every count, p-value and interval."

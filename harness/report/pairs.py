@@ -17,7 +17,7 @@ import pandas as pd
 from harness.engine.metrics import metric
 from harness.grid.knobs import Knobs
 from harness.grid.layout import GridSpec
-from harness.inference.verdicts import paired_bootstrap_ci
+from harness.inference.verdicts import MIN_SEEDS, paired_bootstrap_ci
 from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap
 from harness.report.grid_info import DEFAULTS
 from harness.report.markdown import markdown_table
@@ -43,11 +43,11 @@ def pair_source(knobs: Knobs) -> str:
 
 
 def _mean_ci(values: pd.Series) -> str:
-    """Mean over seeds with its 95% Student-t CI, as every mean of the report."""
+    """Mean over seeds with its 95% Student-t CI from MIN_SEEDS seeds on, as every mean of the report."""
     n, mean, _, low, high = mean_std_ci(values, 0.95)
     if n == 0:
         return "·"
-    return num(mean) if n < 2 else f"{num(mean)} [{num(low)}, {num(high)}]"
+    return num(mean) if n < MIN_SEEDS else f"{num(mean)} [{num(low)}, {num(high)}]"
 
 
 DISTINCT_ERROR = "pair_label_error_distinct"
@@ -59,10 +59,15 @@ def _at(prepared: pd.DataFrame, condition: str, iteration: int, column: str) -> 
     return rows.set_index("seed")[column]
 
 
-def _paired(prepared: pd.DataFrame, side: str, other: str, iteration: int, column: str) -> tuple[float, float, float]:
+def _paired(prepared: pd.DataFrame, side: str, other: str, iteration: int, column: str) -> str:
+    """The mean paired difference side − other over shared seeds, with its 95% bootstrap interval from MIN_SEEDS
+    paired seeds on (as every interval of the report's descriptive numbers)."""
     a, b = _at(prepared, side, iteration, column), _at(prepared, other, iteration, column)
     seeds = a.index.intersection(b.index)
-    return paired_bootstrap_ci(a[seeds].to_numpy(float), b[seeds].to_numpy(float), "mean", 0.95)
+    effect, low, high = paired_bootstrap_ci(a[seeds].to_numpy(float), b[seeds].to_numpy(float), "mean", 0.95)
+    if len(seeds) < MIN_SEEDS:
+        return num(effect, signed=True)
+    return f"{num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}]"
 
 
 def _slow_judge(grid: GridSpec) -> str | None:
@@ -125,15 +130,13 @@ def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
                 f"never wrong, the label error is {_mean_ci(_at(prepared, name, last, 'pair_label_error'))}."
             )
         if knobs.rejected_from == "initial" and name != ref:
-            effect, low, high = _paired(prepared, name, ref, last, "pair_quality_gap")
-            quality, quality_low, quality_high = _paired(prepared, name, ref, last, "policy_quality")
+            gap = _paired(prepared, name, ref, last, "pair_quality_gap")
+            quality = _paired(prepared, name, ref, last, "policy_quality")
             lines.append(
                 f"- **Does anchored rejection keep the gap open?** `{name}`: E|q*(chosen) − q*(rejected)| at iteration "
                 f"{last} is {_mean_ci(_at(prepared, name, last, 'pair_quality_gap'))} against the reference's "
-                f"{_mean_ci(_at(prepared, ref, last, 'pair_quality_gap'))} (paired Δ {num(effect, signed=True)} "
-                f"[{num(low, signed=True)}, {num(high, signed=True)}]); its final real quality differs from the "
-                f"reference's by {num(quality, signed=True)} [{num(quality_low, signed=True)}, "
-                f"{num(quality_high, signed=True)}]."
+                f"{_mean_ci(_at(prepared, ref, last, 'pair_quality_gap'))} (paired Δ {gap}); its final real quality "
+                f"differs from the reference's by {quality} (descriptive)."
             )
     slow = _slow_judge(grid)
     if slow is not None and slow in conditions(prepared):
@@ -145,13 +148,12 @@ def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
         others = [n for n in conditions(prepared) if n not in (slow, ref) and not bool(roles.get(n, False))]
         rows = []
         for name in others:
-            effect, low, high = _paired(prepared, name, slow, last, "policy_quality")
-            rows.append(f"`{name}` {num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}]")
+            rows.append(f"`{name}` {_paired(prepared, name, slow, last, 'policy_quality')}")
         if rows:
             lines.append(
                 f"- **Does any beat slower judge updates?** Each condition's final real quality minus `{slow}`'s, "
-                "paired over seeds, with a 95% bootstrap CI per comparison (descriptive: a claim in the condition "
-                "file gets a verdict): " + "; ".join(rows) + "."
+                f"paired over seeds, with a 95% bootstrap CI per comparison from {MIN_SEEDS} paired seeds on "
+                "(descriptive: a claim in the condition file gets a verdict): " + "; ".join(rows) + "."
             )
     first_modes = _same_end_modes(prepared, grid)
     if first_modes:

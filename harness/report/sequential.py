@@ -64,12 +64,19 @@ def sequential_section(
     looks.csv.
     """
     open_ = int(claims["decided_at_look"].isna().sum())
+    earlier = (
+        " These verdicts were judged by an earlier version's rule (jumps counted by the resolution alone): "
+        "`coevolab run --resume DIR --until-decided` judges them again from the finished stages."
+        if "jump_rule" not in claims.columns
+        else ""
+    )
     tally = f"{plural(len(claims) - open_, 'claim')} decided, {open_} open"
     lines = [
         "## Which claims hold, deciding as seeds were added",
         "",
         f"{tally} after {plural(len(looks), 'look')} of {len(planned)} planned. "
-        + method_text(planned, levels, alpha, spending),
+        + method_text(planned, levels, alpha, spending)
+        + earlier,
         "",
         looks_markdown(looks),
         decisions_markdown(claims),

@@ -205,7 +205,8 @@ def _with_ci(text: str, low: object, high: object) -> str:
 def summary_markdown(summary: pd.DataFrame) -> str:
     """The output of summarize() as a markdown table, 3 decimals, "n/a" for undefined values.
 
-    One column per headline metric (mean ± std over seeds; quality also with its CI), the paired quality difference
+    One column per headline metric (mean ± std over seeds; quality also with its CI from MIN_SEEDS seeds on), the
+    paired quality difference
     with its CI where at least MIN_SEEDS seeds are paired (descriptive: no direction word), the runs that fell from
     their peak (fell_from_peak), and a Diverged column when any run diverged. Boundary rows read "boundary" in the
     Role column.
@@ -226,7 +227,8 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         cells = [str(r["condition"]), str(r["role"])]
         for x in headline:
             text = _mean_std(r, x.name)
-            cells.append(_with_ci(text, r[f"{x.name}_ci_low"], r[f"{x.name}_ci_high"]) if x is QUALITY else text)
+            shown = x is QUALITY and int(r["n_final"]) >= MIN_SEEDS  # no interval below MIN_SEEDS seeds
+            cells.append(_with_ci(text, r[f"{x.name}_ci_low"], r[f"{x.name}_ci_high"]) if shown else text)
         cells += [delta, fell_from_peak(r)]
         if any_diverged:
             cells.append(f"{int(r['diverged_runs'])}/{int(r['n_seeds'])}")
