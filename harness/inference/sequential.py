@@ -14,9 +14,9 @@ looks' joint distribution, which matters here: the rule pairs a permutation test
 differences that are mostly ties and a few jumps between end modes, not the normal z-statistics whose Brownian
 joint law the sharper group-sequential boundaries (the ones that spend the same α with larger α_k) are computed
 from. The price is conservatism: the looks' overlap in seeds is not used. The "anytime" option judges after every
-block instead (`harness.inference.anytime`): each mean claim's sign test becomes an e-value, valid at any look, at the
-cost of leaving spread claims and equivalence to planned looks; the spending functions keep every verdict the rule a
-fixed-seed grid gets, at a smaller level.
+block instead (`harness.inference.anytime`): each above/below claim's sign test becomes an e-value, valid at any
+look, at the cost of leaving spread claims, equal claims and equivalence to planned looks; the spending functions keep
+every verdict the rule a fixed-seed grid gets, at a smaller level.
 
 Spending functions (Lan & DeMets 1983; two-sided α):
 - "pocock" (Pocock-type): f(t) = α ln(1 + (e − 1) t). It spends about evenly in t, so a claim that is clear at the
@@ -104,11 +104,11 @@ def method_text(looks: tuple[int, ...], levels: np.ndarray, alpha: float, spendi
         return (
             f"Seeds were added in blocks of {looks[0]} until every claim was decided or the budget of {looks[-1]} "
             f"seeds was spent, the claims judged after every block ({len(looks)} looks at most) by e-values that stay "
-            f"valid at any look (α = {alpha:g}; harness.inference.anytime): each mean claim's jumps against as many up "
-            "as down, a Beta(½, ½) mixture whose chance of ever passing 1/α' is at most α' (Ville's inequality), "
-            "Bonferroni over the family's mean claims. A claim keeps the verdict of the first look that decides it; "
-            "conditions that appear only in decided claims stop growing. Spread claims and equivalence "
-            '("not supported", an equal claim\'s "holds") are not judged this way and stay open.'
+            f"valid at any look (α = {alpha:g}; harness.inference.anytime): each above or below claim's jumps "
+            "against as many up as down, a Beta(½, ½) mixture whose chance of ever passing 1/α' is at most α' "
+            "(Ville's inequality), Bonferroni over the family's such claims. A claim keeps the verdict of the first "
+            "look that decides it; conditions that appear only in decided claims stop growing. Spread claims, equal "
+            'claims and "not supported" are not judged this way and stay open.'
         )
     schedule = ", ".join(f"{n} seeds at {level:.3g}" for n, level in zip(looks, levels, strict=True))
     return (
