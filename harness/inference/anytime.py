@@ -31,7 +31,7 @@ import scipy.special
 
 from harness.inference.claims import Claim
 from harness.inference.rule import ClaimData
-from harness.inference.verdicts import MIN_SEEDS, claim_data, verdict_table
+from harness.inference.verdicts import DEFAULT_FAMILY, MIN_SEEDS, claim_data, verdict_table
 
 PRIOR = 0.5  # Beta(½, ½): the Jeffreys prior on the chance of a jump up
 
@@ -93,7 +93,7 @@ def anytime_table(
     fixed-seed rule forms them; m: a family's mean claims with at least MIN_SEEDS seeds."""
     table = verdict_table(metrics, claims, 1 - alpha, estimate_seeds=False, ranges=ranges)
     datas = [claim_data(metrics, claim, ranges)[0] for claim in claims]
-    families = [claim.family or "condition file" for claim in claims]
+    families = [claim.family or DEFAULT_FAMILY for claim in claims]
     tested = [
         c.statistic == "mean" and c.direction != "equal" and len(d.side) >= MIN_SEEDS
         for c, d in zip(claims, datas, strict=True)

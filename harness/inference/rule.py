@@ -8,11 +8,11 @@ jump. For every other comparison (other metrics, an intermediate iteration, a fi
 difference exceeds r (`paired_tests.resolved`). Each verdict's text states which rule it used.
 
 Each claim then has up to two hypotheses, both in its family's adjustment (`verdicts.verdict_table`):
-- the **effect** hypothesis, whose rejection gives "holds" or "contradicted": for a mean claim ("above", "below",
-  "equal") as many seeds jump up as down (the exact sign test on the jumps); on a spread, equal spreads (pair-swap
-  test);
-- the **equivalence** hypothesis (mean claims only), whose rejection says each way's jump rate lies below r / range,
-  the most a mean difference smaller than r allows (an exact TOST on the jump counts given the metric's range,
+- the **effect** hypothesis, whose rejection gives "holds" or "contradicted": for "above"/"below" as many seeds
+  jump up as down (the exact sign test on the jumps); for "equal", the jumps' mean lies within ±r (a betting test,
+  `betting.betting_p_value`: rejection contradicts); on a spread, equal spreads (pair-swap test);
+- the **equivalence** hypothesis (mean claims only), whose rejection says each way's share of seeds that jump lies
+  below r / range, which keeps the jumps' mean within ±r (an exact TOST on the jump counts given the metric's range,
   `paired_tests.equivalence_test`): "not supported" for "above"/"below", "holds" for "equal". It joins the family
   only where it can reject at all at this seed count (`paired_tests.equivalence_reachable`): a hypothesis that no
   data could reject only takes α from the others. A metric without a known range never gets these verdicts.
@@ -27,14 +27,15 @@ the largest of the rivals'); a negative one is a statement about some rival (uni
 - "above" (below mirrors it): holds if the effect p_adj ≤ α, every rival's jumps favour the claim and every
   rival's jumps add up to a mean of at least r on the claimed side; contradicted if p_adj ≤ α against a rival whose
   jumps go the other way, by a mean of at least r; not supported if the equivalence p_adj ≤ α; else undecided.
-- "equal": holds if the equivalence p_adj ≤ α; contradicted if the sign test rejects and the jumps add up to a mean
-  of at least r one way; else undecided.
+- "equal": holds if the equivalence p_adj ≤ α; contradicted if the betting test puts the jumps' mean beyond ±r;
+  else undecided.
 A difference smaller than r is never a finding, and a Monte-Carlo p whose interval still straddles a threshold
 (`monte_carlo.MonteCarloP.determined`) never decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -99,10 +100,11 @@ class ClaimData:
     def take(self, rows: np.ndarray) -> ClaimData:
         """The same claim over the seed rows given (resampling whole seeds: every side moves together)."""
         others = tuple(None if o is None else o[rows] for o in self.others)
+        taken = dataclasses.replace(self, side=self.side[rows], others=others)
         if not self.by_end_mode:
-            return ClaimData(self.side[rows], others, self.labels, self.bound)
+            return taken
         modes = tuple(m[rows] for m in self.other_modes)  # type: ignore[union-attr]
-        return ClaimData(self.side[rows], others, self.labels, self.bound, self.side_modes[rows], modes)  # type: ignore[index]
+        return dataclasses.replace(taken, side_modes=self.side_modes[rows], other_modes=modes)  # type: ignore[index]
 
     def raw_differences(self, index: int) -> np.ndarray:
         """Per-seed differences side − rival `index`, as measured (drifts and float noise included)."""
