@@ -3,6 +3,7 @@ and claims in condition files (validation, `extends`)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,15 @@ import pytest
 from harness.grid.conditions import ConditionFileError, load_grid
 from harness.inference.claims import Claim
 from harness.inference.monte_carlo import MonteCarloP
-from harness.inference.paired_tests import equivalence_test, resolved, resolved_pairs
-from harness.inference.rule import RivalTest, judge
-from harness.inference.verdicts import MIN_SEEDS, paired_bootstrap_ci, verdict_table
+from harness.inference.paired_tests import (
+    equivalence_seeds,
+    equivalence_test,
+    jump_share_test,
+    resolved,
+    resolved_pairs,
+)
+from harness.inference.rule import ClaimData, RivalTest, judge
+from harness.inference.verdicts import MIN_SEEDS, judge_family, paired_bootstrap_ci, verdict_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -276,3 +283,53 @@ def test_an_equivalence_no_data_could_show_leaves_the_family_and_says_so():
     row = verdict_table(metrics, [_claim(direction="equal")], ranges={"policy_quality": (-3.7, 3.7)}).iloc[0]
     assert np.isnan(row["equivalence_p"]) and row["verdict"] == "undecided"
     assert "cannot be shown at 30 seeds (that needs at least 2,728" in row["why"]
+
+
+def test_the_jump_share_test_is_the_exact_binomial_by_hand():
+    differences = np.array([0.0] * 95 + [0.5] * 3 + [-0.25] * 2)  # 5 of 100 seeds jump
+    at_most = jump_share_test(differences, 0.1, "at most").p
+    assert at_most == pytest.approx(sum(math.comb(100, k) * 0.1**k * 0.9 ** (100 - k) for k in range(6)))
+    more = jump_share_test(differences, 0.01, "more than").p
+    assert more == pytest.approx(1 - sum(math.comb(100, k) * 0.01**k * 0.99 ** (100 - k) for k in range(5)))
+    # no range needed, and the smallest p with no jump is (1 − p₀)^n: reachable at far fewer seeds than the TOST
+    assert equivalence_test(np.zeros(30), 0.01, np.inf, jump_share=0.1).p == pytest.approx(0.9**30)
+    assert equivalence_seeds(0.01, 7.4, 0.05, jump_share=0.1) == 29
+    assert equivalence_seeds(0.01, 7.4, 0.05) == 2728
+
+
+def test_a_claim_with_a_jump_share_is_equal_when_few_seeds_change_end_mode():
+    # The margin 0.01 against a range of 7.4 cannot be shown at 40 seeds; "at most 10% of seeds change end mode"
+    # can, on the same data: no seed changes mode (one drifts within its mode, which is not a jump).
+    other = np.full(40, 1.747)
+    side = other.copy()
+    side[0] = 1.70
+    metrics = _mode_metrics(side, other, np.zeros(40, dtype=int), np.zeros(40, dtype=int))
+    ranges = {"policy_quality": (-3.7, 3.7)}
+    row = verdict_table(metrics, [_claim(direction="equal", jump_share=0.1)], ranges=ranges).iloc[0]
+    assert row["verdict"] == "holds" and row["equivalence_p"] == pytest.approx(0.9**40)
+    assert "at most 0.1 of the seeds jump (seeds whose end modes differ): 0 of all 40 seeds do" in row["why"]
+    # half the seeds change end mode: more than 10% jump, contradicted by the binomial test, whatever the mean
+    side_modes = np.where(np.arange(40) % 2 == 0, 1, 0)
+    jumped = np.where(side_modes == 1, np.where(np.arange(40) % 4 == 0, 2.0, 1.5), other)
+    metrics = _mode_metrics(jumped, other, side_modes, np.zeros(40, dtype=int))
+    row = verdict_table(metrics, [_claim(direction="equal", jump_share=0.1)], ranges=ranges).iloc[0]
+    assert row["verdict"] == "contradicted" and "more than 0.1 of the seeds jump (20 of 40)" in row["why"]
+    # without a range the jump share still decides; without it nothing can be shown equal
+    row = verdict_table(
+        _mode_metrics(side, other, np.zeros(40, int), np.zeros(40, int)), [_claim(direction="equal", jump_share=0.1)]
+    ).iloc[0]
+    assert row["verdict"] == "holds"
+    with pytest.raises(ValueError, match="jump_share"):
+        _claim(direction="above", statistic="std", jump_share=0.1)
+
+
+def test_the_jump_share_rule_errs_at_most_alpha_with_the_truth_at_p0():
+    # the truth exactly at p₀ = 0.1: each seed jumps with chance 0.1; "equal: holds" (at most p₀) is wrong
+    rng = np.random.default_rng(7)
+    claim = _claim(direction="equal", jump_share=0.1, than_condition=None, than_value=0.0)
+    wrong = []
+    for _ in range(400):
+        jumps = np.where(rng.random(100) < 0.1, rng.choice([-0.5, 0.5], size=100), 0.0)
+        data = ClaimData(jumps, (None,), ("0",), bound=7.4)
+        wrong.append(judge_family([claim], [data], 0.05)[0].outcome.verdict == "holds")
+    assert np.mean(wrong) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 400)

@@ -8,7 +8,9 @@ the committed 100-seed run, and writes into DIR (default artifacts/reference/cal
 - margins.csv: the error of the equivalence verdicts when the truth sits exactly at the margin;
 - coverage.csv: the betting interval's coverage of the mean difference;
 - seeds_needed.csv: the seeds-needed estimate across generator seeds, and the power the rule has there;
-- calibration.md: all four as tables (the README's docs block is rendered from it).
+- sequential.csv: familywise error of families grown look by look to 200 seeds (planned looks, anytime e-values);
+- calibration.md: all five as tables (the README's docs block is rendered from it).
+--only NAME (repeatable) recomputes those tables alone and reads the others back from DIR.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from harness.inference.claims import Claim
 from harness.inference.rule import ClaimData
 from harness.inference.run_measures import metric_ranges
 from harness.inference.seeds_needed import TARGET, seeds_needed
+from harness.inference.sequential import ANYTIME, SPENDING_FUNCTIONS, SPENDING_NAMES, anytime_looks, planned_looks
 from harness.inference.verdicts import judged
 from harness.report.markdown import markdown_table
 
@@ -102,11 +105,13 @@ def scenarios(metrics: pd.DataFrame, claims: list[Claim]) -> list[cal.Scenario]:
     ]
 
 
+# (direction, margin, shape, jumps, jump share p₀: None where equivalence is the mean's via the range)
 MARGIN_CASES = (
-    ("equal", 0.05, "even jumps", EQUAL_AT_MARGIN),
-    ("equal", 0.05, "rare large jumps", cal.Jumps((0.764,), (0.05 / 0.764,))),
-    ("above", 0.01, "even jumps", ABOVE_AT_RESOLUTION),
-    ("above", 0.01, "rare large jumps", cal.Jumps((0.764,), (0.01 / 0.764,))),
+    ("equal", 0.05, "even jumps", EQUAL_AT_MARGIN, None),
+    ("equal", 0.05, "rare large jumps", cal.Jumps((0.764,), (0.05 / 0.764,)), None),
+    ("above", 0.01, "even jumps", ABOVE_AT_RESOLUTION, None),
+    ("above", 0.01, "rare large jumps", cal.Jumps((0.764,), (0.01 / 0.764,)), None),
+    ("equal", 0.05, "10% of seeds jump (p₀ = 0.1)", cal.Jumps((0.25, -0.25), (0.05, 0.05)), 0.1),
 )
 
 
@@ -119,18 +124,20 @@ def margins(datasets: int, bound: float = MARGIN_BOUND) -> pd.DataFrame:
     """The verdicts' error with the truth exactly at the margin (an "equal" claim's holds or contradicted, an "above"
     claim's not supported), the rule's and a sign-flip TOST's, within a range of `bound`."""
     rows = []
-    for direction, margin, shape, jumps in MARGIN_CASES:
+    for direction, margin, shape, jumps, share in MARGIN_CASES:
         claim = Claim(
-            name=f"{direction}-at-margin",
+            name=f"{direction}-at-{'share' if share is not None else 'margin'}",
             statement="s",
             metric="policy_quality",
             condition="a",
             direction=direction,
             than_value=0.0,
             resolution=margin,
+            jump_share=share,
         )
         for n in SEEDS:
             rule_error, flip_error = cal.margin_errors(claim, jumps, bound, n, datasets, seed=3)
+            flip_error = flip_error if share is None else np.nan  # a TOST of the mean says nothing of a share
             rows.append(
                 {
                     "claim": claim.name,
@@ -211,7 +218,26 @@ def seeds_needed_rows(found: list[cal.Scenario], datasets: int, bound: float) ->
     return pd.DataFrame(rows)
 
 
-def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, needed: pd.DataFrame) -> str:
+SEQUENTIAL_SCENARIOS = ("A", "B", "C", "D", "moderate", "large")
+
+
+def sequential_rows(found: list[cal.Scenario], claims: list[Claim], families: int, bound: float) -> pd.DataFrame:
+    """Families grown from 20 to 200 seeds under the nulls and the effects, judged at every look: planned looks
+    (both spending functions) and anytime e-values after every block of 20."""
+    rows = []
+    for scenario in [s for s in found if s.name in SEQUENTIAL_SCENARIOS]:
+        for spending in SPENDING_FUNCTIONS:
+            looks = anytime_looks(20, 200) if spending == ANYTIME else planned_looks(20, 200)
+            found_row = cal.sequential_errors(scenario, claims, looks, spending, families, seed=13, bound=bound)
+            rule = "e-values after every block" if spending == ANYTIME else f"planned, {SPENDING_NAMES[spending]}"
+            rows.append(found_row | {"rule": rule})
+            print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
+def render(
+    families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, needed: pd.DataFrame, sequential: pd.DataFrame
+) -> str:
     def pct(x: float) -> str:
         return "—" if pd.isna(x) else f"{100 * x:.1f}%"
 
@@ -219,11 +245,23 @@ def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, ne
         shown = frame[list(columns)].copy()
         for column in shown.columns:
             if column.endswith(
-                ("error", "error_mean", "mean_reading", "sign_flip", "power", "coverage", "power_there", "spread")
+                (
+                    "error",
+                    "error_mean",
+                    "mean_reading",
+                    "sign_flip",
+                    "power",
+                    "coverage",
+                    "power_there",
+                    "spread",
+                    "share",
+                )
             ):
                 shown[column] = shown[column].map(pct)
         rows = [[str(value) for value in row] for row in shown.itertuples(index=False)]
-        right = [column not in ("scenario", "claim", "worst_claim", "jumps") for column in shown.columns]
+        right = [
+            column not in ("scenario", "claim", "worst_claim", "jumps", "rule", "looks") for column in shown.columns
+        ]
         return markdown_table(list(columns.values()), rows, right).rstrip()
 
     return "\n\n".join(
@@ -275,6 +313,18 @@ def render(families: pd.DataFrame, margin: pd.DataFrame, cover: pd.DataFrame, ne
                     "power_there": "Power there",
                 },
             ),
+            table(
+                sequential,
+                {
+                    "scenario": "Scenario",
+                    "rule": "Looks",
+                    "looks": "At seeds",
+                    "families": "Families",
+                    "familywise_error": "Familywise error (any look)",
+                    "decided_share": "Claims decided by the last look",
+                    "power": "Power (effect claim holds)",
+                },
+            ),
         ]
     )
 
@@ -283,8 +333,11 @@ CALIBRATION_START, CALIBRATION_END = "<!-- calibration:start -->", "<!-- calibra
 SUMMARY_START, SUMMARY_END = "<!-- calibration-summary:start -->", "<!-- calibration-summary:end -->"
 
 
-def _read(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    return tuple(pd.read_csv(directory / f"{name}.csv") for name in ("families", "margins", "coverage", "seeds_needed"))
+TABLES = ("families", "margins", "coverage", "seeds_needed", "sequential")
+
+
+def _read(directory: Path) -> tuple[pd.DataFrame, ...]:
+    return tuple(pd.read_csv(directory / f"{name}.csv") for name in TABLES)
 
 
 def calibration_block(directory: Path = OUT) -> str:
@@ -295,7 +348,8 @@ def calibration_block(directory: Path = OUT) -> str:
 def summary_block(directory: Path = OUT) -> str:
     """The README's block: familywise error under the nulls and power under the effects, one line each, read from
     families.csv and seeds_needed.csv, and the worst margin error of the rule."""
-    families, margin, _, needed = _read(directory)
+    families, margin, _, needed, sequential = _read(directory)
+    by_mean, by_share = (margin[margin["claim"].str.endswith(end)] for end in ("-at-margin", "-at-share"))
 
     def pct(x: float) -> str:
         return f"{100 * x:.1f}%"
@@ -319,9 +373,16 @@ def summary_block(directory: Path = OUT) -> str:
             f"(`make calibration`; tables in `artifacts/reference/calibration/`):",
             "",
             *rows,
-            f"- equivalence with the truth exactly at the margin: wrong at most {pct(margin['verdict_error'].max())} "
-            f"(a sign-flip TOST: up to {pct(margin['sign_flip_tost_error'].max())})",
+            f"- equivalence with the truth exactly at the margin: wrong at most {pct(by_mean['verdict_error'].max())} "
+            f"(a sign-flip TOST: up to {pct(by_mean['sign_flip_tost_error'].max())}); stated on a jump share, with "
+            f"exactly p₀ of the seeds jumping: wrong at most {pct(by_share['verdict_error'].max())}",
             f"- seeds needed, against the rule's power there: {needed_text}",
+            "- judged look by look from 20 to 200 seeds (each claim keeping its first verdict), familywise error at "
+            "most, over planned looks and e-values after every block: "
+            + ", ".join(
+                f"{scenario} {pct(error)}"
+                for scenario, error in sequential.groupby("scenario", sort=False)["familywise_error"].max().items()
+            ),
         ]
     )
 
@@ -330,7 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", type=int, default=200, help="simulated families per scenario and seed count")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--only", action="append", choices=TABLES, help="recompute this table alone (repeatable)")
     args = parser.parse_args(argv)
+    wanted = set(args.only or TABLES)
     metrics = pd.read_csv(REFERENCE / "metrics.csv")
     grid = load_grid(ROOT / "conditions" / "paper-100.toml")
     claims = list(grid.claims)
@@ -338,18 +401,26 @@ def main(argv: list[str] | None = None) -> None:
     bound = high - low  # the rule's own bound on a difference of real quality in the published world
     found = scenarios(metrics, claims)
     started = time.perf_counter()
-    rows = []
-    for scenario in found:
-        for n in SEEDS:
-            rows.append(cal.family_errors(scenario, claims, n, args.families, seed=1, bound=bound))
-            print(rows[-1], f"{time.perf_counter() - started:.0f} s", flush=True)
-    families = pd.DataFrame(rows)
-    margin = margins(args.families)
-    cover = coverage(found, max(100, args.families // 2), bound)
-    needed = seeds_needed_rows(found, args.families, bound)
+
+    def family_rows() -> pd.DataFrame:
+        rows = []
+        for scenario in found:
+            for n in SEEDS:
+                rows.append(cal.family_errors(scenario, claims, n, args.families, seed=1, bound=bound))
+                print(rows[-1], f"{time.perf_counter() - started:.0f} s", flush=True)
+        return pd.DataFrame(rows)
+
+    compute = {
+        "families": family_rows,
+        "margins": lambda: margins(args.families),
+        "coverage": lambda: coverage(found, max(100, args.families // 2), bound),
+        "seeds_needed": lambda: seeds_needed_rows(found, args.families, bound),
+        "sequential": lambda: sequential_rows(found, claims, args.families, bound),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, frame in (("families", families), ("margins", margin), ("coverage", cover), ("seeds_needed", needed)):
-        frame.to_csv(args.out / f"{name}.csv", index=False, float_format="%.4f")
+    for name in TABLES:
+        if name in wanted:
+            compute[name]().to_csv(args.out / f"{name}.csv", index=False, float_format="%.4f")
     write_markdown(args.out, args.families, bound)
 
 

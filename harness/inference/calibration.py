@@ -8,7 +8,8 @@ count:
 - familywise error: the share of families with at least one wrong verdict (the rule promises ≤ α = 5%);
 - per-claim error: the share of wrong verdicts of a claim, averaged over the claims and its worst claim;
 - power: the share of "holds" for the scenario's claim that carries a true effect;
-- coverage: how often the BCa interval of the mean resolved difference at 95% covers the true value.
+- coverage: how often the 95% betting interval of the mean difference covers its true value;
+- the sequential rules (`sequential_errors`): familywise error of families grown look by look, planned or anytime.
 
 The nulls follow the review of the earlier rule: A, both sides drawn independently from the real baseline's end
 values (about 14% of seed pairs then differ by a jump); B, mean zero but skewed jumps (+0.764 with chance 3.5%,
@@ -26,10 +27,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from harness.inference.anytime import anytime_verdict
 from harness.inference.betting import betting_interval
 from harness.inference.claims import Claim
 from harness.inference.multiplicity import holm
 from harness.inference.rule import ClaimData
+from harness.inference.sequential import ANYTIME, Spending, look_levels
 from harness.inference.sign_flip import sign_flip_p
 from harness.inference.verdicts import judge_family, judged, mean_reading
 
@@ -224,11 +227,68 @@ def family_errors(
     }
 
 
+def sequential_errors(
+    scenario: Scenario,
+    claims: Sequence[Claim],
+    looks: Sequence[int],
+    spending: Spending,
+    families: int,
+    seed: int,
+    bound: float = np.inf,
+) -> dict[str, float | int | str]:
+    """One row of the sequential calibration: `families` families grown to the last of `looks` seeds and judged at
+    every look as `until_decided` judges them, each claim keeping the verdict of the look that first decided it. A
+    family errs where any kept verdict is wrong (the same as some look's verdict being wrong, the event the rule
+    bounds by α, whatever look a run would stop at). Planned looks: the rule at each look's spending level
+    (`sequential.look_levels`); "anytime": the sign e-values (`anytime.anytime_verdict`, Bonferroni over the family's
+    above/below mean claims), every other claim left open. power: the share of families whose effect claim (if the
+    scenario has one) holds by the last look."""
+    rng = np.random.default_rng([seed, looks[-1], sum(map(ord, scenario.name)), sum(map(ord, spending))])
+    levels = look_levels(tuple(looks), ALPHA, spending) if spending != ANYTIME else np.full(len(looks), ALPHA)
+    by_e_value = [c.statistic == "mean" and c.direction != "equal" for c in claims]
+    threshold = sum(by_e_value) / ALPHA
+    wrong_family = np.zeros(families, dtype=bool)
+    holds = np.zeros(families, dtype=bool)
+    decided_by_last = np.zeros(families)
+    for family in range(families):
+        full = _family_data(scenario, claims, looks[-1], rng, bound)
+        kept: list[str | None] = [None] * len(claims)
+        for n, level in zip(looks, levels, strict=True):
+            datas = [data.take(np.arange(n)) for data in full]
+            if spending == ANYTIME:
+                verdicts = [
+                    anytime_verdict(claim, data, threshold)[0] if tested else "undecided"
+                    for claim, data, tested in zip(claims, datas, by_e_value, strict=True)
+                ]
+            else:
+                verdicts = [found.outcome.verdict for found in judge_family(claims, datas, float(level))]
+            kept = [
+                k if k is not None else (v if v != "undecided" else None) for k, v in zip(kept, verdicts, strict=True)
+            ]
+            if all(k is not None for k in kept):
+                break
+        for index, claim in enumerate(claims):
+            rule_wrong, _ = wrong_verdicts(claim, scenario.name, index == scenario.effect_claim)
+            wrong_family[family] |= kept[index] in rule_wrong
+            holds[family] |= index == scenario.effect_claim and kept[index] == "holds"
+        decided_by_last[family] = sum(k is not None for k in kept) / len(claims)
+    return {
+        "scenario": scenario.name,
+        "spending": spending,
+        "looks": " ".join(map(str, looks)),
+        "families": families,
+        "familywise_error": float(wrong_family.mean()),
+        "decided_share": float(decided_by_last.mean()),
+        "power": float(holds.mean()) if scenario.effect_claim is not None else np.nan,
+    }
+
+
 def margin_errors(claim: Claim, jumps: Jumps, bound: float, n: int, datasets: int, seed: int) -> tuple[float, float]:
     """(the rule's error, a sign-flip TOST's error) when the truth sits exactly at the margin, for one claim alone (a
     family of one: its own level α, the least protected case). The truth: an "equal" claim's mean resolved
     difference is exactly the margin ("holds" and "contradicted" are wrong), or an "above" claim's is exactly its
-    resolution ("not supported" is wrong). The sign-flip TOST (two shifted sign-flip tests, doubled) is the
+    resolution ("not supported" is wrong); for a claim with a jump share p₀, exactly p₀ of the seeds jump. The
+    sign-flip TOST (two shifted sign-flip tests, doubled) is the
     alternative the rule rejects: it assumes symmetry, and a mean at the margin made of rare large jumps breaks it."""
     rng = np.random.default_rng([seed, n])
     # at the margin an "equal" claim is neither within it nor beyond it: "holds" and "contradicted" are both wrong

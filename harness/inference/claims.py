@@ -50,7 +50,10 @@ class Claim(BaseModel):
     intersection–union test: it holds only if it holds against each), rivals with identical values counted once.
     statistic "mean" compares seed-paired means; "std" compares the spread over seeds (paired resampling).
     resolution: the smallest difference that counts as a difference, in the metric's unit; for "equal" it
-    is the equivalence margin.
+    is the equivalence margin. jump_share (p₀, mean claims): equivalence ("equal: holds", "not supported") is instead
+    "at most p₀ of the seeds jump" (change end mode, where the metric is set by it), by an exact binomial test that
+    needs no metric range and can be decided at far fewer seeds; an "equal" claim is then contradicted where more
+    than p₀ of the seeds jump.
     family: the claims whose p-values are adjusted together (default: every claim of the condition file);
     adjustment: how ("holm", the default, or "bh" for Benjamini–Hochberg), set for a whole file by the
     `adjustment` key of its [claims] table; every claim of one family must agree.
@@ -71,6 +74,12 @@ class Claim(BaseModel):
     than_value: float | None = None
     statistic: Literal["mean", "std"] = "mean"
     resolution: float = Field(QUALITY_RESOLUTION, gt=0)
+    jump_share: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="p₀: equivalence is 'at most this share of the seeds jump' (exact binomial)",
+    )
     family: str | None = Field(None, min_length=1)
     adjustment: Adjustment = "holm"
 
@@ -85,6 +94,8 @@ class Claim(BaseModel):
             raise ValueError("a comparison with a fixed value uses statistic = 'mean'")
         if self.direction == "equal" and self.statistic != "mean":
             raise ValueError("an 'equal' claim uses statistic = 'mean' (its test shifts seed-paired differences)")
+        if self.jump_share is not None and self.statistic != "mean":
+            raise ValueError("jump_share bounds the share of seeds that jump: a claim with statistic = 'mean'")
         if self.excluding and self.than_condition is None:
             raise ValueError("excluding needs than_condition")
         return self

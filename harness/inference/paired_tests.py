@@ -16,8 +16,10 @@ follow from that, and every test and interval here obeys them:
 
 Equivalence ("equal", and "not supported": the jumps' mean within ±r) is an exact two one-sided test (TOST) on the
 jump counts that needs the metric's range (`equivalence_test`): a sign-flip TOST errs far beyond its level when a
-mean at the margin is made of rare large jumps (the calibration measures it). A spread claim uses the pair-swap
-permutation test (`swap_test`); the "equal" claim's contradiction a betting test of the jumps' mean beyond ±r
+mean at the margin is made of rare large jumps (the calibration measures it). A claim that states its jump share p₀
+(`Claim.jump_share`) is instead equivalent when at most p₀ of its seeds jump, and an "equal" one contradicted when
+more do: exact binomial tests that need no range (`jump_share_test`). A spread claim uses the pair-swap permutation
+test (`swap_test`); the "equal" claim's contradiction without p₀ a betting test of the jumps' mean beyond ±r
 (`betting.betting_p_value`). Permutation p-values are enumerated or drawn until exact enough (`monte_carlo`). Where
 a claim's metric is set by the end mode, a jump is a change of end mode (`rule.ClaimData.differences`).
 """
@@ -109,9 +111,12 @@ def swap_test(side: np.ndarray, other: np.ndarray, rng: np.random.Generator, dra
     return drawn_p(chunked(draw, max(1, CHUNK_CELLS // len(side))), observed, "two-sided", rng, draws)
 
 
-def equivalence_test(differences: np.ndarray, margin: float, bound: float) -> MonteCarloP:
-    """2 × TOST p, exact, that the mean of the (resolved) differences lies within ± margin, for differences that can
-    never exceed ± bound (the metric's range).
+def equivalence_test(
+    differences: np.ndarray, margin: float, bound: float, jump_share: float | None = None
+) -> MonteCarloP:
+    """Exact p that the mean of the (resolved) differences lies within ± margin, for differences that can never exceed
+    ± bound (the metric's range): 2 × a TOST. With jump_share (p₀) instead: exact p that at most p₀ of the seeds jump
+    either way, whatever the bound (`jump_share_test`).
 
     A mean of at least the margin needs jumps up with chance at least margin / bound (the mean of the positive part
     is at most bound times that chance, and the negative part only lowers it), so "μ ≥ margin" is rejected by the
@@ -119,6 +124,8 @@ def equivalence_test(differences: np.ndarray, margin: float, bound: float) -> Mo
     Valid for every distribution of jumps, rare large ones included (a symmetric sign-flip TOST is not: a mean at
     the margin made of rare large jumps looks like no difference whenever the sample misses them). Without a finite
     bound nothing can be excluded: p = 1."""
+    if jump_share is not None:
+        return jump_share_test(differences, jump_share, "at most")
     if not np.isfinite(bound) or len(differences) == 0:
         return MonteCarloP.exact(1.0)
     chance = min(1.0, margin / bound)
@@ -128,18 +135,44 @@ def equivalence_test(differences: np.ndarray, margin: float, bound: float) -> Mo
     return MonteCarloP.exact(min(1.0, 2 * max(float(upper), float(lower))))
 
 
-def equivalence_reachable(seeds: int, margin: float, bound: float, alpha: float) -> bool:
+def jump_share_test(differences: np.ndarray, jump_share: float, claimed: str) -> MonteCarloP:
+    """The exact one-sided binomial p against the claimed share of seeds that jump (a nonzero resolved difference):
+    claimed "at most" rejects "at least jump_share of the seeds jump"; "more than" rejects "at most jump_share do".
+    No seeds: p = 1."""
+    n = len(differences)
+    if n == 0:
+        return MonteCarloP.exact(1.0)
+    jumps = int(np.count_nonzero(differences))
+    p = (
+        scipy.stats.binom.cdf(jumps, n, jump_share)
+        if claimed == "at most"
+        else scipy.stats.binom.sf(jumps - 1, n, jump_share)
+    )
+    return MonteCarloP.exact(float(p))
+
+
+def _null_chance(margin: float, bound: float, jump_share: float | None) -> tuple[float, float]:
+    """(the per-seed jump chance an equivalence test rejects below, its p's factor): p₀ and 1 for a jump share,
+    margin / bound each way and 2 (a TOST) for the range rule."""
+    return (jump_share, 1.0) if jump_share is not None else (min(1.0, margin / bound), 2.0)
+
+
+def equivalence_reachable(
+    seeds: int, margin: float, bound: float, alpha: float, jump_share: float | None = None
+) -> bool:
     """Whether `equivalence_test` can reject at level alpha with this many seeds: its smallest p, with no seed
-    jumping at all, is 2 (1 − margin / bound)^seeds. A hypothesis that cannot reject is left out of its family."""
-    if not np.isfinite(bound) or seeds == 0:
+    jumping at all, is factor × (1 − chance)^seeds (`_null_chance`). A hypothesis that cannot reject is left out of
+    its family."""
+    if seeds == 0 or (jump_share is None and not np.isfinite(bound)):
         return False
-    return 2 * (1 - min(1.0, margin / bound)) ** seeds <= alpha
+    chance, factor = _null_chance(margin, bound, jump_share)
+    return factor * (1 - chance) ** seeds <= alpha
 
 
-def equivalence_seeds(margin: float, bound: float, alpha: float) -> int:
+def equivalence_seeds(margin: float, bound: float, alpha: float, jump_share: float | None = None) -> int:
     """The fewest seeds at which `equivalence_test` can reject at level alpha (with no seed jumping)."""
-    chance = min(1.0, margin / bound)
-    return 1 if chance >= 1 else math.ceil(math.log(alpha / 2) / math.log(1 - chance))
+    chance, factor = _null_chance(margin, bound, jump_share)
+    return 1 if chance >= 1 else math.ceil(math.log(alpha / factor) / math.log(1 - chance))
 
 
 def dominant_mode(values: np.ndarray, resolution: float) -> float:

@@ -15,7 +15,9 @@ Each claim then has up to two hypotheses, both in its family's adjustment (`verd
   below r / range, which keeps the jumps' mean within ±r (an exact TOST on the jump counts given the metric's range,
   `paired_tests.equivalence_test`): "not supported" for "above"/"below", "holds" for "equal". It joins the family
   only where it can reject at all at this seed count (`paired_tests.equivalence_reachable`): a hypothesis that no
-  data could reject only takes α from the others. A metric without a known range never gets these verdicts.
+  data could reject only takes α from the others. A metric without a known range never gets these verdicts,
+  unless the claim states its jump share p₀ (`Claim.jump_share`): then equivalence is "at most p₀ of the seeds jump"
+  and an "equal" claim's contradiction "more than p₀ do", both exact binomial tests (`paired_tests.jump_share_test`).
 
 None of these is a test of the mean: a rare large jump against frequent small ones moves the mean without moving
 the jump counts. The mean itself is reported beside the verdict with an interval valid for any distribution within
@@ -50,6 +52,7 @@ from harness.inference.paired_tests import (
     equivalence_reachable,
     equivalence_seeds,
     equivalence_test,
+    jump_share_test,
     resolved,
     resolved_pairs,
     shift_test,
@@ -174,7 +177,8 @@ def rival_tests(
     r, tests = claim.resolution, []
     # "not supported" against one of R rivals is Bonferroni over them: its smallest p is R times a single TOST's
     union = len(data.others) if claim.direction != "equal" else 1
-    reachable = equivalence and equivalence_reachable(len(data.side), r, data.bound, alpha / union)
+    share = claim.jump_share
+    reachable = equivalence and equivalence_reachable(len(data.side), r, data.bound, alpha / union, share)
     for index, other in enumerate(data.others):
         if claim.statistic == "std":
             side, rival = resolved_pairs(data.side, other, r)
@@ -185,8 +189,14 @@ def rival_tests(
             continue
         differences = data.differences(index, r)
         effect = float(np.mean(differences))
-        tost = equivalence_test(differences, r, data.bound) if reachable else None
+        tost = equivalence_test(differences, r, data.bound, share) if reachable else None
         shift = shift_test(differences)
+        if claim.direction == "equal" and share is not None:
+            more = jump_share_test(differences, share, "more than")
+            name = f"binomial test of more than {share:g} of the seeds jumping"
+            favours = shift.up + shift.down <= share * len(differences)
+            tests.append(RivalTest(effect, favours, more, name, tost, shift))
+            continue
         if claim.direction == "equal":
             beyond = betting_p_value(differences, -data.bound, data.bound, -r, r, alpha)
             name = "betting test of the jumps' mean beyond the margin"
@@ -257,7 +267,7 @@ def _counts(test: RivalTest, wording: Wording, p_text: str) -> str:
     if shift is None:
         return f"spread over seeds {test.effect:+.3g} against the rival's (pair-swap permutation test, {p_text})"
     total = shift.up + shift.down
-    named = f"{test.effect_name}, {p_text}" if test.effect_name.startswith("betting") else f"sign test, {p_text}"
+    named = f"sign test, {p_text}" if test.effect_name.startswith("sign") else f"{test.effect_name}, {p_text}"
     if total == 0:
         return f"0 {wording.jumps(0)} ({named})"
     return f"of the {total} {wording.jumps(total)}, {shift.up} end higher and {shift.down} lower ({named})"
@@ -285,7 +295,8 @@ def judge(
 
     def outcome(index: int, verdict: str, why: str, deciding: str = "effect") -> Outcome:
         test = tests[index]
-        name = "exact TOST on the jumps" if deciding == "equivalence" else test.effect_name
+        tost = "exact binomial test of the jump share" if claim.jump_share is not None else "exact TOST on the jumps"
+        name = tost if deciding == "equivalence" else test.effect_name
         return Outcome(verdict, why, index, test.effect, name, deciding)
 
     def counts(index: int) -> str:
@@ -294,6 +305,13 @@ def judge(
     def equivalence_text(index: int) -> str:
         shift, chance = tests[index].shift, min(1.0, r / wording.bound)
         found = f"{shift.up} up and {shift.down} down" if shift else ""
+        if claim.jump_share is not None:
+            jumped = shift.up + shift.down if shift else 0
+            return (
+                f"at most {claim.jump_share:g} of the seeds jump ({wording.jumps(2)}): {jumped} of all "
+                f"{wording.seeds} seeds do, {found} (exact binomial test of that share, p_adj = "
+                f"{equivalence_adjusted:.2g})"
+            )
         return (
             f"each way's share of all {wording.seeds} seeds that jump lies below {chance:.2g} (= {r:g} / the "
             f"metric's range), which keeps the jumps' mean within ±{r:g}: {found} (exact binomial TOST, p_adj = "
@@ -303,13 +321,15 @@ def judge(
     unsettled = [name for name, settled in zip(("effect", "equivalence"), determined, strict=True) if not settled]
     note = f" (the {' and '.join(unsettled)} test's Monte-Carlo p could not be settled)" if unsettled else ""
     unreachable = ""
-    if claim.statistic == "mean" and np.isfinite(wording.bound) and wording.seeds:
+    share = claim.jump_share
+    if claim.statistic == "mean" and (np.isfinite(wording.bound) or share is not None) and wording.seeds:
         union = len(tests) if claim.direction != "equal" else 1
-        if not equivalence_reachable(wording.seeds, r, wording.bound, alpha / union):
-            needs = equivalence_seeds(r, wording.bound, alpha / union)
+        if not equivalence_reachable(wording.seeds, r, wording.bound, alpha / union, share):
+            needs = equivalence_seeds(r, wording.bound, alpha / union, share)
+            what = f"at most {share:g} of the seeds jumping" if share is not None else f"the jumps' mean within ±{r:g}"
             unreachable = (
-                f"; the jumps' mean within ±{r:g} cannot be shown at {wording.seeds} seeds "
-                f"(that needs at least {needs:,}, even with no seed jumping)"
+                f"; {what} cannot be shown at {wording.seeds} seeds (that needs at least {needs:,}, even with no "
+                "seed jumping)"
             )
     if claim.direction == "equal":
         tightest = weakest
@@ -318,6 +338,13 @@ def judge(
         if equivalent:
             return outcome(tightest, "holds", equivalence_text(tightest), "equivalence")
         worst = min(range(len(tests)), key=lambda i: tests[i].effect_test.p)
+        if effect_found and share is not None:
+            jumped = tests[worst].shift.up + tests[worst].shift.down  # type: ignore[union-attr]
+            return outcome(
+                worst,
+                "contradicted",
+                f"{counts(worst)}: more than {share:g} of the seeds jump ({jumped} of {wording.seeds})",
+            )
         if effect_found:
             return outcome(
                 worst,

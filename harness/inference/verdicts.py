@@ -406,7 +406,7 @@ def judged(
     and equivalence hypotheses): what the seeds-needed estimate runs on resampled data. The TOST runs only where it
     can still change the verdict: for a metric with a known range, and for "above"/"below" only where the effect
     test leaves the claim open."""
-    can_equal = claim.statistic == "mean" and np.isfinite(data.bound)
+    can_equal = claim.statistic == "mean" and (np.isfinite(data.bound) or claim.jump_share is not None)
     wording = Wording.of(data, claim.resolution)
     found = rival_tests(data, claim, streams, draws, can_equal and claim.direction == "equal", alpha)
     first = effect_p(claim, found)
