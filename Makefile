@@ -72,17 +72,14 @@ blocks: $(STAMP)
 	$(BIN)/python -m tools.blocks
 
 # Every committed reference judged again under the verdict rule as it now stands, from its own files (minutes, nothing
-# is trained): each grid's report re-rendered (coevolab report), each study's shapes and then the study (which reads
-# its shapes' verdicts), the grid grown until decided re-judged look by look from its finished stages (its manifest
+# is trained): each grid's report re-rendered (coevolab report), each study's (its shapes' reports, then the study's,
+# which reads their verdicts), the grid grown until decided re-judged look by look from its finished stages (its manifest
 # keeps the earlier calls' time) and its stages' reports re-rendered, then every generated block.
 REJUDGED := paper paper-original paper-100 temporal
 STUDIES := scale overoptimization
 rejudge: $(STAMP)
 	for run in $(REJUDGED); do $(BIN)/coevolab report artifacts/reference/$$run || exit 1; done
-	for study in $(STUDIES); do \
-		for shape in artifacts/reference/$$study/shapes/*/; do $(BIN)/coevolab report $$shape || exit 1; done; \
-		$(BIN)/coevolab report artifacts/reference/$$study || exit 1; \
-	done
+	for study in $(STUDIES); do $(BIN)/coevolab report artifacts/reference/$$study || exit 1; done
 	$(BIN)/coevolab run --resume artifacts/reference/paper-until-decided --until-decided
 	$(BIN)/coevolab report artifacts/reference/paper-until-decided
 	$(BIN)/python -m tools.blocks
@@ -145,11 +142,8 @@ reference-scale: $(STAMP)
 
 # The overoptimization study: best-of-n and RL against frozen judges of three sizes, less and noisier pretraining
 # data, a KL penalty (conditions/overoptimization.toml, about 10 minutes on two cores), and the results page's block.
-# Each shape is one seed block, whose best_of_n.csv is the shape's own, byte for byte: the copy under blocks/ is
-# dropped.
+# Each shape is one seed block, which keeps the shape's best-of-n table (best_of_n.parquet; no merged copy).
 reference-overoptimization: $(STAMP)
 	$(BIN)/coevolab run conditions/overoptimization.toml --out artifacts/reference/overoptimization --force --no-compile-cache
-	cmp artifacts/reference/overoptimization/shapes/judge-small/best_of_n.csv artifacts/reference/overoptimization/shapes/judge-small/blocks/0/best_of_n.csv
-	rm artifacts/reference/overoptimization/shapes/*/blocks/*/best_of_n.csv
 	$(BIN)/python -m tools.readme_tables --overoptimization artifacts/reference/overoptimization docs/results/index.md
 	$(FINDINGS)

@@ -416,7 +416,12 @@ def run_grid(
         discard_contents(
             directory, replaceable_entries(directory).owned
         )  # with overwrite: the run it held, before anything of this one is written
-        outcome = execute(spec, directory, _progress(progress), figures=figures, tensorboard=tensorboard)
+        shown = _progress(progress)
+        try:
+            outcome = execute(spec, directory, shown, figures=figures, tensorboard=tensorboard)
+        finally:  # a run that raised leaves no progress display running (a heartbeat's thread) behind it
+            if shown is not None:
+                shown.close()
     result = dataclasses.replace(load_result(directory), final_state=outcome.final_state)
     chex.assert_tree_shape_prefix(outcome.final_state.runs, (len(result.run_labels),))
     return result

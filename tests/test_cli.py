@@ -139,8 +139,9 @@ def test_list_shows_changed_knobs_in_100_columns_from_anywhere(
 
 def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp_path: Path) -> None:
     written = ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]
-    for name in [*written, "attractors.csv", "frontier.csv", "best_of_n.csv"]:
+    for name in [*written, "attractors.csv", "frontier.csv"]:
         assert (first_run.out / name).is_file(), name
+    assert not list(first_run.out.glob("best_of_n.*"))  # a table only for a grid that records it
     # 5 of the run's course, attractors, 2 frontier, the judge's training pairs
     assert len(list((first_run.out / "figures").glob("*.png"))) == 9
     assert not (first_run.out / CHECKPOINT_FILE).exists()
@@ -154,7 +155,7 @@ def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp
 
     # `coevolab report` re-renders the run's own report byte for byte: every file, figures included.
     rendered = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    kept = ("metrics.csv", "best_of_n.csv", "progress.csv", "grid.json", "manifest.json")  # the run wrote these
+    kept = ("metrics.csv", "progress.csv", "grid.json", "manifest.json")  # the run wrote these
     for path in [p for p in out.rglob("*") if p.is_file() and p.name not in kept]:
         path.unlink()
     report = coevolab("report", str(out))

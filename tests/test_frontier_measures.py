@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.common.run_tables import write_run_tables
 from harness.grid.layout import Condition, GridSpec
 from harness.grid.study import Shape, StudySpec
 from harness.inference.claims import Claim
@@ -117,7 +118,7 @@ def test_the_study_section_fits_each_optimizers_form_per_shape(tmp_path: Path) -
                 {"condition": key[0], "seed": key[1], "iteration": 0, "base": "initial", "n": range(1, len(kl) + 1)}
             ).assign(gold=gold, proxy=0.1 * np.array(gold), kl=kl, kl_bound=0.0)
             best = pd.concat([best, frame], ignore_index=True)
-        best.to_csv(directory / "best_of_n.csv", index=False)
+        write_run_tables(directory, {"best_of_n": best})
     grid = GridSpec(conditions=(Condition(name="rl"),))
     study = StudySpec(name="s", shapes=tuple(Shape(name=name, grid=grid) for name in truth))
     written: dict[str, str] = {}

@@ -15,6 +15,7 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
+from harness.experiment.progress import PlainProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 # conditions/smoke.toml (3 conditions × 2 seeds, 20 steps per iteration) with iterations enough to be caught running:
@@ -71,7 +72,25 @@ def test_progress_is_readable_while_the_grid_runs_and_tensorboard_has_the_same_m
         assert (indexed["runs"] == 2).all()
     assert len(final) == 3 * (ITERATIONS + 1)  # conditions × (iterations + 1)
 
-    scalars = events(out / TENSORBOARD_DIR).set_index(["tag", "step"])["value"]
+    # one TensorBoard run per condition, each metric's tag its name alone: a metric's card overlays the conditions
+    assert sorted(p.name for p in (out / TENSORBOARD_DIR).iterdir()) == sorted(set(final["condition"]))
     for row in final.itertuples(index=False):
-        assert scalars[(f"policy_quality/{row.condition}", row.iteration)] == pytest.approx(row.policy_quality)
+        scalars = events(out / TENSORBOARD_DIR / row.condition).set_index(["tag", "step"])["value"]
+        assert scalars[("policy_quality", row.iteration)] == pytest.approx(row.policy_quality)
     assert "progress.csv" in (out / "manifest.json").read_text()  # vouched for with the run's other files
+
+
+def test_a_long_phase_prints_a_line_every_heartbeat_and_none_after_it_ends(capsys: pytest.CaptureFixture) -> None:
+    """A phase that runs for 0.55 s with a 0.1 s heartbeat: at least 3 lines saying how long it has run, then the
+    phase's end stops them (no line in the 0.3 s after)."""
+    shown = PlainProgress(heartbeat=0.1)
+    shown.phase("compile", "4 runs, one program")
+    time.sleep(0.55)
+    shown.phase_done("compile", 0.55)
+    during = capsys.readouterr().out.splitlines()
+    beats = [line for line in during if "compile: running for" in line]
+    assert len(beats) >= 3 and during[0].endswith("compile: 4 runs, one program"), during
+    assert during[-1].endswith("compile done in 0.6s")
+    time.sleep(0.3)
+    shown.close()
+    assert capsys.readouterr().out == ""

@@ -1,5 +1,6 @@
-"""Per-run tables (`harness.grid.contract.RunTable`): best_of_n.csv in every run directory, its values against a
-float64 enumeration of best-of-n, kept across a resume, joined by a merge of seed blocks; names refused that clash."""
+"""Per-run tables (`harness.grid.contract.RunTable`): best_of_n.parquet in the run directory of a grid that records
+it (and in no other), its values against a float64 enumeration of best-of-n, kept across a resume, read joined from
+seed blocks (no merged copy stored), earlier versions' CSV read alike; names refused that clash."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.common.run_tables import read_run_table
 from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.experiment.blocks import block_dir
 from harness.experiment.merge import run_in_blocks
@@ -27,8 +29,12 @@ SPEC = GridSpec(
     name="tables",
     run=RunSettings(seeds=(0, 1), iterations=2, steps_per_iteration=5, batch_size=16),
     world=TWO_POSITIONS,
-    conditions=(Condition(name="baseline"), Condition(name="frozen", knobs=Knobs(freeze_judge=True))),
+    conditions=(
+        Condition(name="baseline", knobs=Knobs(record_best_of_n=True)),
+        Condition(name="frozen", knobs=Knobs(freeze_judge=True)),
+    ),
 )
+TABLE = "best_of_n.parquet"
 COLUMNS = ["condition", "seed", "iteration", "base", "n", "gold", "proxy", "kl", "kl_bound"]
 
 
@@ -109,26 +115,27 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_resumed_run_writes_the_table_of_an_uninterrupted_one(whole: Path, tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         execute(SPEC, tmp_path, StopAfterFirstIteration(), write_report=False)
-    assert not (tmp_path / "best_of_n.csv").exists()
+    assert not (tmp_path / TABLE).exists()
     execute(SPEC, tmp_path, resume=True, write_report=False)
-    assert (tmp_path / "best_of_n.csv").read_bytes() == (whole / "best_of_n.csv").read_bytes()
+    assert (tmp_path / TABLE).read_bytes() == (whole / TABLE).read_bytes()
     assert (tmp_path / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
 
 
-def test_a_merge_joins_the_blocks_tables_in_the_grids_order(whole: Path, tmp_path: Path) -> None:
-    """The grid at 4 seeds in two blocks of 2: the merged table is the blocks' rows in the grid's order (conditions,
-    then seeds, then iterations), and the first block, of the whole grid's seeds and shape, holds its runs' rows byte
-    for byte (the same program)."""
+def test_a_run_in_blocks_reads_its_blocks_tables_joined_in_the_grids_order(whole: Path, tmp_path: Path) -> None:
+    """The grid at 4 seeds in two blocks of 2: no merged copy is stored; the table read is the blocks' rows in the
+    grid's order (conditions, then seeds, then iterations), and the first block, of the whole grid's seeds and shape,
+    holds its runs' rows byte for byte (the same program)."""
     seeds = {"seeds": (0, 1, 2, 3), "block_seeds": 2}
     run_in_blocks(SPEC.model_copy(update={"run": SPEC.run.model_copy(update=seeds)}), tmp_path, figures=False)
-    merged = pd.read_csv(tmp_path / "best_of_n.csv")
-    blocks = [pd.read_csv(block_dir(tmp_path, k) / "best_of_n.csv") for k in (0, 1)]
+    assert not (tmp_path / TABLE).exists()
+    merged = read_run_table(tmp_path, "best_of_n")
+    blocks = [pd.read_parquet(block_dir(tmp_path, k) / TABLE) for k in (0, 1)]
     expected = pd.concat(blocks).sort_values(["condition", "seed", "iteration"], kind="stable", key=_grid_order)
     pd.testing.assert_frame_equal(merged, expected.reset_index(drop=True))
     assert merged.drop_duplicates(["condition", "seed"])[["condition", "seed"]].values.tolist() == [
         [condition, seed] for condition in ("baseline", "frozen") for seed in (0, 1, 2, 3)
     ]
-    assert (block_dir(tmp_path, 0) / "best_of_n.csv").read_bytes() == (whole / "best_of_n.csv").read_bytes()
+    assert (block_dir(tmp_path, 0) / TABLE).read_bytes() == (whole / TABLE).read_bytes()
 
 
 def _grid_order(column: pd.Series) -> pd.Series:
@@ -143,3 +150,22 @@ def test_a_table_named_like_another_file_is_refused(name: str, problem: str) -> 
     table = RunTable(name, "a clash", {"k": (0,)}, {"v": "a value"}, lambda context: {})
     with registry.restored_catalog(), pytest.raises(registry.MechanismError, match=problem):
         registry.register(Mechanism("clashing", "a table of a taken name", tables=(table,)))
+
+
+def test_a_grid_that_records_no_table_writes_none(tmp_path: Path) -> None:
+    """A grid none of whose conditions asks for best-of-n: its program computes no table, its directory holds none."""
+    spec = SPEC.model_copy(update={"conditions": (Condition(name="baseline"),)})
+    execute(spec, tmp_path, write_report=False)
+    assert read_run_table(tmp_path, "best_of_n") is None and not list(tmp_path.glob("best_of_n.*"))
+
+
+def test_a_table_reads_back_exactly_and_an_earlier_versions_csv_alike(whole: Path, tmp_path: Path) -> None:
+    """The Parquet table holds the program's float32 values as they are; the CSV an earlier version wrote (9
+    significant digits) reads back to the same values."""
+    table = read_run_table(whole, "best_of_n")
+    assert table is not None and list(table.columns) == COLUMNS and table["gold"].dtype == np.float32
+    table.to_csv(tmp_path / "best_of_n.csv", index=False, float_format="%.9g")
+    legacy = read_run_table(tmp_path, "best_of_n")
+    assert legacy is not None
+    for column in ("gold", "proxy", "kl", "kl_bound"):
+        np.testing.assert_array_equal(legacy[column].to_numpy(np.float32), table[column].to_numpy())

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 
 import harness
 from harness import cli
-from harness.common.integrity import FILES_KEY, RunDirectoryError, read_manifest, write_manifest
+from harness.common.integrity import FILES_KEY, RunDirectoryError, read_manifest
 from harness.common.locks import holding_run_dir
 from harness.experiment.verify import is_run_directory, replaceable_entries
 from harness.grid.compile_cache import CACHE_DIR_ENV
@@ -28,7 +28,8 @@ from tests.run_directories import copy, grid_file, in_process
 from tests.tampering import Edit, check_commands, edits
 
 ROOT = Path(__file__).resolve().parent.parent
-CLAIM = """
+CLAIM = """record_best_of_n = true
+
 [claims.best-of-n-gains]
 statement = "best-of-n from the initial policy gains real quality over it"
 metric = "bon_peak_gain"
@@ -49,11 +50,11 @@ FIGURES = (
     "pair_audits",
 )
 REPORT = ("attractors.csv", "frontier.csv", "report.md", "summary.csv", "summary.md")
-BLOCK = ("best_of_n.csv", "block.json", "grid.json", "manifest.json", "metrics.csv", "progress.csv")
+BLOCK = ("best_of_n.parquet", "block.json", "grid.json", "manifest.json", "metrics.csv", "progress.csv")
 # Every file each run lists in its manifest, and the manifest itself: the files edited, one at a time.
 FILES = {
     "whole": (
-        "best_of_n.csv",
+        "best_of_n.parquet",
         "claims.csv",
         "grid.json",
         "manifest.json",
@@ -63,8 +64,7 @@ FILES = {
         *(f"figures/{name}.png" for name in FIGURES),
     ),
     "no-best-of-n": ("grid.json", "manifest.json", "metrics.csv", "progress.csv", *REPORT),
-    "blocks": (
-        "best_of_n.csv",
+    "blocks": (  # no merged copy of the blocks' best-of-n tables: read joined from them
         "claims.csv",
         "grid.json",
         "manifest.json",
@@ -75,9 +75,7 @@ FILES = {
 }
 COMMANDS = {
     "whole": ("verify", "load_result", "resume", "merge", "report"),
-    # No resume: a run of an earlier coevolab that --resume trains again (its manifest removed) gets this version's
-    # tables, best_of_n.csv among them, so its numbers are rightly not the earlier run's.
-    "no-best-of-n": ("verify", "load_result", "report"),
+    "no-best-of-n": ("verify", "load_result", "resume", "report"),
     "blocks": ("verify", "load_result", "resume", "merge", "report"),
 }
 
@@ -97,12 +95,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Path) -
             code, _, err = in_process("run", grid, "--out", root / name, "--quiet", *flags)
             assert code == cli.EXIT_OK, err
             made[name] = root / name
-    # A run of a coevolab before best-of-n tables: the table gone, the report rendered and sealed without it.
-    bare = made["no-best-of-n"]
-    (bare / "best_of_n.csv").unlink()
-    write_manifest(bare, read_manifest(bare) or {})
-    code, _, err = in_process("report", bare, "--no-figures")
-    assert code == cli.EXIT_OK, err
+    assert not list(made["no-best-of-n"].glob("best_of_n.*"))  # its grid records no best-of-n
     return made
 
 
@@ -132,15 +125,15 @@ def test_report_refuses_an_edited_best_of_n_table_and_the_run_stays_refused(
     """The case that once laundered: the baseline's best-of-n gold doubled, then `coevolab report` (which judged the
     claim on the edited table and sealed it) refuses, naming the file, and verify still refuses the directory."""
     out = copy(runs["whole"], tmp_path / "run")
-    table = pd.read_csv(out / "best_of_n.csv")
+    table = pd.read_parquet(out / "best_of_n.parquet")
     table.loc[table["condition"] == "baseline", "gold"] *= 2
-    table.to_csv(out / "best_of_n.csv", index=False)
+    table.to_parquet(out / "best_of_n.parquet", index=False)
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     code, _, err = in_process("report", out, "--no-figures")
-    assert code == cli.EXIT_BAD_INPUT and f"{out / 'best_of_n.csv'}: " in err and len(err.splitlines()) == 1, err
+    assert code == cli.EXIT_BAD_INPUT and f"{out / 'best_of_n.parquet'}: " in err and len(err.splitlines()) == 1, err
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
     code, _, err = in_process("verify", out)
-    assert code == cli.EXIT_BAD_INPUT and "best_of_n.csv" in err, err
+    assert code == cli.EXIT_BAD_INPUT and "best_of_n.parquet" in err, err
 
 
 def test_load_result_judges_every_claim_the_report_judges(runs: dict[str, Path]) -> None:
@@ -160,20 +153,27 @@ def test_growing_a_run_with_its_best_of_n_table_equals_the_grid_run_at_its_new_s
     out = copy(runs["whole"], tmp_path / "run")
     code, _, err = in_process("run", "--resume", out, "--seeds", 2, "--quiet", "--no-figures")
     assert code == cli.EXIT_OK, err
-    for name in ("metrics.csv", "best_of_n.csv", "claims.csv", "summary.csv", "blocks/0/best_of_n.csv"):
+    assert not (out / "best_of_n.parquet").exists()  # the flat run's table is block 0's now, not a merged copy
+    for name in (
+        "metrics.csv",
+        "claims.csv",
+        "summary.csv",
+        "blocks/0/best_of_n.parquet",
+        "blocks/1/best_of_n.parquet",
+    ):
         assert (out / name).read_bytes() == (runs["blocks"] / name).read_bytes(), name
     assert in_process("verify", out)[0] == cli.EXIT_OK
 
 
-@pytest.mark.parametrize("added", ["notes.txt", "best_of_n.csv", "blocks/0/extra.csv"])
+@pytest.mark.parametrize("added", ["notes.txt", "best_of_n.parquet", "best_of_n.csv", "blocks/0/extra.csv"])
 def test_a_file_added_after_the_run_was_sealed_is_refused_by_every_reader(
     runs: dict[str, Path], tmp_path: Path, added: str
 ) -> None:
-    """Added, not edited: verify names it, and report and load_result refuse to read the run (an added best_of_n.csv
-    would otherwise be joined into the claims of a run that had none)."""
-    kind = "no-best-of-n" if added == "best_of_n.csv" else "blocks"
+    """Added, not edited: verify names it, and report and load_result refuse to read the run (an added best-of-n
+    table, or an earlier version's CSV of one, would otherwise be joined into the claims of a run that had none)."""
+    kind = "no-best-of-n" if added.startswith("best_of_n") else "blocks"
     out = copy(runs[kind], tmp_path / "run")
-    source = runs["whole"] / "best_of_n.csv" if added == "best_of_n.csv" else runs[kind] / "summary.md"
+    source = runs["whole"] / "best_of_n.parquet" if added.startswith("best_of_n") else runs[kind] / "summary.md"
     (out / added).write_bytes(source.read_bytes())
     for argv in (("verify", out), ("report", out, "--no-figures")):
         code, _, err = in_process(*argv)
@@ -224,7 +224,7 @@ def test_a_run_whose_manifest_was_removed_is_finished_by_the_command_verify_name
     assert code == cli.EXIT_BAD_INPUT and f"coevolab run --resume {out}" in err, err
     code, _, err = in_process("run", "--resume", out, "--quiet", "--no-figures")
     assert code == cli.EXIT_OK, err
-    for name in ("metrics.csv", "best_of_n.csv", "claims.csv"):
+    for name in ("metrics.csv", "best_of_n.parquet", "claims.csv"):
         assert (out / name).read_bytes() == (runs["whole"] / name).read_bytes(), name
     assert in_process("verify", out)[0] == cli.EXIT_OK
 

@@ -47,14 +47,14 @@ def command_report(args: argparse.Namespace) -> int:
     manifest and read back first, the manifest's listing of the report's own files brought up to date after."""
     from harness.common.integrity import read_manifest, reseal
     from harness.common.run_files import METRICS_FILE
-    from harness.experiment.study import is_study, load_study_spec, write_study_files
+    from harness.experiment.study import is_study, load_study_spec, shape_dir, write_study_files
     from harness.experiment.until_decided import STAGES_DIR, is_sequential, render_report
     from harness.experiment.verify import (
         check_finished,
+        part_report_outputs,
         remove_report_outputs,
         report_outputs,
-        resealed_stage_manifest,
-        stage_report_outputs,
+        resealed_part_manifest,
     )
 
     run_dir = existing_directory(Path(args.run_dir), "report")
@@ -64,17 +64,25 @@ def command_report(args: argparse.Namespace) -> int:
         rewritten = report_outputs(run_dir)
         checked = check_finished(run_dir, rewritten)  # every input verified, no file added, before any is read
         remove_report_outputs(run_dir, rewritten)
-        if is_study(run_dir):  # a study's report is re-rendered from its shapes' files
+        if is_study(run_dir):  # its shapes' reports, then the study's from its shapes' files and verdicts
+            study = load_study_spec(run_dir)
+            for shape in study.shapes:
+                # verified with the whole directory above
+                _render_grid_report(shape_dir(run_dir, shape.name), args.figures)
+                reseal(
+                    shape_dir(run_dir, shape.name), read_manifest(shape_dir(run_dir, shape.name)), part_report_outputs()
+                )
             how = checked.manifest.get("execution", {}).get("backend", "")
-            write_study_files(load_study_spec(run_dir), run_dir, how, figures=args.figures)
+            write_study_files(study, run_dir, how, figures=args.figures)
+            rewritten = _either(rewritten, resealed_part_manifest)
         elif is_sequential(run_dir):  # its verdicts are the looks', read back rather than judged again at one level
             stages = [path for path in run_dir.joinpath(STAGES_DIR).iterdir() if path.name.isdigit()]
             for stage in sorted(stages, key=lambda path: int(path.name)):
                 # verified with the whole directory above; its claims are the looks', never judged in a stage
                 _render_grid_report(stage, args.figures, claims=False)
-                reseal(stage, read_manifest(stage), stage_report_outputs())
+                reseal(stage, read_manifest(stage), part_report_outputs())
             render_report(run_dir, figures=args.figures)
-            rewritten = _either(rewritten, resealed_stage_manifest)
+            rewritten = _either(rewritten, resealed_part_manifest)
         else:
             assert checked.metrics is not None  # check_finished read it
             _render_grid_report(run_dir, args.figures, checked.metrics)

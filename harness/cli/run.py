@@ -398,15 +398,16 @@ def _run_until_stopped(
     progress = console_progress(args.quiet)
     stop_signals.catch()  # again: ray.init replaces the handlers (its SIGTERM exits with 15)
     try:
-        done, diverged = work(progress)
+        try:
+            done, diverged = work(progress)
+        finally:  # whatever ends the work ends the display (a heartbeat's thread) with it
+            progress.close()
     except KeyboardInterrupt as stop:
         stop_signals.handling()
-        progress.close()
         terminated = stop_signals.terminated(stop)
         print(interrupted("terminated (SIGTERM)" if terminated else "interrupted"))
         return stop_signals.EXIT_TERMINATED if terminated else stop_signals.EXIT_INTERRUPTED
     except OSError as error:
-        progress.close()
         what = f"could not write {error.filename}" if error.filename else "could not go on"
         kept = " ".join(interrupted("the run stopped").replace(":\n  ", ": ").split())
         print(f"coevolab: error: {what}: {error.strerror or error}; {kept}", file=sys.stderr)

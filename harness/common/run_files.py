@@ -27,6 +27,7 @@ CHECKPOINT_FILE = "checkpoint.msgpack"
 FIGURES_DIR = "figures"  # the report's PNGs
 CLAIMS_FILE = "claims.csv"  # the verdicts on a grid's claims, written by the report
 BLOCK_FILE = "block.json"  # a seed block's record of its attempts (harness.experiment.blocks)
+BLOCKS_DIR = "blocks"  # a run in seed blocks: block k's own run directory is blocks/<k> (harness.experiment.blocks)
 
 # atomic_write_bytes writes `.<name>.<8 hex digits>.tmp` beside `<name>`.
 _TEMPORARY_PREFIX, _TEMPORARY_SUFFIX = ".", ".tmp"

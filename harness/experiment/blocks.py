@@ -30,21 +30,21 @@ from harness.common.integrity import RunDirectoryError, read_manifest, run_entri
 from harness.common.locks import LOCK_SUFFIX, holding
 from harness.common.run_files import (
     BLOCK_FILE,
+    BLOCKS_DIR,
     GRID_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
     atomic_write_bytes,
     atomic_write_text,
 )
+from harness.common.run_tables import legacy_table_file, table_file
 from harness.experiment.checkpoint import has_checkpoint
-from harness.experiment.run_tables import table_file
 from harness.experiment.runner import Progress, execute, load_spec
 from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec, grid_tables
 
 # Runs per block from which a run's cost stops falling as a grid grows (artifacts/bench/bench.md: flat from ~360).
 BLOCK_RUNS = 360
-BLOCKS_DIR = "blocks"
 
 
 class BlockError(ValueError):
@@ -371,9 +371,10 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
         return
     directory = block_dir(run_dir, 0)
     directory.mkdir()
-    # Every per-run table with the metrics (best_of_n.csv, ...), so that the grown run's merge joins them as it would
-    # a block's: the grown run equals the grid run at its new size from the start.
-    for name in (METRICS_FILE, *(table_file(run_dir, table.name).name for table in grid_tables(flat))):
+    # Every per-run table with the metrics (best_of_n.parquet, ...), so that the grown run's tables join as a
+    # block's do: the grown run equals the grid run at its new size from the start.
+    tables = [path(run_dir, table.name).name for table in grid_tables(flat) for path in (table_file, legacy_table_file)]
+    for name in (METRICS_FILE, *tables):
         if (run_dir / name).is_file():
             atomic_write_bytes(directory / name, (run_dir / name).read_bytes())
     write_grid_file(directory / GRID_FILE, flat)

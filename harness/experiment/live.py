@@ -4,9 +4,10 @@
 outer iteration: one row per condition and iteration so far (iteration 0 is before training), the mean over the
 runs of every float metric (of its finite values: a diverged run drops out) and how many runs it averages. It is
 built from the records the checkpoint keeps, so a resumed run writes it whole again. With `tensorboard`, the same
-means also go to TensorBoard event files in `tensorboard/` (tensorboardX, the optional extra
-`coevolab[tensorboard]`), one scalar per metric and condition, its step the iteration: `tensorboard --logdir DIR`
-draws the curves as they come, offline.
+means also go to TensorBoard event files (tensorboardX, the optional extra `coevolab[tensorboard]`): one TensorBoard
+run per condition, `tensorboard/<condition>/`, each metric's mean a scalar tagged with the metric's name, its step the
+iteration, so that `tensorboard --logdir DIR` draws every condition's curve of a metric on one card, overlaid, as
+they come, offline.
 """
 
 from __future__ import annotations
@@ -77,23 +78,33 @@ class LiveLog:
 
     def __init__(self, run_dir: Path, program: GridTrainer, tensorboard: bool = False) -> None:
         self.run_dir, self.program = Path(run_dir), program
-        self.writer = tensorboard_writer(self.run_dir / TENSORBOARD_DIR) if tensorboard else None
+        self.tensorboard = tensorboard
+        self.writers: dict[str, Any] = {}  # condition -> its TensorBoard run's writer
         self.written = -1  # the last iteration sent to TensorBoard by this process
+        if tensorboard:
+            check_tensorboard()
 
     def update(self, records: list[Diagnostics]) -> None:
         """The means of every iteration in `records` (record k: after iteration k, 0 before training)."""
         means = iteration_means(self.program, records)
         atomic_write_text(self.run_dir / PROGRESS_FILE, means.to_csv(index=False))
-        if self.writer is None:
+        if not self.tensorboard:
             return
         for row in means[means["iteration"] > self.written].itertuples(index=False):
+            writer = self._writer(row.condition)
             for name in means.columns[3:]:
                 value = getattr(row, name)
                 if pd.notna(value):
-                    self.writer.add_scalar(f"{name}/{row.condition}", float(value), int(row.iteration))
+                    writer.add_scalar(name, float(value), int(row.iteration))
         self.written = int(means["iteration"].max())
-        self.writer.flush()
+        for writer in self.writers.values():
+            writer.flush()
+
+    def _writer(self, condition: str) -> Any:
+        if condition not in self.writers:
+            self.writers[condition] = tensorboard_writer(self.run_dir / TENSORBOARD_DIR / condition)
+        return self.writers[condition]
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for writer in self.writers.values():
+            writer.close()

@@ -27,6 +27,7 @@ from harness.common.run_files import (
     manifest,
     remove_figures,
 )
+from harness.common.run_tables import legacy_table_file, read_run_table, table_file
 from harness.common.wording import plural
 from harness.experiment.blocks import (
     BLOCKS_DIR,
@@ -46,11 +47,10 @@ from harness.experiment.blocks import (
     uses_blocks,
 )
 from harness.experiment.checkpoint import has_checkpoint
-from harness.experiment.run_tables import merged_tables_text, table_file
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
 from harness.experiment.validation import validated_metrics
 from harness.grid.grid_file import MECHANISMS_DIR, write_grid_file
-from harness.grid.layout import GridSpec
+from harness.grid.layout import GridSpec, grid_tables
 
 # How the blocks of a run were run, as the manifest and the report name it.
 IN_PROCESS = "in-process"
@@ -170,17 +170,19 @@ def merge_blocks(
         # What a merge reads: the blocks and the grid (its mechanisms' sources beside it); it writes the rest anew.
         verify_listed(run_dir, earlier, lambda relative: not _merge_input(relative))
     text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
-    try:
-        tables = merged_tables_text(spec, [block_dir(run_dir, k) for k in range(block_count(spec))])
+    try:  # the blocks' per-run tables are read joined, never stored twice; a mismatch is refused before any write
+        for table in grid_tables(spec):
+            read_run_table(run_dir, table.name)
     except ValueError as error:
-        raise BlockError(f"{run_dir}: {error}") from None
+        raise BlockError(str(error)) from None
     records = [record for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None]
     # The manifest goes first and comes back last: a merge stopped half-way leaves no manifest vouching for a mix.
     (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / METRICS_FILE, text)
-    for name, table_text in tables.items():
-        atomic_write_text(table_file(run_dir, name), table_text)
+    for table in grid_tables(spec):  # a grown flat run's own copy: its rows are block 0's now
+        for path in (table_file(run_dir, table.name), legacy_table_file(run_dir, table.name)):
+            path.unlink(missing_ok=True)
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     line = how_run_line(records, how)
     progress.phase("report", str(run_dir))

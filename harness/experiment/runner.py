@@ -25,6 +25,7 @@ from harness.common.run_files import (
     remove_figures,
     remove_stale_temporaries,
 )
+from harness.common.run_tables import write_run_tables
 from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
 from harness.experiment.checkpoint import (
@@ -37,7 +38,6 @@ from harness.experiment.checkpoint import (
     save_checkpoint,
 )
 from harness.experiment.live import LiveLog
-from harness.experiment.run_tables import write_run_tables
 from harness.experiment.validation import read_metrics
 from harness.grid.grid_file import read_grid_file, write_grid_file
 from harness.grid.layout import GridSpec

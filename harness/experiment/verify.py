@@ -31,6 +31,7 @@ from harness.common.run_files import (
     METRICS_FILE,
     remove_figures,
 )
+from harness.common.run_tables import legacy_table_file, table_file
 from harness.common.wording import plural
 from harness.experiment.blocks import BLOCKS_DIR
 from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
@@ -85,9 +86,8 @@ def is_run_directory(path: Path) -> bool:
         return False
     if manifest is None:
         return False
-    if legacy(manifest):  # before manifests listed files: the keys every coevolab manifest has always had
-        return LEGACY_MANIFEST_KEYS <= manifest.keys()
-    return "coevolab_version" in manifest
+    # before manifests listed files (or one of those re-sealed later): the keys every coevolab manifest has always had
+    return "coevolab_version" in manifest or LEGACY_MANIFEST_KEYS <= manifest.keys()
 
 
 class Replaceable(NamedTuple):
@@ -101,7 +101,8 @@ def replaceable_entries(run_dir: Path) -> Replaceable:
     """Split the entries of `run_dir` (`run_entries`) into what its coevolab run wrote (`RUN_ENTRIES`, every per-run
     table a registered mechanism writes, every top entry its manifest lists) and everything else."""
     run_dir = Path(run_dir)
-    names = set(RUN_ENTRIES) | {f"{table.name}.csv" for table in registry.tables(registry.active())}
+    tables = registry.tables(registry.active())
+    names = set(RUN_ENTRIES) | {path(run_dir, t.name).name for t in tables for path in (table_file, legacy_table_file)}
     try:
         manifest = read_manifest(run_dir)
     except RunDirectoryError:
@@ -121,11 +122,13 @@ def report_outputs(run_dir: Path) -> Callable[[str], bool]:
     run_dir = Path(run_dir)
     own = _own_report_outputs(set(REPORT_FILES))
     if (run_dir / STUDY_FILE).is_file():
-        return _own_report_outputs(set(STUDY_REPORT_FILES))
+        # its shapes' reports too: re-rendered with it, the study's report reading their verdicts
+        study = _own_report_outputs(set(STUDY_REPORT_FILES))
+        return lambda relative: study(relative) or _in_part(relative, SHAPES_DIR, own)
     if (run_dir / PLAN_FILE).is_file():
         # its stages' reports too: re-rendered with it, so the verdict words of every page follow one rule
         top = _own_report_outputs(set(REPORT_FILES) - {CLAIMS_FILE})
-        return lambda relative: top(relative) or _in_stage(relative, own)
+        return lambda relative: top(relative) or _in_part(relative, STAGES_DIR, own)
     return own
 
 
@@ -134,20 +137,21 @@ def _own_report_outputs(outputs: set[str]) -> Callable[[str], bool]:
     return lambda relative: relative.startswith(f"{FIGURES_DIR}/") or relative in outputs
 
 
-def _in_stage(relative: str, outputs: Callable[[str], bool]) -> bool:
-    """Whether `relative` is stages/<k>/<path> with <path> one of a stage's own report files."""
+def _in_part(relative: str, folder: str, outputs: Callable[[str], bool]) -> bool:
+    """Whether `relative` is <folder>/<name>/<path> (a stage of a grid grown until decided, a shape of a study) with
+    <path> one of that part's own report files."""
     parts = relative.split("/", 2)
-    return len(parts) == 3 and parts[0] == STAGES_DIR and parts[1].isdigit() and outputs(parts[2])
+    return len(parts) == 3 and parts[0] == folder and outputs(parts[2])
 
 
-def resealed_stage_manifest(relative: str) -> bool:
-    """Whether `relative` is a stage's manifest, which re-rendering the stage's report reseals (so the top's listing
-    of it is brought up to date with the report's own files)."""
-    return _in_stage(relative, lambda name: name == MANIFEST_FILE)
+def resealed_part_manifest(relative: str) -> bool:
+    """Whether `relative` is a stage's or a shape's manifest, which re-rendering its report reseals (so the top's
+    listing of it is brought up to date with the report's own files)."""
+    return any(_in_part(relative, folder, lambda name: name == MANIFEST_FILE) for folder in (STAGES_DIR, SHAPES_DIR))
 
 
-def stage_report_outputs() -> Callable[[str], bool]:
-    """Which files of one stage of a grid grown until decided (paths relative to the stage) its report writes."""
+def part_report_outputs() -> Callable[[str], bool]:
+    """Which files of one stage or shape (paths relative to it) its report writes: a grid's."""
     return _own_report_outputs(set(REPORT_FILES))
 
 

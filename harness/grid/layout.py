@@ -32,6 +32,7 @@ from harness.grid.contract import (
 )
 from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.inference.claims import Claim
+from harness.inference.frontier_measures import BEST_OF_N_TABLE, FRONTIER_MEASURES
 from harness.original.streams import Script as OriginalScript
 
 # A grid of more seeds than this is a typo (99999999), not an experiment: refused before anything is built (a
@@ -224,6 +225,15 @@ class GridSpec(BaseModel):
     def _claims_fit_the_grid(self) -> GridSpec:
         for claim in self.claims:
             claim.check_against([c.name for c in self.conditions], self.run.iterations)
+        reading_tables = [claim for claim in self.claims if claim.metric in FRONTIER_MEASURES]
+        if reading_tables and BEST_OF_N_TABLE not in {table.name for table in grid_tables(self)}:
+            owners = [m for m in self.active_mechanisms if any(t.name == BEST_OF_N_TABLE for t in m.tables)]
+            knobs = " or ".join(f"{k} = true" for m in owners if m.knobs for k in m.knobs.model_fields)
+            raise ValueError(
+                f"claim {reading_tables[0].name!r} reads {reading_tables[0].metric}, a measure of the per-run table "
+                f"{BEST_OF_N_TABLE!r}, which no condition of the grid records "
+                f"({knobs or 'its mechanism is not loaded'} on a condition records it)"
+            )
         return self
 
     def condition(self, name: str) -> Condition:

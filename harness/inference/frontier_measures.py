@@ -1,11 +1,11 @@
-"""Per-run measures of overoptimization that claims read, from a run directory's best_of_n.csv and metrics.csv.
+"""Per-run measures of overoptimization that claims read, from a run directory's best-of-n table and metrics.csv.
 
 Claims compare metrics (`harness.inference.claims`), and a study's across claims per-run measures
 (`harness.inference.run_measures`); the statements of the overoptimization literature need a few more, each a number
 per run and outer iteration (condition, seed, iteration), joined onto the metrics table's rows
 (`with_frontier_measures`) so that both read them as they read a metric. Best-of-n's curve is the one from π₀
-(best_of_n.csv's base "initial"), a gain is measured from the curve's start (n = 1 for best-of-n, iteration 0 for the
-run), and d = √KL:
+(the best-of-n table's base "initial"), a gain is measured from the curve's start (n = 1 for best-of-n, iteration 0
+for the run), and d = √KL:
 
 - bon_peak_gain, bon_peak_kl, bon_peak_n: the largest gold gain of best-of-n from π₀ over the grid of n, scored by
   the run's judges at that iteration (at iteration 0, the pretrained judges), the KL where it is reached, and that n
@@ -33,6 +33,8 @@ import pandas as pd
 
 from harness.inference.overoptimization import FORMS
 
+# The per-run table these measures read (`harness.mechanisms.best_of_n`, `harness.common.run_tables`).
+BEST_OF_N_TABLE = "best_of_n"
 RUN_KEYS = ["condition", "seed"]
 ROW_KEYS = [*RUN_KEYS, "iteration"]
 KL_LEVEL = 1.0
@@ -49,7 +51,7 @@ FRONTIER_MEASURES = {
 
 
 def best_of_n_curves(best_of_n: pd.DataFrame) -> pd.DataFrame:
-    """best_of_n.csv's curves from π₀, sorted by run, iteration and n, with d = √KL and the gold gain since n = 1."""
+    """The best-of-n table's curves from π₀, sorted by run, iteration and n, with d = √KL and the gain since n = 1."""
     curves = best_of_n[best_of_n["base"] == "initial"].sort_values([*ROW_KEYS, "n"], kind="stable").copy()
     curves["d"] = np.sqrt(curves["kl"].clip(lower=0.0))
     curves["gold_gain"] = curves["gold"] - curves.groupby(ROW_KEYS, sort=False)["gold"].transform("first")
@@ -109,7 +111,7 @@ def frontier_measures(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.Data
 
     Args:
       metrics: metrics.csv's rows (condition, seed, iteration, kl_from_initial, policy_quality at least).
-      best_of_n: best_of_n.csv's rows of the same runs (the per-run table of `harness.mechanisms.best_of_n`).
+      best_of_n: the best-of-n table's rows of the same runs (the per-run table of `harness.mechanisms.best_of_n`).
     """
     curves, paths = best_of_n_curves(best_of_n), run_paths(metrics)
     peaks = []

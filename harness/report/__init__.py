@@ -15,10 +15,11 @@ from pathlib import Path
 import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, atomic_write_bytes
+from harness.common.run_tables import read_run_table
 from harness.common.wording import plural
 from harness.grid.grid_file import read_grid_file
 from harness.grid.layout import GridSpec
-from harness.inference.frontier_measures import with_frontier_measures
+from harness.inference.frontier_measures import BEST_OF_N_TABLE, with_frontier_measures
 from harness.inference.run_measures import metric_ranges
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
@@ -59,8 +60,6 @@ __all__ = [
     "write_run_report",
 ]
 
-# The per-run table of exact best-of-n (harness.mechanisms.best_of_n), which the measures of overoptimization read.
-BEST_OF_N_FILE = "best_of_n.csv"
 REPORT_FILE = "report.md"
 # Every file a grid's report writes at the top of its run directory (its figures go under FIGURES_DIR): what
 # `coevolab report` writes anew. Every other file of a run directory is an input of the report, verified before it
@@ -195,16 +194,15 @@ def claim_ranges(grid: GridSpec | None) -> dict[str, tuple[float, float]] | None
 
 def run_report_table(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
     """The table a run directory's report is rendered and its claims judged from: `metrics` with the measures of
-    overoptimization joined from the directory's best_of_n.csv (`with_best_of_n_measures`), prepared. The report
+    overoptimization joined from the directory's best-of-n table (`with_best_of_n_measures`), prepared. The report
     and `harness.load_result` both read a run through it, so they judge the same claims on the same values."""
     return prepare(with_best_of_n_measures(run_dir, metrics))
 
 
 def with_best_of_n_measures(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
     """`metrics` with the measures of overoptimization joined (`with_frontier_measures`) from the run directory's
-    best_of_n.csv; `metrics` as it is where the directory has none."""
-    path = Path(run_dir) / BEST_OF_N_FILE
-    return with_frontier_measures(metrics, pd.read_csv(path) if path.is_file() else None)
+    best-of-n table (`read_run_table`); `metrics` as it is where the directory has none."""
+    return with_frontier_measures(metrics, read_run_table(run_dir, BEST_OF_N_TABLE))
 
 
 def read_run_grid(run_dir: Path) -> GridSpec | None:
@@ -226,7 +224,7 @@ def write_run_report(
     grid: the run's grid (the run passes the grid it wrote to grid.json, `coevolab report` what read_run_grid reads
     back), for q*'s scale, mechanism descriptions and knobs. how_run: the line on how a grid run in seed blocks was
     run (its manifest's execution line). figures=False: text and tables only (see `write_report`). Where the run
-    directory has a best-of-n table (best_of_n.csv), the measures of overoptimization
+    directory has a best-of-n table (best_of_n.parquet), the measures of overoptimization
     (`harness.inference.frontier_measures`) join the metrics, so that the grid's claims may read them.
     """
     write_report(

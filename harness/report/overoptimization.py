@@ -2,9 +2,9 @@
 fitted per shape and condition with bootstrap intervals over seeds, compared with a quadratic by held-out error, the
 Gao-style figure per condition (one panel per judge) and a performance profile of where runs end.
 
-Each shape's run directory holds its metrics.csv and best_of_n.csv. Best-of-n's points are iteration 0's curve from
-π₀ (the pretrained judges, n = 1 … 10⁴), a run's RL points its path over the iterations; both as gains since their
-start against d = √KL(· ‖ π₀) (`harness.inference.frontier_measures`). The fits are
+Each shape's run directory holds its metrics.csv and best-of-n table (best_of_n.parquet). Best-of-n's points are
+iteration 0's curve from π₀ (the pretrained judges, n = 1 … 10⁴), a run's RL points its path over the iterations;
+both as gains since their start against d = √KL(· ‖ π₀) (`harness.inference.frontier_measures`). The fits are
 `harness.inference.overoptimization.fit_gao` (each optimizer its own form), the held-out comparison its
 `held_out_errors` (leave one seed out), written as gao_fits.csv and gao_held_out.csv beside the study's report.
 """
@@ -18,15 +18,15 @@ import numpy as np
 import pandas as pd
 
 from harness.common.run_files import METRICS_FILE
+from harness.common.run_tables import read_run_table
 from harness.grid.study import StudySpec
-from harness.inference.frontier_measures import ROW_KEYS, best_of_n_curves, run_paths
+from harness.inference.frontier_measures import BEST_OF_N_TABLE, ROW_KEYS, best_of_n_curves, run_paths
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
 from harness.report.figures.bands import performance_profile
 from harness.report.figures.overoptimization import OPTIMIZER_NAMES, fig_gao_frontier, fig_performance_profile
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import CSV_FLOAT_FORMAT, num
 
-BEST_OF_N_FILE = "best_of_n.csv"
 FITS_FILE, HELD_OUT_FILE = "gao_fits.csv", "gao_held_out.csv"
 PANEL = "judge_parameters"
 
@@ -52,9 +52,10 @@ def study_frontier(study: StudySpec, shape_dirs: Callable[[str], Path], paramete
     frames = []
     for shape in study.shapes:
         directory = shape_dirs(shape.name)
-        if not (directory / BEST_OF_N_FILE).is_file():
+        best_of_n = read_run_table(directory, BEST_OF_N_TABLE)
+        if best_of_n is None:
             continue
-        points = frontier_points(pd.read_csv(directory / METRICS_FILE), pd.read_csv(directory / BEST_OF_N_FILE))
+        points = frontier_points(pd.read_csv(directory / METRICS_FILE), best_of_n)
         frames.append(points.assign(shape=shape.name, **{PANEL: parameters[shape.name]}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -147,7 +148,7 @@ def overoptimization_section(
         "## Overoptimization: best-of-n and RL against each judge",
         "",
         "Gold (q*) and proxy (the judges' score) gained since the start against d = √KL(· ‖ π₀): best-of-n from π₀ "
-        "with the pretrained judges, exactly, for n = 1 … 10⁴ (iteration 0 of each run's best_of_n.csv), and each "
+        "with the pretrained judges, exactly, for n = 1 … 10⁴ (iteration 0 of each run's best-of-n table), and each "
         "RL run's path over its iterations. Each optimizer's form of Gao et al. (2022) is fitted per shape and "
         "condition by least squares over every seed's points, with 95% percentile bootstrap intervals resampling "
         "seeds (`gao_fits.csv`); a peak beyond the largest √KL reached is an extrapolation and not shown. Each form "
