@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all test-profile bench calibration docs docs-serve blocks rejudge reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
+.PHONY: run test test-lowest test-all test-profile bench calibration docs docs-serve blocks rejudge reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(RUN_STAMP): requirements-run.lock pyproject.toml harness/common/version.py
@@ -34,6 +34,12 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(SUITE)
+	$(MAKE) test-lowest
+
+# coevolab at the oldest versions pyproject.toml's ranges allow (lowest-direct: each direct dependency at its floor,
+# theirs resolved by pip), in .venv-lowest: the built-in grid tiny run and verified there (tools/lowest_direct.py).
+test-lowest: $(STAMP)
+	$(BIN)/python -m tools.lowest_direct --venv .venv-lowest
 
 # Where make test's time goes: the same run with tools/test_profile.py recording each test's wall time and its process's
 # JAX compile work (tracing, lowering, XLA compiles), then the tables by test file and by compiled program
@@ -131,7 +137,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache site
+	rm -rf $(VENV) .venv-lowest .pytest_cache .ruff_cache site
 
 # The scale study: the published conditions in larger worlds, a rugged q*, a larger judge and attention networks
 # (conditions/scale.toml, about an hour on two cores), and the results page's "Does it survive scale?" block.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -21,7 +20,8 @@ from harness import cli
 from harness.common.run_files import MANIFEST_FILE, METRICS_FILE
 from harness.grid.conditions import ConditionFileError, load_grid
 from harness.grid.sharding import usable_cores
-from harness.report.figures.common import DPI, PNG_METADATA
+from harness.report.figures import draw_figures
+from harness.report.figures.common import save
 from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,17 +157,27 @@ def test_a_saved_result_loads_back_with_the_same_tables(ran: tuple[harness.GridR
         harness.load_result(tmp_path)
 
 
-def test_figures_are_the_report_pngs(ran: tuple[harness.GridResult, list]) -> None:
-    """The Figure objects, saved as the report saves them, are the PNG files' bytes."""
+def test_figures_are_the_report_pngs(ran: tuple[harness.GridResult, list], tmp_path: Path) -> None:
+    """The Figure objects, saved as the report saves them (`figures.common.save`), are the PNG files' bytes."""
     result, _ = ran
     figures = result.figures()
     assert list(figures) == list(harness.FIGURE_KEYS)
     for key, figure in figures.items():
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=DPI, metadata=PNG_METADATA)
-        assert buffer.getvalue() == result.figure_files[key].read_bytes(), key
+        assert save(figure, tmp_path / f"{key}.png").read_bytes() == result.figure_files[key].read_bytes(), key
     with pytest.raises(ValueError, match="unknown figure keys"):
         result.figure("nope")
+
+
+def test_every_figures_text_lies_inside_its_canvas(ran: tuple[harness.GridResult, list]) -> None:
+    """Drawn for a grid of a long name (the titles name it): every drawn artist, titles and tick labels included,
+    lies within the figure, so nothing is cut off in the PNG."""
+    result, _ = ran
+    for key, figure in draw_figures(result.metrics, name="a-grid-of-a-rather-long-descriptive-name" * 2).items():
+        figure.canvas.draw()
+        drawn = figure.get_tightbbox(figure.canvas.get_renderer())
+        width, height = figure.get_size_inches()
+        assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01, key
+        assert drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01, (key, drawn, width, height)
 
 
 def test_bad_input_fails_as_the_command_line_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

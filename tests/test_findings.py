@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.optimize
 import scipy.stats
 
 from harness.grid.knobs import Knobs
@@ -80,9 +81,31 @@ def test_frontier_fit_recovers_the_generating_curve() -> None:
 def test_a_barely_bending_frontier_peaks_infinitely_far() -> None:
     # A straight line with a bend of 1e-4: α/β is about 1e4, so e^(α/β - 1) is beyond any float.
     d = np.linspace(0.5, 2.0, 20)
-    points = pd.DataFrame({"condition": "flat", "d": d, "quality_gain": gao_curve(d, 1.0, 1e-4)})
+    points = pd.DataFrame({"condition": "flat", "seed": 0, "d": d, "quality_gain": gao_curve(d, 1.0, 1e-4)})
     fit = fit_frontier(points).iloc[0]
     assert fit["beta"] > 0 and np.isinf(fit["d_peak"]) and np.isinf(fit["peak_gain"])
+
+
+def test_frontier_intervals_resample_seeds_and_need_twenty() -> None:
+    """Each seed's path follows its own α (sd 0.2 around 1): the interval over seeds has about the width the seeds'
+    spread gives (1.96 sd(α_s) / √S each way), far wider than curve_fit's covariance, which treats a path's 12 points
+    as independent; with 10 seeds no interval is shown."""
+    rng = np.random.default_rng(4)
+    d = np.linspace(0.2, 2.4, 12)
+    alphas = rng.normal(1.0, 0.2, size=40)
+    points = pd.DataFrame(
+        [("c", seed, x, gao_curve(x, alpha, 0.5)) for seed, alpha in enumerate(alphas) for x in d],
+        columns=["condition", "seed", "d", "quality_gain"],
+    )
+    fit = fit_frontier(points).iloc[0]
+    own = [np.linalg.lstsq(np.stack([d, -d * np.log(d)], 1), gao_curve(d, a, 0.5), rcond=None)[0][0] for a in alphas]
+    expected = 1.96 * np.std(own, ddof=1) / np.sqrt(len(alphas))
+    half_width = (fit["alpha_high"] - fit["alpha_low"]) / 2
+    assert fit["alpha_low"] < 1.0 < fit["alpha_high"] and 0.8 < half_width / expected < 1.2, (half_width, expected)
+    _, covariance = scipy.optimize.curve_fit(gao_curve, points["d"], points["quality_gain"], p0=(1.0, 0.0))
+    assert half_width > 1.5 * 1.96 * np.sqrt(covariance[0, 0])
+    few = fit_frontier(points[points["seed"] < 10]).iloc[0]
+    assert np.isfinite(few["alpha"]) and np.isnan(few["alpha_low"]) and np.isnan(few["beta_high"])
 
 
 def test_report_sections_and_files(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def command_report(args: argparse.Namespace) -> int:
             stages = [path for path in run_dir.joinpath(STAGES_DIR).iterdir() if path.name.isdigit()]
             for stage in sorted(stages, key=lambda path: int(path.name)):
                 # verified with the whole directory above; its claims are the looks', never judged in a stage
-                _render_grid_report(stage, args.figures, claims=False)
+                _render_grid_report(stage, figures=False, claims=False)  # the figures are the merged grid's
                 reseal(stage, read_manifest(stage), part_report_outputs())
             render_report(run_dir, figures=args.figures)
             rewritten = _either(rewritten, resealed_part_manifest)

@@ -23,11 +23,12 @@ finished run is adopted as the first look only if its claims were never judged: 
 outside any plan, and growing it would spend more than α in all (decide its claims on a fresh plan and fresh seeds).
 
 The run directory: grid.json (the grid at its first look's seeds), sequential.json (the plan), stages/<k>/ (each a
-blocks run with its own report), metrics.csv (the stages merged: conditions may hold different seed counts),
-looks.csv (one row per look taken), claims.csv (each claim's row from the look that decided it, else from the last
-look, with the look, its level and, for open claims, the seeds a fixed-seed grid would need at α), report.md (the
-merged grid's report and a section on the sequential verdicts) and manifest.json. Running it again resumes: finished
-stages and blocks are kept, and the verdicts, which are deterministic, are recomputed from them.
+blocks run with its own report, text and tables: the figures are the merged grid's), metrics.csv (the stages merged:
+conditions may hold different seed counts), looks.csv (one row per look taken), claims.csv (each claim's row from the
+look that decided it, else from the last look, with the look, its level and, for open claims, the seeds a fixed-seed
+grid would need at α), report.md (the merged grid's report and a section on the sequential verdicts) and manifest.json.
+Running it again resumes: finished stages and blocks are kept, and the verdicts, which are deterministic, are recomputed
+from them.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from harness.inference.run_measures import metric_ranges
 from harness.inference.sequential import ANYTIME, Spending, anytime_looks, look_levels, planned_looks
 from harness.inference.verdicts import DECISIONS, MIN_SEEDS, verdict_table
 from harness.report import write_run_report
+from harness.report.markdown import literal_stars
 from harness.report.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.sequential import sequential_section
 
@@ -281,7 +283,7 @@ def run_until_decided(
         spending: how α = 1 − confidence is spent over the looks (`harness.inference.sequential`).
         backend: what runs each stage's seed blocks.
         how: the backend's name for the manifests and reports.
-        figures: False: every report this call writes (the stages' and the merged grid's) is text and tables alone.
+        figures: False: the merged grid's report is text and tables alone (a stage's always is).
 
     Returns:
         The merged metrics and the claims' sequential verdicts (also written into run_dir, see the module).
@@ -311,7 +313,7 @@ def run_until_decided(
         if not run_finished(directory):
             directory.mkdir(parents=True, exist_ok=True)
             progress.phase("look", f"{stage + 1} of {len(plan.looks)}: {len(names)} conditions to {seeds} seeds")
-            run_in_blocks(own, directory, progress, backend, how, figures=figures)
+            run_in_blocks(own, directory, progress, backend, how, figures=False)  # the merged grid's report draws
         atomic_write_text(run_dir / METRICS_FILE, merged_stages_text(spec, stage + 1, run_dir))
         metrics = pd.read_csv(run_dir / METRICS_FILE)
         progress.phase("verdicts", f"look {stage + 1} at level {level:.3g}")
@@ -435,4 +437,4 @@ def render_report(run_dir: Path, figures: bool = True, how_run: str | None = Non
     write_run_report(run_dir, metrics, spec.name, grid, how_run=line, figures=figures)
     report = run_dir / "report.md"
     section = sequential_section(claims, looks, plan.looks, np.asarray(plan.levels), plan.alpha, plan.spending)
-    atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + section)
+    atomic_write_text(report, report.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + literal_stars(section))

@@ -24,7 +24,7 @@ from harness.inference.run_measures import metric_ranges
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_groups, identical_section
-from harness.report.markdown import markdown_table
+from harness.report.markdown import literal_stars, markdown_table
 from harness.report.meta_correction import meta_section
 from harness.report.metrics_table import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
 from harness.report.pairs import pair_section
@@ -80,6 +80,8 @@ def _write(out_dir: Path, name: str, text: str | bytes) -> None:
         # What a report writes is listed, so that `coevolab report` verifies every other file (metrics.csv, the
         # per-run tables) as an input before reading it, and re-seals only what it wrote.
         raise ValueError(f"refusing to write {out_dir / name}: not one of the report's files {REPORT_FILES}")
+    if isinstance(text, str) and name.endswith(".md"):
+        text = literal_stars(text)
     atomic_write_bytes(out_dir / name, text.encode("utf-8") if isinstance(text, str) else text)
 
 

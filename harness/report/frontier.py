@@ -4,9 +4,9 @@ Gao, Schulman & Hilton (2022) found that at LLM scale the gold reward of an RL-o
 R(d) = d (α − β ln d) in d = √KL(π ‖ π₀): it rises, peaks at d* = exp(α/β − 1) and falls as optimisation
 overshoots. Here KL and q* are exact over all outputs (metric kl_from_initial), so the same curve can be fit per
 condition with no sampling noise in either axis. R is each run's real-quality gain since iteration 0; the fit is
-least squares (scipy.optimize.curve_fit) over every run × iteration of the condition, with standard errors. The
-curve is `harness.inference.overoptimization.rl_gold`, where the best-of-n form, intervals over seeds and held-out
-comparisons live.
+least squares over every run × iteration of the condition (`harness.inference.overoptimization.fit_form`, the RL
+form), and its intervals resample seeds (a run's points along its path are not independent, so the fit's own
+covariance would make them too narrow), shown only from MIN_SEEDS seeds, as every interval of a report.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import scipy.optimize
 
 from harness.engine.metrics import metric
+from harness.inference.overoptimization import fit_form
 from harness.inference.overoptimization import rl_gold as gao_curve
+from harness.inference.rule import MIN_SEEDS
 from harness.report.figures.common import new_figure, panels, save, wrap
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import QUALITY, GridFacts, conditions, live, num
@@ -29,10 +30,13 @@ PERCEIVED = metric("judge_perceived_quality")
 FIT_COLUMNS = [
     "condition",
     "points",
+    "seeds",
     "alpha",
-    "alpha_se",
+    "alpha_low",
+    "alpha_high",
     "beta",
-    "beta_se",
+    "beta_low",
+    "beta_high",
     "r2",
     "d_max",
     "d_peak",
@@ -53,38 +57,22 @@ def frontier_points(prepared: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
-    """α, β (± standard error), R², the largest distance reached (d_max) and the predicted peak
-    (d*, KL* = d*², R(d*) = β d*) per condition.
+    """α, β with 95% intervals over seeds (bootstrap percentile, seeds resampled; NaN below MIN_SEEDS seeds), R², the
+    largest distance reached (d_max) and the predicted peak (d*, KL* = d*², R(d*) = β d*) per condition.
 
     The peak exists only for β > 0 (the curve bends down); otherwise its columns are NaN. A peak beyond d_max is an
     extrapolation: no run of the condition went that far; one too far for a float (β ≈ 0⁺) is infinite.
     """
-    rows = []
-    for condition, own in points.groupby("condition", sort=False):
-        d, gain = own["d"].to_numpy(), own["quality_gain"].to_numpy()
-        row: dict[str, object] = {"condition": condition, "points": len(own)}
-        if len(own) < 3 or np.ptp(d) == 0:
-            rows.append(row)
-            continue
-        (alpha, beta), covariance = scipy.optimize.curve_fit(gao_curve, d, gain, p0=(1.0, 0.0))
-        residual = gain - gao_curve(d, alpha, beta)
-        total = np.sum((gain - gain.mean()) ** 2)
-        # A barely bending curve (β → 0⁺) peaks beyond any float: its peak is infinitely far, not an error.
-        with np.errstate(over="ignore"):
-            d_peak = float(np.exp(alpha / beta - 1.0)) if beta > 0 else math.nan
-        row |= {
-            "alpha": alpha,
-            "alpha_se": math.sqrt(covariance[0, 0]),
-            "beta": beta,
-            "beta_se": math.sqrt(covariance[1, 1]),
-            "r2": 1.0 - np.sum(residual**2) / total if total > 0 else math.nan,
-            "d_max": float(d.max()),
-            "d_peak": d_peak,
-            "kl_peak": d_peak**2,
-            "peak_gain": beta * d_peak,
-        }
-        rows.append(row)
-    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+    fits = fit_form(points, "rl", y="quality_gain")
+    fits = fits.assign(kl_peak=fits["d_peak"] ** 2)
+    few = fits["seeds"] < MIN_SEEDS
+    fits.loc[few, ["alpha_low", "alpha_high", "beta_low", "beta_high"]] = np.nan
+    return fits[FIT_COLUMNS]
+
+
+def _interval(value: float, low: float, high: float) -> str:
+    """A coefficient with its interval, or alone where it has none (fewer than MIN_SEEDS seeds)."""
+    return num(value) if not np.isfinite(low) else f"{num(value)} [{num(low)}, {num(high)}]"
 
 
 def _peak_distance(d_peak: float) -> str:
@@ -97,8 +85,8 @@ def _peak_distance(d_peak: float) -> str:
 def fits_markdown(fits: pd.DataFrame) -> str:
     header = [
         "Condition",
-        "α ± se",
-        "β ± se",
+        "α [95% CI over seeds]",
+        "β [95% CI over seeds]",
         "R²",
         "largest √KL reached",
         "fitted peak at √KL",
@@ -107,8 +95,8 @@ def fits_markdown(fits: pd.DataFrame) -> str:
     rows = [
         [
             row.condition,
-            f"{num(row.alpha)} ± {num(row.alpha_se)}",
-            f"{num(row.beta)} ± {num(row.beta_se)}",
+            _interval(row.alpha, row.alpha_low, row.alpha_high),
+            _interval(row.beta, row.beta_low, row.beta_high),
             num(row.r2, 2),
             num(row.d_max, 2),
             _peak_distance(row.d_peak) + (" (beyond reach)" if row.d_peak > row.d_max else ""),

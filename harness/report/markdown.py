@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -25,3 +26,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: 
             rule = [("-" * (w - 1) + ":") if align[i] else ("-" * w) for i, w in enumerate(widths)]
             lines.append("| " + " | ".join(rule) + " |")
     return "\n".join(lines) + "\n"
+
+
+# A code span or a fenced block: their text is shown as written, so nothing in it is escaped.
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+# q* written as a name (q star), not yet escaped: Markdown would read its star as the start of an emphasis.
+_LITERAL_STAR = re.compile(r"(?<![\\\w])q\*")
+
+
+def literal_stars(text: str) -> str:
+    """Markdown `text` with every q* outside code written q\\* so that it renders as q* (never the start of italics:
+    "regression on q*, so both gains start in q*" would render the words between as emphasis). Idempotent."""
+    parts = _CODE.split(text)
+    return "".join(part if index % 2 else _LITERAL_STAR.sub(r"q\\*", part) for index, part in enumerate(parts))

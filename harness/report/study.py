@@ -13,7 +13,7 @@ from harness.grid.memory import parameter_count
 from harness.grid.study import StudySpec
 from harness.inference.run_measures import DERIVED_MEASURES
 from harness.report.figures.common import new_figure, save
-from harness.report.markdown import markdown_table
+from harness.report.markdown import literal_stars, markdown_table
 from harness.report.metrics_table import num
 from harness.report.overoptimization import overoptimization_section
 
@@ -165,4 +165,4 @@ def study_report(
     if not within.empty:
         columns = ["shape", "claim", "effect", "ci_low", "ci_high", "p_adjusted", "verdict"]
         lines += ["## Claims within each shape", "", _frame(within[columns]), ""]
-    atomic_write_text(run_dir / "report.md", "\n".join(lines).rstrip("\n") + "\n")
+    atomic_write_text(run_dir / "report.md", literal_stars("\n".join(lines).rstrip("\n") + "\n"))

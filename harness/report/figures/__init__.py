@@ -21,6 +21,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from harness.report.figures.common import fitted
 from harness.report.figures.ends import draw_all_conditions, draw_end_state, fig_all_conditions, fig_end_state
 from harness.report.figures.gap import draw_inside_vs_outside, fig_inside_vs_outside
 from harness.report.figures.trends import (
@@ -100,4 +101,4 @@ def draw_figures(
         "inside_vs_outside": lambda: draw_inside_vs_outside(prepared, summary),
     }
     with _figure_style():
-        return {key: draw[key]() for key in keys}
+        return {key: fitted(draw[key]()) for key in keys}
