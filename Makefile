@@ -72,10 +72,12 @@ docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
 
 # The generated blocks of the README and the docs pages, rewritten from the committed reference runs (seconds, nothing
-# is trained): after a change of how a block or a verdict is rendered. tools/blocks.py lists every block, its pages and
+# is trained): after a change of how a block or a verdict is rendered; and the reference pages docs/reference/ from
+# the code (tools/reference_pages.py). tools/blocks.py lists every block, its pages and
 # its command; tests/test_generated_blocks.py fails while a page differs from what its blocks render.
 blocks: $(STAMP)
 	$(BIN)/python -m tools.blocks
+	$(BIN)/python -m tools.reference_pages
 
 # Every committed reference judged again under the verdict rule as it now stands, from its own files (minutes, nothing
 # is trained): each grid's report re-rendered (coevolab report), each study's (its shapes' reports, then the study's,
