@@ -1,10 +1,9 @@
-"""The documentation site builds strictly, as `make docs` builds it, and its generated reference covers the code.
-
-A strict build fails on any warning: a link to a missing page or anchor, a page left out of the navigation, a name
-the API reference cannot resolve, a docstring naming a parameter its function does not have. The generated pages
-(tools/reference_pages.py, committed; tools/docs_pages.py, at build time) are read back from the built site: every knob, metric, subcommand, built-in grid and
-reference run is there. A small site with the same settings holds the strictness itself to account: a broken link
-and a stale name each fail it.
+"""The documentation site builds strictly, as `make docs` builds it, and its generated reference covers the code. A
+strict build fails on any warning: a link to a missing page or anchor, a page left out of the navigation, a name the
+API reference cannot resolve, a docstring naming a parameter its function does not have. The generated pages
+(tools/reference_pages.py, committed; tools/docs_pages.py, at build time) are read back from the built site: every
+knob, metric, subcommand, built-in grid and reference run is there. A small site with the same settings holds the
+strictness itself to account: a broken link and a stale name each fail it.
 """
 
 from __future__ import annotations

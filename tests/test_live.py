@@ -94,3 +94,27 @@ def test_a_long_phase_prints_a_line_every_heartbeat_and_none_after_it_ends(capsy
     time.sleep(0.3)
     shown.close()
     assert capsys.readouterr().out == ""
+
+
+def test_a_run_says_it_started_before_loading_anything_heavy(tmp_path: Path) -> None:
+    """The first line of a run's output comes before JAX, pandas or the grid load (seconds on a cold machine); a
+    quiet run prints nothing. The child reports which heavy modules it had loaded when the line was printed."""
+    probe = (
+        "import builtins, sys\n"
+        "from harness import cli\n"
+        "printed = builtins.print\n"
+        "def first(*args, **kwargs):\n"
+        "    printed(*args, **kwargs)\n"
+        "    printed('loaded:', sorted({'jax', 'pandas', 'scipy'} & set(sys.modules)), flush=True)\n"
+        "    builtins.print = printed\n"
+        "builtins.print = first\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    missing = str(tmp_path / "missing.toml")
+    shown = subprocess.run([sys.executable, "-c", probe, "run", missing], cwd=ROOT, capture_output=True, text=True)
+    lines = shown.stdout.splitlines()
+    assert lines[:2] == ["[    0.0s] starting: loading JAX and the grid", "loaded: []"], shown.stdout
+    quiet = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", missing, "--quiet"], cwd=ROOT, capture_output=True
+    )
+    assert quiet.stdout == b"" and quiet.returncode == 2

@@ -53,9 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
+def _shows_progress(argv: list[str]) -> bool:
+    """Whether the command shows its progress on the console: `run` (and `merge`) without --quiet."""
+    return bool(argv) and argv[0] in ("run", "merge") and not {"--quiet", "-q", "--help", "-h"} & set(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `coevolab` command line: its exit code (see the module)."""
     started = time.perf_counter()  # before the heavy imports, so the run's phases account for them
+    if _shows_progress(sys.argv[1:] if argv is None else argv):
+        # a first line at once: loading JAX and the grid takes seconds before the run's own progress can start
+        print(f"[{0.0:7.1f}s] starting: loading JAX and the grid", flush=True)
     with stop_signals.caught():
         try:
             with stop_signals.deferred():  # JAX's native extensions abort the process if a stop cuts their import

@@ -38,7 +38,9 @@ def command_merge(args: argparse.Namespace) -> int:
         raise UsageError(f"merge {run_dir}: holds no seed blocks (a grid run whole writes its results itself)")
     with writing(run_dir):
         spec = load_spec(run_dir)
-        outcome = merge_blocks(spec, run_dir, SEPARATE, console_progress(args.quiet), figures=args.figures)
+        outcome = merge_blocks(
+            spec, run_dir, SEPARATE, console_progress(args.quiet, args.started), figures=args.figures
+        )
     return finished(run_dir, outcome.diverged)
 
 

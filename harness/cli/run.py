@@ -395,7 +395,7 @@ def _run_until_stopped(
         disable_compilation_cache()
     else:
         enable_compilation_cache()
-    progress = console_progress(args.quiet)
+    progress = console_progress(args.quiet, args.started)
     stop_signals.catch()  # again: ray.init replaces the handlers (its SIGTERM exits with 15)
     try:
         try:

@@ -38,8 +38,8 @@ class PlainProgress:
     """One line per phase and per iteration, for logs and pipes, and one every `heartbeat` seconds while a phase or
     an iteration runs."""
 
-    def __init__(self, heartbeat: float = HEARTBEAT_SECONDS) -> None:
-        self.start = time.perf_counter()
+    def __init__(self, heartbeat: float = HEARTBEAT_SECONDS, started: float | None = None) -> None:
+        self.start = time.perf_counter() if started is None else started  # lines give the time since this
         self.total = 0
         self.every = heartbeat
         self._beating: Heartbeat | None = None
@@ -88,8 +88,8 @@ class PlainProgress:
 class RichProgress(PlainProgress):
     """Phases as status lines and a progress bar over outer iterations, on a terminal."""
 
-    def __init__(self, heartbeat: float = HEARTBEAT_SECONDS) -> None:
-        super().__init__(heartbeat)
+    def __init__(self, heartbeat: float = HEARTBEAT_SECONDS, started: float | None = None) -> None:
+        super().__init__(heartbeat, started)
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -135,8 +135,9 @@ class RichProgress(PlainProgress):
         self.bar.stop()
 
 
-def console_progress(quiet: bool = False) -> Progress:
-    """How the command line shows an experiment: nothing (quiet), a progress bar on a terminal, else plain lines."""
+def console_progress(quiet: bool = False, started: float | None = None) -> Progress:
+    """How the command line shows an experiment: nothing (quiet), a progress bar on a terminal, else plain lines;
+    times counted from `started` (the process's start, by time.perf_counter), else from now."""
     if quiet:
         return SilentProgress()
-    return RichProgress() if sys.stdout.isatty() else PlainProgress()
+    return RichProgress(started=started) if sys.stdout.isatty() else PlainProgress(started=started)

@@ -20,7 +20,7 @@ from harness.engine.metrics import Metric
 from harness.report.figures.bands import bootstrap_bands
 
 DPI = 100  # 1,640 px across the widest figure (16.4 in): more than a page shows
-PALETTE_COLOURS = 256  # median cut, no dithering: deterministic, and plots keep their flat colours
+PALETTE_COLOURS = 128  # median cut, no dithering: deterministic; lines, bands and text need no more
 # Fixed PNG metadata (no matplotlib version), so the same table renders to the same bytes.
 PNG_METADATA: dict[str, str | None] = {"Software": None}
 ROLE_COLOURS = {"reference": "#1a1a1a", "mechanism": "#1f77b4", "boundary": "#d62728"}
