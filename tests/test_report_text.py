@@ -32,6 +32,11 @@ from harness.report.tables import descriptive_rule
 DIRECTION = re.compile(r"\b(?:ends?|ended) (?:clearly )?(?:above|below)\b|\bno difference\b|\((?:above|below)\)")
 
 
+def shown(path: Path) -> str:
+    """A report's Markdown as a reader sees it rendered: q* escaped as q\\* (`markdown.literal_stars`) shows as q*."""
+    return path.read_text().replace("q\\*", "q*")
+
+
 def with_modes(metrics: pd.DataFrame, modes: dict[tuple[str, int], tuple[str, float]]) -> pd.DataFrame:
     m = metrics.copy()
     m["mode_sequence"] = [modes[(c, s)][0] for c, s in zip(m["condition"], m["seed"], strict=True)]
@@ -63,7 +68,7 @@ def test_the_summary_and_its_readings_state_no_direction(same_end: pd.DataFrame,
     # The CI excludes zero, yet the difference is float noise: the summary describes it and says nothing of it.
     summary = summarize(same_end).set_index("condition")
     assert summary.loc["noise", "policy_quality_diff_ci_low"] > 0
-    report = (same_end_report / "report.md").read_text()
+    report = shown(same_end_report / "report.md")
     assert not DIRECTION.findall(report)
     assert "differ from the reference by mean paired Δ 0.000 to +0.262 q* (descriptive" in report
 
@@ -71,17 +76,17 @@ def test_the_summary_and_its_readings_state_no_direction(same_end: pd.DataFrame,
 def test_end_modes_are_counted_per_condition(same_end: pd.DataFrame, same_end_report: Path) -> None:
     shares = mode_shares(same_end)
     assert shares.loc[shares["condition"] == "better", "runs"].tolist() == [3]
-    report = (same_end_report / "report.md").read_text()
+    report = shown(same_end_report / "report.md")
     assert "6 of 9 runs end at ↑ ↑ ↑ ↑ (q* 1.748), 3 at ↑ ↑ ↑ ↗ (q* 2.000)" in report
     assert "## Where runs end" in report
     assert "↑ ↑ ↑ ↗" in report and "glyph" in report
 
 
 def test_headings_name_grid_seeds_and_iteration(same_end_report: Path) -> None:
-    summary_md = (same_end_report / "summary.md").read_text()
+    summary_md = shown(same_end_report / "summary.md")
     assert summary_md.startswith("# Summary of tiny\n")
     assert "grid `tiny`: 3 conditions × 3 seeds (0–2); final iteration 1." in summary_md
-    report = (same_end_report / "report.md").read_text()
+    report = shown(same_end_report / "report.md")
     assert (
         report.count("3 conditions × 3 seeds (0–2); final iteration 1.") == 3
     )  # every table (summary, modes, escapes)
@@ -115,7 +120,7 @@ def test_a_new_headline_metric_appears_everywhere(same_end: pd.DataFrame, tmp_pa
     with mechanism_registry.restored_catalog():
         mechanism_registry.register(Mechanism(name="kl_probe", summary="a headline metric", metrics=(extra,)))
         write_report(metrics, tmp_path)
-    report = (tmp_path / "report.md").read_text()
+    report = shown(tmp_path / "report.md")
     assert "KL to the initial policy (nats)" in report.split("## Summary")[1].splitlines()[4]  # a table column
     assert "**KL to the initial policy** (nats; column `kl_initial`): KL(π ‖ π₀) over all outputs." in report
     assert "KL to the initial policy (nats) 0.000 → 0.500" in report  # the headline reading
@@ -130,12 +135,12 @@ def test_a_report_without_figures_is_the_report_less_its_figures(
     assert {path.name for path in tmp_path.iterdir()} == drawn - {"figures"}
     for name in drawn - {"figures", "report.md"}:
         assert (tmp_path / name).read_bytes() == (same_end_report / name).read_bytes(), name
-    lines = (same_end_report / "report.md").read_text().split("\n")
+    lines = shown(same_end_report / "report.md").split("\n")
     kept = lines[: lines.index("## Figures")]
     links = [i for i, line in enumerate(kept) if line.startswith("![")]
     assert links and all(kept[i + 1] == "" for i in links)  # the attractors' figure is linked in its section
     expected = [line for i, line in enumerate(kept) if i not in links and i - 1 not in links]
-    assert (tmp_path / "report.md").read_text() == "\n".join(expected)
+    assert shown(tmp_path / "report.md") == "\n".join(expected)
 
 
 def test_same_table_same_bytes_and_normal_file_modes(
@@ -163,7 +168,7 @@ def test_the_descriptive_rule_is_stated_once_and_no_table_reads_a_direction(tmp_
     summary = summarize(metrics).set_index("condition")
     assert summary.loc["tiny", "policy_quality_diff_ci_high"] < 0  # "significant" by its interval, yet noise
     write_report(metrics, tmp_path)
-    report, summary_md = (tmp_path / "report.md").read_text(), (tmp_path / "summary.md").read_text()
+    report, summary_md = shown(tmp_path / "report.md"), shown(tmp_path / "summary.md")
     rule = descriptive_rule(0.95)
     assert report.count(rule) == 1 and summary_md.count(rule) == 1
     for text in (report, summary_md):
@@ -173,7 +178,7 @@ def test_the_descriptive_rule_is_stated_once_and_no_table_reads_a_direction(tmp_
 
 
 def test_no_cross_run_correlation_is_quoted(same_end_report: Path) -> None:
-    report = (same_end_report / "report.md").read_text()
+    report = shown(same_end_report / "report.md")
     readings = report.split("## Figures", 1)[1]
     assert "ρ =" not in readings and "Spearman" not in readings.replace("(Spearman ρ)", "")
     assert "correlat" not in readings
@@ -192,7 +197,7 @@ def test_belief_gap_is_gains_since_iteration_zero(tmp_path: Path) -> None:
     shorter = belief_gap(prepare(metrics[metrics["iteration"] <= 1])).set_index("iteration")["gap"]
     assert shorter[1] == pytest.approx(gaps[1])
     write_report(metrics, tmp_path, figures=False)
-    report = (tmp_path / "report.md").read_text()
+    report = shown(tmp_path / "report.md")
     assert "**Belief gap**" in report and "gained since iteration 0" in report
     assert "faster" not in report and "z-scor" not in report and "standardised" not in report.lower()
 
@@ -210,7 +215,7 @@ def test_mode_counts_agree_between_sentence_and_table(tmp_path: Path) -> None:
     sentence = reading_modes(mode_shares(metrics))
     assert sentence.endswith("and 2 runs at 2 other modes.")
     write_report(metrics, tmp_path, figures=False)
-    report = (tmp_path / "report.md").read_text()
+    report = shown(tmp_path / "report.md")
     table = report.split("## Where runs end", 1)[1].split("\n## ", 1)[0]
     lines = [line for line in table.splitlines() if line.startswith("| ")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
@@ -253,7 +258,7 @@ def test_identical_conditions_are_found_and_explained(twins: tuple[pd.DataFrame,
     m, grid = twins
     assert identical_groups(prepare(m)) == [("baseline", "alias"), ("slow", "slow-meta")]
     write_report(m, tmp_path, grid=grid, figures=False)
-    report = (tmp_path / "report.md").read_text()
+    report = shown(tmp_path / "report.md")
     section = report.split("### Conditions with identical results", 1)[1].split("\n#", 1)[0].strip()
     assert "`baseline` = `alias`: same knobs" in section
     line = next(x for x in section.splitlines() if x.startswith("- `slow` = `slow-meta`"))
@@ -261,7 +266,7 @@ def test_identical_conditions_are_found_and_explained(twins: tuple[pd.DataFrame,
     assert "meta-correction never fired in `slow-meta` (`meta_corrections` is 0" in line
     assert "never below 0.800, threshold 0.75" in line
     assert "`near`" not in section
-    assert section in (tmp_path / "summary.md").read_text()
+    assert section in shown(tmp_path / "summary.md")
     # Once a correction fires, the data no longer explain the match.
     fired = m.assign(meta_corrections=np.where(m["condition"] == "slow-meta", 1, 0))
     assert "never fired" not in explain(prepare(fired), ("slow", "slow-meta"), grid)
@@ -272,7 +277,7 @@ def test_grid_facts_units_mechanisms_and_q_star_scale(twins: tuple[pd.DataFrame,
     grid = grid.model_copy(update={"conditions": (*grid.conditions, Condition(name="r", knobs=Knobs(reset_every=3)))})
     m = pd.concat([m, m[m["condition"] == "near"].assign(condition="r")], ignore_index=True)
     write_report(m, tmp_path, grid=grid, figures=False)
-    report = (tmp_path / "report.md").read_text()
+    report = shown(tmp_path / "report.md")
     q = np.asarray(World(grid.world).q_star, dtype=float)
     assert f"runs from {q.min():.3f} to {q.max():.3f}, mean {q.mean():.3f}" in report
     assert f"over the {q.size:,} outputs" in report
@@ -292,7 +297,7 @@ def test_identical_conditions_are_counted_once(tmp_path: Path) -> None:
     runs |= {("other", s): [0.0, 1.0 + 0.01 * s] for s in range(3)}
     modes = {key: ("↑ ↑ ↑ ↗", 2.0) if key[0] in ("meta", "slow-meta") else ("↑ ↑ ↑ ↑", 1.0) for key in runs}
     write_report(with_modes(make_metrics(runs), modes), tmp_path)
-    report = (tmp_path / "report.md").read_text()
+    report = shown(tmp_path / "report.md")
     assert (
         "the 3 mechanisms (2 distinct results: `meta` = `slow-meta` counted once) differ from the reference by mean "
         "paired Δ 0.000 to +1.000 q* (descriptive" in report
@@ -310,7 +315,7 @@ def test_a_belief_gap_from_a_stretched_scale_is_read_as_such(tmp_path: Path) -> 
     judges = {"baseline": ([0.7, 0.5], [0.0, 2.0]), "anchor": ([0.7, 0.99], [0.0, 5.0])}  # alignment, perceived
     overrides = {(c, s): {"judge_alignment": judges[c][0], "judge_perceived_quality": judges[c][1]} for c, s in runs}
     write_report(make_metrics(runs, overrides=overrides), tmp_path)
-    reading = (tmp_path / "report.md").read_text().split("### What the loop believes vs reality", 1)[1]
+    reading = shown(tmp_path / "report.md").split("### What the loop believes vs reality", 1)[1]
     assert (
         " In `anchor` (gap +4.000; judge alignment 0.700 → 0.990; judge-perceived quality 5.000 against real 1.000), "
         "the judges end ranking outputs at least as well as before training, so the gap there is not belief in gains "
