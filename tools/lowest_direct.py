@@ -49,9 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-lowest")
     args = parser.parse_args(argv)
     pins = [f"{name}=={version}" for name, version in floors().items()]
-    if not (args.venv / "bin" / "python").is_file():
-        run([sys.executable, "-m", "venv", str(args.venv)])
-    python, coevolab = str(args.venv / "bin" / "python"), str(args.venv / "bin" / "coevolab")
+    venv = args.venv.resolve()  # the grid runs in a scratch directory: its commands are named absolutely
+    if not (venv / "bin" / "python").is_file():
+        run([sys.executable, "-m", "venv", str(venv)])
+    python, coevolab = str(venv / "bin" / "python"), str(venv / "bin" / "coevolab")
     run([python, "-m", "pip", "install", "--quiet", *pins])
     run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(ROOT)])
     run([python, "-m", "pip", "freeze", "--exclude", "coevolab"])
