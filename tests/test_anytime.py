@@ -9,23 +9,12 @@ import pytest
 import scipy.stats
 
 from harness.inference.anytime import anytime_verdict, sign_e_value
+from harness.inference.calibration import value_claim
 from harness.inference.claims import Claim
 from harness.inference.rule import ClaimData
 from harness.inference.sequential import anytime_looks, look_levels
 
 ALPHA = 0.05
-
-
-def _claim(direction: str = "above") -> Claim:
-    return Claim(
-        name="c",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction=direction,
-        than_value=0.0,
-        resolution=0.01,
-    )
 
 
 def test_the_e_value_by_hand_and_its_mean_under_the_null_is_one():
@@ -59,8 +48,8 @@ def test_judged_after_every_block_a_true_null_is_decided_at_most_alpha_of_the_ti
     # 30% of seeds jump, as often up as down; 40 looks (every 10 seeds to 400). The same sign test at α at every look
     # would decide far more often: the e-value's error stays within α (+3 binomial sd over 1,000 sequences).
     rng = np.random.default_rng(0)
-    found = [_first_decision(_claim(d), _sequence(rng, 400, 0.3, 0.5), 10, 1 / ALPHA) for d in ("above", "below")]
-    found += [_first_decision(_claim(), _sequence(rng, 400, 0.3, 0.5), 10, 1 / ALPHA) for _ in range(998)]
+    found = [_first_decision(value_claim(d), _sequence(rng, 400, 0.3, 0.5), 10, 1 / ALPHA) for d in ("above", "below")]
+    found += [_first_decision(value_claim(), _sequence(rng, 400, 0.3, 0.5), 10, 1 / ALPHA) for _ in range(998)]
     wrong = np.mean([verdict != "undecided" for verdict, _ in found])
     assert wrong <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / len(found)), wrong
     rng = np.random.default_rng(1)
@@ -76,7 +65,7 @@ def test_the_published_effect_is_decided_early_in_a_family_of_seventeen():
     # Slower judge updates against the baseline at 100 seeds: 19 seeds change end mode, 18 of them upwards. Judged
     # after every 10 seeds, Bonferroni over the published grid's 17 claims, it holds at a median of 80 seeds.
     rng = np.random.default_rng(2)
-    found = [_first_decision(_claim(), _sequence(rng, 400, 0.19, 18 / 19), 10, 17 / ALPHA) for _ in range(300)]
+    found = [_first_decision(value_claim(), _sequence(rng, 400, 0.19, 18 / 19), 10, 17 / ALPHA) for _ in range(300)]
     assert all(verdict == "holds" for verdict, _ in found)
     assert np.median([n for _, n in found]) <= 100
 

@@ -14,7 +14,6 @@ import pandas as pd
 
 from harness.grid.conditions import load_grid
 from harness.inference import calibration as cal
-from harness.inference.claims import Claim
 from harness.inference.run_measures import metric_ranges
 from tools import calibration as tool
 
@@ -41,15 +40,7 @@ def test_the_equivalence_test_keeps_its_level_where_a_sign_flip_tost_does_not() 
     """An "above" claim whose true mean is exactly its resolution, made of rare large jumps (0.764 with chance
     1.3%): "not supported" is wrong. The rule's exact test (the jumps bounded by 1) errs at most α/2 + 3 sd; the
     sign-flip TOST it replaced errs far more (most samples of 100 seeds miss the jumps and look like no effect)."""
-    claim = Claim(
-        name="c",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction="above",
-        than_value=0.0,
-        resolution=0.01,
-    )
+    claim = cal.value_claim()
     jumps = cal.Jumps((0.764,), (0.01 / 0.764,))
     rule_error, flip_error = cal.margin_errors(claim, jumps, 1.0, 100, 150, seed=3)
     assert rule_error <= 0.025 + 3 * _sd(0.025, 150), rule_error

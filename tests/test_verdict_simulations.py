@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.inference.calibration import value_claim
 from harness.inference.claims import Claim
 from harness.inference.intervals import paired_bootstrap_ci
 from harness.inference.paired_tests import resolved
@@ -19,18 +20,6 @@ from harness.inference.verdicts import judge_family
 
 RESAMPLES = 999
 ALPHA = 0.05
-
-
-def _claim(direction: str, resolution: float = 0.01) -> Claim:
-    return Claim(
-        name="c",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction=direction,
-        than_value=0.0,
-        resolution=resolution,
-    )
 
 
 def _differences(rng: np.random.Generator, n: int, up: float, down: float) -> np.ndarray:
@@ -64,7 +53,7 @@ def _bound(experiments: int) -> float:
 def test_no_effect_rarely_gives_a_verdict(n: int, experiments: int) -> None:
     """A true effect of zero, 12% of seeds jumping either way: "holds" or "contradicted" at most 5% + MC error.
     (The percentile-bootstrap rule this replaced said so 6.9% of the time at 100 seeds and 11.8% at 20.)"""
-    found = _verdicts(_claim("above"), n, experiments, up=0.06, down=0.06, seed=n)
+    found = _verdicts(value_claim("above"), n, experiments, up=0.06, down=0.06, seed=n)
     wrong = np.mean([verdict in ("holds", "contradicted") for verdict, _ in found])
     assert wrong <= _bound(experiments), wrong
     if n == 100:  # at 20 seeds most experiments hold 0–3 jumps: no interval covers well there, none is claimed
@@ -72,9 +61,9 @@ def test_no_effect_rarely_gives_a_verdict(n: int, experiments: int) -> None:
 
 
 def test_a_clear_effect_is_decided() -> None:
-    found = _verdicts(_claim("above"), 100, 30, up=0.35, down=0.03, seed=1)
+    found = _verdicts(value_claim("above"), 100, 30, up=0.35, down=0.03, seed=1)
     assert np.mean([verdict == "holds" for verdict, _ in found]) >= 0.9
-    reversed_ = _verdicts(_claim("below"), 100, 30, up=0.35, down=0.03, seed=2)
+    reversed_ = _verdicts(value_claim("below"), 100, 30, up=0.35, down=0.03, seed=2)
     assert np.mean([verdict == "contradicted" for verdict, _ in reversed_]) >= 0.9
 
 
@@ -82,15 +71,15 @@ def test_an_effect_at_the_margin_of_an_equal_claim_is_not_found_equal() -> None:
     """The true mean of the jumps sits exactly on the margin (0.375 × (0.2 − 0.0667) = 0.05), its jumps far more
     often than r / range: "holds" (each way's jumps rarer than the margin allows) is wrong and stays within the
     nominal rate. "contradicted" says the jumps go one way, which is true here."""
-    found = _verdicts(_claim("equal", resolution=0.05), 100, 100, up=0.2, down=0.2 / 3, seed=3)
+    found = _verdicts(value_claim("equal", resolution=0.05), 100, 100, up=0.2, down=0.2 / 3, seed=3)
     wrong = np.mean([verdict == "holds" for verdict, _ in found])
     assert wrong <= _bound(100), wrong
 
 
-def test_balanced_frequent_jumps_do_not_contradict_an_equal_claim() -> None:
+def test_balanced_frequent_jumps_do_not_contradict_an_equalvalue_claim() -> None:
     """Jumps both ways at 20% each (mean 0, far more jumps than the margin allows): the sign test that contradicts
     an "equal" claim keeps its level."""
-    found = _verdicts(_claim("equal", resolution=0.05), 100, 100, up=0.2, down=0.2, seed=5)
+    found = _verdicts(value_claim("equal", resolution=0.05), 100, 100, up=0.2, down=0.2, seed=5)
     wrong = np.mean([verdict == "contradicted" for verdict, _ in found])
     assert wrong <= _bound(100), wrong
 
@@ -99,11 +88,11 @@ def test_a_true_equal_claim_with_one_sided_jumps_is_not_contradicted() -> None:
     """Jumps mostly one way but their mean inside the margin (0.375 × (0.14 − 0.02) = 0.045 < 0.05): the claim is
     true, and "contradicted" (the jumps' mean beyond the margin, by a betting test) stays within the nominal rate. A
     sign test would call it contradicted in about a third of the experiments."""
-    found = _verdicts(_claim("equal", resolution=0.05), 100, 100, up=0.14, down=0.02, seed=6)
+    found = _verdicts(value_claim("equal", resolution=0.05), 100, 100, up=0.14, down=0.02, seed=6)
     wrong = np.mean([verdict == "contradicted" for verdict, _ in found])
     assert wrong <= _bound(100), wrong
 
 
 def test_equal_claims_hold_where_there_is_no_difference() -> None:
-    found = _verdicts(_claim("equal", resolution=0.05), 100, 30, up=0.01, down=0.01, seed=4)
+    found = _verdicts(value_claim("equal", resolution=0.05), 100, 30, up=0.01, down=0.01, seed=4)
     assert np.mean([verdict == "holds" for verdict, _ in found]) >= 0.8

@@ -125,16 +125,8 @@ def margins(datasets: int, bound: float = MARGIN_BOUND) -> pd.DataFrame:
     claim's not supported), the rule's and a sign-flip TOST's, within a range of `bound`."""
     rows = []
     for direction, margin, shape, jumps, share in MARGIN_CASES:
-        claim = Claim(
-            name=f"{direction}-at-{'share' if share is not None else 'margin'}",
-            statement="s",
-            metric="policy_quality",
-            condition="a",
-            direction=direction,
-            than_value=0.0,
-            resolution=margin,
-            jump_share=share,
-        )
+        name = f"{direction}-at-{'share' if share is not None else 'margin'}"
+        claim = cal.value_claim(direction, margin, name=name, jump_share=share)
         for n in SEEDS:
             rule_error, flip_error = cal.margin_errors(claim, jumps, bound, n, datasets, seed=3)
             flip_error = flip_error if share is None else np.nan  # a TOST of the mean says nothing of a share
@@ -153,15 +145,7 @@ def margins(datasets: int, bound: float = MARGIN_BOUND) -> pd.DataFrame:
 
 
 def coverage(found: list[cal.Scenario], datasets: int, bound: float) -> pd.DataFrame:
-    claim = Claim(
-        name="c",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction="above",
-        than_value=0.0,
-        resolution=0.01,
-    )
+    claim = cal.value_claim()
     rows = []
     for scenario in found:
         draw = scenario.effect if scenario.effect is not None else scenario.draw
@@ -180,15 +164,7 @@ def coverage(found: list[cal.Scenario], datasets: int, bound: float) -> pd.DataF
 
 
 def seeds_needed_rows(found: list[cal.Scenario], datasets: int, bound: float) -> pd.DataFrame:
-    claim = Claim(
-        name="c",
-        statement="s",
-        metric="policy_quality",
-        condition="a",
-        direction="above",
-        than_value=0.0,
-        resolution=0.01,
-    )
+    claim = cal.value_claim()
     factors = (float(HOLM_FIRST_STEP), float(HOLM_FIRST_STEP))
     rows = []
     for scenario in [s for s in found if s.effect is not None]:

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _shows_progress(argv: list[str]) -> bool:
     """Whether the command shows its progress on the console: `run` (and `merge`) without --quiet."""
-    return bool(argv) and argv[0] in ("run", "merge") and not {"--quiet", "-q", "--help", "-h"} & set(argv)
+    return bool(argv) and argv[0] in ("run", "merge") and not {"--quiet", "--help", "-h"} & set(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,11 +69,9 @@ def command_report(args: argparse.Namespace) -> int:
         if is_study(run_dir):  # its shapes' reports, then the study's from its shapes' files and verdicts
             study = load_study_spec(run_dir)
             for shape in study.shapes:
-                # verified with the whole directory above
-                _render_grid_report(shape_dir(run_dir, shape.name), args.figures)
-                reseal(
-                    shape_dir(run_dir, shape.name), read_manifest(shape_dir(run_dir, shape.name)), part_report_outputs()
-                )
+                directory = shape_dir(run_dir, shape.name)
+                _render_grid_report(directory, args.figures)  # verified with the whole directory above
+                reseal(directory, read_manifest(directory), part_report_outputs())
             how = checked.manifest.get("execution", {}).get("backend", "")
             write_study_files(study, run_dir, how, figures=args.figures)
             rewritten = _either(rewritten, resealed_part_manifest)

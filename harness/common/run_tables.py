@@ -34,6 +34,11 @@ def legacy_table_file(run_dir: Path, name: str) -> Path:
     return Path(run_dir) / f"{name}{LEGACY_SUFFIX}"
 
 
+def table_files(run_dir: Path, name: str) -> tuple[Path, Path]:
+    """Every file that may hold a run directory's table `name`: this version's and an earlier version's."""
+    return table_file(run_dir, name), legacy_table_file(run_dir, name)
+
+
 def table_bytes(table: pd.DataFrame) -> bytes:
     """A per-run table as Parquet bytes: the key columns in fixed types, the rest as they are (float32 values stay
     float32), no index; the same table gives the same bytes."""
@@ -78,20 +83,30 @@ def joined_blocks(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return merged.loc[keys.sort_values(["condition", "seed", "iteration"], kind="stable").index].reset_index(drop=True)
 
 
-def read_run_table(run_dir: Path, name: str) -> pd.DataFrame | None:
-    """A run directory's per-run table `name`: its own, or for a run in seed blocks its blocks' joined (a merge
-    stores no copy of them); None where it has none (or a block lacks it: run by a version before the table).
+def blocks_table(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """The per-run table `name` of a run in seed blocks, its blocks' tables joined (`joined_blocks`); None where it
+    has no blocks or a block lacks the table (run by a version before it).
 
     Raises:
         ValueError: the blocks' tables have other columns (another version of coevolab), naming the table.
     """
-    own = _own_table(run_dir, name)
     blocks = _block_dirs(run_dir)
-    if own is not None or not blocks:
-        return own
+    if not blocks:
+        return None
     frames = [_own_table(directory, name) for directory in blocks]
     if any(frame is None for frame in frames):
         return None
     if any(list(frame.columns) != list(frames[0].columns) for frame in frames):  # type: ignore[union-attr]
         raise ValueError(f"{run_dir}: the blocks' {name} tables have other columns (another version of coevolab?)")
     return joined_blocks(frames)  # type: ignore[arg-type]
+
+
+def read_run_table(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """A run directory's per-run table `name`: its own, or for a run in seed blocks its blocks' joined (a merge
+    stores no copy of them, `blocks_table`); None where it has none.
+
+    Raises:
+        ValueError: the blocks' tables have other columns (another version of coevolab), naming the table.
+    """
+    own = _own_table(run_dir, name)
+    return own if own is not None else blocks_table(run_dir, name)

@@ -37,7 +37,7 @@ from harness.common.run_files import (
     atomic_write_bytes,
     atomic_write_text,
 )
-from harness.common.run_tables import legacy_table_file, table_file
+from harness.common.run_tables import table_files
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import Progress, execute, load_spec
 from harness.grid.grid_file import read_grid_file, write_grid_file
@@ -373,7 +373,7 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
     directory.mkdir()
     # Every per-run table with the metrics (best_of_n.parquet, ...), so that the grown run's tables join as a
     # block's do: the grown run equals the grid run at its new size from the start.
-    tables = [path(run_dir, table.name).name for table in grid_tables(flat) for path in (table_file, legacy_table_file)]
+    tables = [path.name for table in grid_tables(flat) for path in table_files(run_dir, table.name)]
     for name in (METRICS_FILE, *tables):
         if (run_dir / name).is_file():
             atomic_write_bytes(directory / name, (run_dir / name).read_bytes())

@@ -27,7 +27,7 @@ from harness.common.run_files import (
     manifest,
     remove_figures,
 )
-from harness.common.run_tables import legacy_table_file, read_run_table, table_file
+from harness.common.run_tables import blocks_table, table_files
 from harness.common.wording import plural
 from harness.experiment.blocks import (
     BLOCKS_DIR,
@@ -172,7 +172,7 @@ def merge_blocks(
     text = merged_metrics_text(spec, run_dir)  # before any write: a refused merge leaves the directory as it was
     try:  # the blocks' per-run tables are read joined, never stored twice; a mismatch is refused before any write
         for table in grid_tables(spec):
-            read_run_table(run_dir, table.name)
+            blocks_table(run_dir, table.name)
     except ValueError as error:
         raise BlockError(str(error)) from None
     records = [record for k in range(block_count(spec)) if (record := read_record(run_dir, k)) is not None]
@@ -181,7 +181,7 @@ def merge_blocks(
     write_grid_file(run_dir / GRID_FILE, spec)
     atomic_write_text(run_dir / METRICS_FILE, text)
     for table in grid_tables(spec):  # a grown flat run's own copy: its rows are block 0's now
-        for path in (table_file(run_dir, table.name), legacy_table_file(run_dir, table.name)):
+        for path in table_files(run_dir, table.name):
             path.unlink(missing_ok=True)
     metrics = pd.read_csv(run_dir / METRICS_FILE)
     line = how_run_line(records, how)

@@ -31,7 +31,7 @@ from harness.common.run_files import (
     METRICS_FILE,
     remove_figures,
 )
-from harness.common.run_tables import legacy_table_file, table_file
+from harness.common.run_tables import table_files
 from harness.common.wording import plural
 from harness.experiment.blocks import BLOCKS_DIR
 from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
@@ -102,7 +102,7 @@ def replaceable_entries(run_dir: Path) -> Replaceable:
     table a registered mechanism writes, every top entry its manifest lists) and everything else."""
     run_dir = Path(run_dir)
     tables = registry.tables(registry.active())
-    names = set(RUN_ENTRIES) | {path(run_dir, t.name).name for t in tables for path in (table_file, legacy_table_file)}
+    names = set(RUN_ENTRIES) | {path.name for t in tables for path in table_files(run_dir, t.name)}
     try:
         manifest = read_manifest(run_dir)
     except RunDirectoryError:

@@ -80,6 +80,13 @@ class Scenario:
     mean_truth: dict[str, float] = field(default_factory=dict)  # claim name -> true mean resolved difference
 
 
+def value_claim(direction: str = "above", resolution: float = 0.01, **fields: object) -> Claim:
+    """A claim on real quality against the fixed value 0 (named "c"): what a simulation's drawn differences are
+    judged as, one claim alone; `fields` set its other keys (name, jump_share, ...)."""
+    base: dict[str, object] = {"name": "c", "statement": "s", "metric": "policy_quality", "condition": "a"}
+    return Claim(**(base | {"direction": direction, "than_value": 0.0, "resolution": resolution} | fields))
+
+
 def independent_ends(baseline: np.ndarray, shift: float = 0.0) -> Draw:
     """Both sides drawn independently from `baseline` (end values), side moved by `shift`."""
 

@@ -168,11 +168,12 @@ def fit_form(
     seed: str = "seed",
     confidence: float = 0.95,
     resamples: int = BOOTSTRAP_RESAMPLES,
+    min_seeds: int = 2,
 ) -> pd.DataFrame:
     """Least-squares fit of one form per group of `by`, with bootstrap intervals over seeds.
 
     Returns one row per group: the `by` columns, form, points, seeds, each coefficient with <name>_low and
-    <name>_high (`seed_intervals` at `confidence`; NaN with fewer than 2 seeds or resamples=0), r2,
+    <name>_high (`seed_intervals` at `confidence`; NaN with fewer than min_seeds seeds, at least 2, or resamples=0), r2,
     rmse, d_max (the largest d fitted) and, for the Gao forms, d_peak and peak_gain (`peak`). Groups with fewer
     finite points than coefficients, or a single d, get NaN coefficients.
     """
@@ -195,7 +196,7 @@ def fit_form(
             "d_max": float(d.max()),
         }
         bounds = np.full((len(shape.coefficients), 2), np.nan)
-        if row["seeds"] >= 2 and resamples > 0:
+        if row["seeds"] >= max(2, min_seeds) and resamples > 0:
             bounds = seed_intervals(basis, gain, positions, confidence, resamples)
         for index, name in enumerate(shape.coefficients):
             row |= {name: float(coefficients[index]), f"{name}_low": bounds[index, 0], f"{name}_high": bounds[index, 1]}

@@ -157,13 +157,18 @@ def _null_chance(margin: float, bound: float, jump_share: float | None) -> tuple
     return (jump_share, 1.0) if jump_share is not None else (min(1.0, margin / bound), 2.0)
 
 
+def equivalence_possible(bound: float, jump_share: float | None = None) -> bool:
+    """Whether a mean claim has an equivalence test at all: a jump share, or a finite range to bound its jumps."""
+    return jump_share is not None or bool(np.isfinite(bound))
+
+
 def equivalence_reachable(
     seeds: int, margin: float, bound: float, alpha: float, jump_share: float | None = None
 ) -> bool:
     """Whether `equivalence_test` can reject at level alpha with this many seeds: its smallest p, with no seed
     jumping at all, is factor × (1 − chance)^seeds (`_null_chance`). A hypothesis that cannot reject is left out of
     its family."""
-    if seeds == 0 or (jump_share is None and not np.isfinite(bound)):
+    if seeds == 0 or not equivalence_possible(bound, jump_share):
         return False
     chance, factor = _null_chance(margin, bound, jump_share)
     return factor * (1 - chance) ** seeds <= alpha

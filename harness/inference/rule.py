@@ -49,6 +49,7 @@ from harness.inference.claims import Claim
 from harness.inference.monte_carlo import FIRST_BATCH, MonteCarloP
 from harness.inference.paired_tests import (
     Shift,
+    equivalence_possible,
     equivalence_reachable,
     equivalence_seeds,
     equivalence_test,
@@ -322,7 +323,7 @@ def judge(
     note = f" (the {' and '.join(unsettled)} test's Monte-Carlo p could not be settled)" if unsettled else ""
     unreachable = ""
     share = claim.jump_share
-    if claim.statistic == "mean" and (np.isfinite(wording.bound) or share is not None) and wording.seeds:
+    if claim.statistic == "mean" and equivalence_possible(wording.bound, share) and wording.seeds:
         union = len(tests) if claim.direction != "equal" else 1
         if not equivalence_reachable(wording.seeds, r, wording.bound, alpha / union, share):
             needs = equivalence_seeds(r, wording.bound, alpha / union, share)

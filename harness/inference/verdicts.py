@@ -27,7 +27,7 @@ from harness.inference.claims import Claim
 from harness.inference.intervals import BOOTSTRAP_RESAMPLES, paired_bootstrap_ci, share_interval
 from harness.inference.monte_carlo import FIRST_BATCH, GROWTH, MAX_DRAWS, MonteCarloP, claim_generator
 from harness.inference.multiplicity import ADJUSTMENT_NAMES, adjust, levels
-from harness.inference.paired_tests import mode_counts, resolved_pairs, shift_test
+from harness.inference.paired_tests import equivalence_possible, mode_counts, resolved_pairs, shift_test
 from harness.inference.rule import (
     MIN_SEEDS,
     VERDICTS,
@@ -406,7 +406,7 @@ def judged(
     and equivalence hypotheses): what the seeds-needed estimate runs on resampled data. The TOST runs only where it
     can still change the verdict: for a metric with a known range, and for "above"/"below" only where the effect
     test leaves the claim open."""
-    can_equal = claim.statistic == "mean" and (np.isfinite(data.bound) or claim.jump_share is not None)
+    can_equal = claim.statistic == "mean" and equivalence_possible(data.bound, claim.jump_share)
     wording = Wording.of(data, claim.resolution)
     found = rival_tests(data, claim, streams, draws, can_equal and claim.direction == "equal", alpha)
     first = effect_p(claim, found)

@@ -63,11 +63,8 @@ def fit_frontier(points: pd.DataFrame) -> pd.DataFrame:
     The peak exists only for β > 0 (the curve bends down); otherwise its columns are NaN. A peak beyond d_max is an
     extrapolation: no run of the condition went that far; one too far for a float (β ≈ 0⁺) is infinite.
     """
-    fits = fit_form(points, "rl", y="quality_gain")
-    fits = fits.assign(kl_peak=fits["d_peak"] ** 2)
-    few = fits["seeds"] < MIN_SEEDS
-    fits.loc[few, ["alpha_low", "alpha_high", "beta_low", "beta_high"]] = np.nan
-    return fits[FIT_COLUMNS]
+    fits = fit_form(points, "rl", y="quality_gain", min_seeds=MIN_SEEDS)
+    return fits.assign(kl_peak=fits["d_peak"] ** 2)[FIT_COLUMNS]
 
 
 def _interval(value: float, low: float, high: float) -> str:
