@@ -29,15 +29,29 @@ BON_KL = (0.0, 0.2, 0.5, 0.9, 1.2)
 BON_GOLD = (1.0, 2.0, 4.0, 3.0, 3.5)  # gains 0, 1, 3, 2, 2.5: a peak at n = 3, then a fall
 
 
+TOP_MASS = (0.0, 0.1, 0.3, 0.6, 0.9)
+CURVES = (("initial", "judges"), ("current", "judges"), ("initial", "q_star"), ("initial", "noisy_q_star"))
+
+
 def _best_of_n(runs: dict[tuple[str, int], tuple[tuple, tuple]], iterations: int = 1) -> pd.DataFrame:
+    """Every curve of each run at each iteration: the judges' (proxy 0.1·gold + 0.5·n, so its gain outruns the gold's),
+    q*'s (gold 1 + the KL, proxy = gold) and the noisy one (gold 1 + 2·KL)."""
     rows = []
     for (condition, seed), (kl, gold) in runs.items():
         for iteration in range(iterations):
-            for base in ("initial", "current"):
-                for n, k, g in zip(N, kl, gold, strict=True):
-                    rows.append((condition, seed, iteration, base, n, g, 0.1 * g, k, np.log(n) - (n - 1) / n))
-    columns = ["condition", "seed", "iteration", "base", "n", "gold", "proxy", "kl", "kl_bound"]
+            for base, scorer in CURVES:
+                for n, k, g, top in zip(N, kl, gold, TOP_MASS, strict=True):
+                    g = {"judges": g, "q_star": 1.0 + k, "noisy_q_star": 1.0 + 2 * k}[scorer]
+                    p = 0.1 * g + 0.5 * n if scorer == "judges" else g
+                    rows.append((condition, seed, iteration, base, scorer, n, g, p, k, np.log(n) - (n - 1) / n, top))
+    columns = ["condition", "seed", "iteration", "base", "scorer", "n", "gold", "proxy", "kl", "kl_bound", "top_mass"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _beta(kl: tuple, gold: tuple) -> float:
+    """β of d(α − β·d) by least squares, written out: gain = α·d − β·d², d = √KL."""
+    d, gain = np.sqrt(np.asarray(kl)), np.asarray(gold) - gold[0]
+    return float(-np.linalg.lstsq(np.stack([d, d * d], axis=1), gain, rcond=None)[0][1])
 
 
 def _metrics(paths: dict[tuple[str, int], tuple[tuple, tuple]]) -> pd.DataFrame:
@@ -57,7 +71,21 @@ def test_best_of_n_peak_and_fall_and_rl_against_it() -> None:
     assert list(table.columns) == ["condition", *FRONTIER_MEASURES]
     first = table.loc[(0, 0)]
     assert (first["bon_peak_gain"], first["bon_peak_kl"], first["bon_peak_n"]) == (3.0, 0.5, 3.0)
-    assert first["bon_gold_drop"] == pytest.approx(0.5)
+    assert first["bon_top_mass_at_peak"] == pytest.approx(0.3)
+    # The other seed's curve peaks at n = 3 too: gold 3.5 at the largest n against 4 there.
+    assert first["bon_gold_fall"] == pytest.approx(-0.5)
+    # The judges' proxy gain at n = 5 is 0.1·2.5 + 0.5·4 = 2.25 against a gold gain of 2.5.
+    assert first["bon_proxy_gap"] == pytest.approx(-0.25)
+    beta, beta_q_star, beta_noisy = (
+        _beta(BON_KL, BON_GOLD),
+        _beta(BON_KL, 1.0 + np.array(BON_KL)),
+        _beta(BON_KL, 1.0 + 2 * np.array(BON_KL)),
+    )
+    assert (first["bon_beta"], first["bon_beta_q_star"], first["bon_beta_noisy"]) == pytest.approx(
+        (beta, beta_q_star, beta_noisy), abs=1e-9
+    )
+    assert first["bon_beta_excess"] == pytest.approx(beta - beta_q_star, abs=1e-9)
+    assert first["bon_beta_excess_noisy"] == pytest.approx(beta - beta_noisy, abs=1e-9)
     # Within KL 0.7 best-of-n's best is its peak, 3 (the line from (0.5, 3) to (0.9, 2) is 2.5 at 0.7): 3 − 1.
     assert table.loc[(0, 1), "rl_gold_behind_bon"] == pytest.approx(2.0)
     # Beyond best-of-n's last KL (1.2) its best is still its peak: 3 − 2.
@@ -68,7 +96,24 @@ def test_best_of_n_peak_and_fall_and_rl_against_it() -> None:
     assert table.loc[(0, 2), "gold_gain_at_kl_1"] == pytest.approx(1.0 + 0.3 / 1.3)
     assert np.isnan(table.loc[(1, 1), "gold_gain_at_kl_1"])
     assert table.loc[(1, 2), "gold_gain_at_kl_1"] == pytest.approx(1.5)
+    # KL 0.5: seed 0 between 0 and 0.7 (gain 0.5/0.7); seed 1 exactly at iteration 1 (gain 1).
+    assert table.loc[(0, 1), "gold_gain_at_kl_0.5"] == pytest.approx(0.5 / 0.7)
+    assert table.loc[(1, 1), "gold_gain_at_kl_0.5"] == pytest.approx(1.0)
     assert np.isnan(table["bon_form_error_vs_quadratic"]).all()  # two seeds: nothing to hold out against
+
+
+def test_the_fall_is_measured_at_the_other_seeds_peak_and_can_be_either_sign() -> None:
+    """A seed still rising where the other seeds peak has a positive fall: a claim that best-of-n falls can fail."""
+    falling, rising = (1.0, 2.0, 4.0, 3.0, 3.5), (1.0, 2.0, 3.0, 3.5, 4.5)
+    runs = {("rl", 0): (BON_KL, falling), ("rl", 1): (BON_KL, falling), ("rl", 2): (BON_KL, rising)}
+    metrics = _metrics({key: ((0.0,), (0.0,)) for key in runs})
+    fall = frontier_measures(metrics, _best_of_n(runs)).set_index("seed")["bon_gold_fall"]
+    # Seeds 0 and 1: the others' mean curve (one falling, one rising: 1, 2, 3.5, 3.25, 4) peaks at the largest n.
+    assert fall[0] == pytest.approx(0.0) and fall[1] == pytest.approx(0.0)
+    # Seed 2: the other two peak at n = 3, where it has 3 against 4.5 at the largest n.
+    assert fall[2] == pytest.approx(1.5)
+    one_seed = frontier_measures(metrics.iloc[:1], _best_of_n({("rl", 0): (BON_KL, falling)}))
+    assert np.isnan(one_seed["bon_gold_fall"]).all()
 
 
 def test_held_out_difference_against_a_hand_written_leave_one_seed_out() -> None:
@@ -115,7 +160,14 @@ def test_the_study_section_fits_each_optimizers_form_per_shape(tmp_path: Path) -
         best = _best_of_n({}, 1)
         for key, (kl, gold) in runs.items():
             frame = pd.DataFrame(
-                {"condition": key[0], "seed": key[1], "iteration": 0, "base": "initial", "n": range(1, len(kl) + 1)}
+                {
+                    "condition": key[0],
+                    "seed": key[1],
+                    "iteration": 0,
+                    "base": "initial",
+                    "scorer": "judges",
+                    "n": range(1, len(kl) + 1),
+                }
             ).assign(gold=gold, proxy=0.1 * np.array(gold), kl=kl, kl_bound=0.0)
             best = pd.concat([best, frame], ignore_index=True)
         write_run_tables(directory, {"best_of_n": best})

@@ -29,6 +29,7 @@ from tests.networks import init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
 K, L, B = TWO_POSITIONS["vocab_size"], TWO_POSITIONS["seq_len"], 16
+Q_STAR = jnp.zeros(K**L)  # no hook of these tests reads q*
 LR = 1e-2
 # Adam's first step moves each parameter by about ±LR whatever its gradient's size (see tests/test_mechanisms.py).
 STEP_TOLERANCE = LR / 100
@@ -56,7 +57,13 @@ def _step(policy, initial, judge, knobs: Knobs, mechanisms) -> jax.Array:
     noise = sampling_noise("coevolab", jax.random.PRNGKey(5), B, K, L)
     step = jax.jit(functools.partial(run_policy_step, vocab=K, model=DEFAULT_MODEL, mechanisms=mechanisms))
     after = step(
-        fresh_network(_row(policy)), _row(judge)[None], jnp.array([True]), noise, _one_run(knobs), _row(initial)
+        fresh_network(_row(policy)),
+        _row(judge)[None],
+        jnp.array([True]),
+        noise,
+        _one_run(knobs),
+        _row(initial),
+        Q_STAR,
     )
     return np.asarray(after.params)
 
@@ -100,7 +107,8 @@ def test_beta_zero_is_the_step_without_the_penalty(networks) -> None:
     policy, initial, judge = networks
     knobs = Knobs(lr_policy=LR, kl_penalty=0.0)
     rewards = jnp.linspace(-1.0, 1.0, B)
-    batch = PolicyBatch(jnp.zeros((B, L), jnp.int32), jnp.linspace(-5.0, -1.0, B), _row(initial), K, DEFAULT_MODEL)
+    tokens = jnp.zeros((B, L), jnp.int32)
+    batch = PolicyBatch(tokens, jnp.linspace(-5.0, -1.0, B), _row(initial), Q_STAR, K, DEFAULT_MODEL)
     np.testing.assert_array_equal(kl_penalty.penalised(rewards, batch, _one_run(knobs)), rewards)
     with_hook, without = _step(policy, initial, judge, knobs, ALL), _step(policy, initial, judge, knobs, WITHOUT)
     np.testing.assert_allclose(with_hook, without, rtol=0, atol=1e-6)
@@ -109,7 +117,7 @@ def test_beta_zero_is_the_step_without_the_penalty(networks) -> None:
 def test_log_pi0_is_the_initial_policy_teacher_forced(networks) -> None:
     _, initial, _ = networks
     tokens = jax.random.randint(jax.random.PRNGKey(7), (B, L), 0, K)
-    batch = PolicyBatch(tokens, jnp.zeros(B), _row(initial), K, DEFAULT_MODEL)
+    batch = PolicyBatch(tokens, jnp.zeros(B), _row(initial), Q_STAR, K, DEFAULT_MODEL)
     log_probs = jax.nn.log_softmax(Policy(K).apply(initial, tokens), axis=-1)
     expected = jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0].sum(axis=1)
     np.testing.assert_allclose(kl_penalty.initial_log_prob(batch), expected, rtol=1e-5, atol=1e-5)

@@ -99,7 +99,9 @@ def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) 
     noise = sampling_noise("coevolab", key, B, K, L)
     step = jax.jit(POLICY_STEP)
     initial = _row(policy_tree)
-    after = step(fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs, initial)
+    after = step(
+        fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs, initial, Q_STAR
+    )
 
     tokens, _ = learning.sample(_row(policy_tree), noise, K)
     rewards = Judge(K).apply(judge_tree, tokens)
@@ -171,11 +173,11 @@ def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(po
     policy, judges, members = fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True])
     lookahead = jax.jit(functools.partial(pair_sources.lookahead_side, vocab=K, mechanisms=BUILT_IN))
     initial = _row(policy_tree)
-    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs, initial)
+    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs, initial, Q_STAR)
 
     step = jax.jit(POLICY_STEP)
-    once = step(policy, judges, members, noise[0], knobs, initial)
-    expected = step(once, judges, members, noise[1], knobs, initial)
+    once = step(policy, judges, members, noise[0], knobs, initial, Q_STAR)
+    expected = step(once, judges, members, noise[1], knobs, initial, Q_STAR)
     np.testing.assert_allclose(np.asarray(row), np.asarray(expected.params), rtol=0, atol=1e-6)
     assert np.max(np.abs(np.asarray(row) - np.asarray(policy.params))) > LR / 2  # it did train
     np.testing.assert_array_equal(np.asarray(policy.params), np.asarray(_row(policy_tree)))
@@ -232,13 +234,14 @@ def test_aggregate_scores_against_numpy(rule: str) -> None:
     rng = np.random.default_rng(0)
     scores = rng.normal(size=(5, 7)).astype(np.float32)
     members = np.array([True, True, True, False, False])  # an ensemble of 3, padded to 5
-    knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=0.5))
+    knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=0.5, ensemble_variance_weight=1.5))
     reward = ensemble.aggregate_scores(jnp.asarray(scores), jnp.asarray(members), knobs)
     real = scores[:3]
     expected = {
         "mean": real.mean(axis=0),
         "min": real.min(axis=0),
         "mean_minus_std": real.mean(axis=0) - 0.5 * real.std(axis=0),
+        "mean_minus_variance": real.mean(axis=0) - 1.5 * real.var(axis=0),
     }[rule]
     np.testing.assert_allclose(np.asarray(reward), expected, rtol=0, atol=1e-6)
 
@@ -246,7 +249,7 @@ def test_aggregate_scores_against_numpy(rule: str) -> None:
 def test_one_judge_aggregates_to_itself_under_every_rule() -> None:
     scores = jnp.asarray(np.random.default_rng(1).normal(size=(1, 9)), jnp.float32)
     for rule in choices("ensemble_aggregation"):
-        knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=2.0))
+        knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=2.0, ensemble_variance_weight=2.0))
         reward = ensemble.aggregate_scores(scores, jnp.array([True]), knobs)
         np.testing.assert_array_equal(np.asarray(reward), np.asarray(scores[0]))
 

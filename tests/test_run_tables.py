@@ -35,11 +35,12 @@ SPEC = GridSpec(
     ),
 )
 TABLE = "best_of_n.parquet"
-COLUMNS = ["condition", "seed", "iteration", "base", "n", "gold", "proxy", "kl", "kl_bound"]
+COLUMNS = ["condition", "seed", "iteration", "base", "scorer", "n", "gold", "proxy", "kl", "kl_bound", "top_mass"]
 
 
 def reference(log_pi: np.ndarray, proxy: np.ndarray, gold: np.ndarray, ns: tuple[int, ...]) -> np.ndarray:
-    """(gold, proxy, KL) of best-of-n per n in float64, from the tie blocks' masses: π_n(B) = F_hi^n − F_lo^n."""
+    """(gold, proxy, KL, mass of the top block) of best-of-n per n in float64, from the tie blocks' masses:
+    π_n(B) = F_hi^n − F_lo^n."""
     pi = np.exp(log_pi.astype(np.float64) - np.logaddexp.reduce(log_pi.astype(np.float64)))
     levels, block = np.unique(proxy.astype(np.float64), return_inverse=True)
     mass = np.bincount(block, pi, len(levels))
@@ -51,7 +52,7 @@ def reference(log_pi: np.ndarray, proxy: np.ndarray, gold: np.ndarray, ns: tuple
         mass_n = f_hi**n - f_lo**n
         with np.errstate(divide="ignore", invalid="ignore"):
             kl = np.sum(np.where(mass_n > 0, mass_n * np.log(mass_n / mass), 0.0))
-        rows.append((mass_n @ block_gold, mass_n @ levels, kl))
+        rows.append((mass_n @ block_gold, mass_n @ levels, kl, mass_n[-1]))
     return np.array(rows)
 
 
@@ -70,7 +71,7 @@ def test_the_table_is_best_of_n_of_every_run_from_each_base(trained) -> None:
     trainer, records, state = trained
     table = trainer.run_tables(records)["best_of_n"]
     assert list(table.columns) == COLUMNS
-    assert len(table) == 4 * 3 * 2 * len(N_GRID)
+    assert len(table) == 4 * 3 * 4 * len(N_GRID)
     q_star = np.asarray(trainer.world.q_star, np.float64)
     judges = trainer.judge_params(trainer.constants.pretrained_judges)
     policies = trainer.policy_params(state)
@@ -81,21 +82,39 @@ def test_the_table_is_best_of_n_of_every_run_from_each_base(trained) -> None:
         pretrained = np.asarray(judge_score_table(jax.tree.map(lambda x, r=run: x[r], judges), VOCAB, SEQ_LEN))
         initial = np.asarray(trainer.constants.initial_log_pi[run])
         own = table[(table["condition"] == condition) & (table["seed"] == seed)]
-        start = own[(own["iteration"] == 0) & (own["base"] == "initial")]
+        judged = own[own["scorer"] == "judges"]
+        start = judged[(judged["iteration"] == 0) & (judged["base"] == "initial")]
         np.testing.assert_array_equal(start["n"], N_GRID)
         expected = reference(initial, pretrained, q_star, N_GRID)
-        np.testing.assert_allclose(start[["gold", "proxy", "kl"]].to_numpy(), expected, rtol=2e-4, atol=2e-4)
+        values = ["gold", "proxy", "kl", "top_mass"]
+        np.testing.assert_allclose(start[values].to_numpy(), expected, rtol=2e-4, atol=2e-4)
+        # The perfect proxy: q* scores, so its proxy is its gold.
+        perfect = own[(own["iteration"] == 0) & (own["scorer"] == "q_star")]
+        np.testing.assert_allclose(
+            perfect[values].to_numpy(), reference(initial, q_star, q_star, N_GRID), rtol=2e-4, atol=2e-4
+        )
+        # The noisy proxy: as aligned with q* as the judge (Pearson over the outputs), its errors orthogonal to q*.
+        noise = np.random.default_rng([0x0B0F, seed]).standard_normal(len(q_star))
+        error = noise - noise.mean()
+        centred = q_star - q_star.mean()
+        error -= centred * (error @ centred) / (centred @ centred)
+        alignment = np.corrcoef(pretrained, q_star)[0, 1]
+        noisy = q_star + error * np.std(centred) / np.std(error) * np.sqrt(1 / alignment**2 - 1)
+        assert np.corrcoef(noisy, q_star)[0, 1] == pytest.approx(alignment, abs=1e-9)
+        expected_noisy = reference(initial, noisy, q_star, N_GRID)
+        noisy_rows = own[(own["iteration"] == 0) & (own["scorer"] == "noisy_q_star")][values].to_numpy()
+        np.testing.assert_allclose(noisy_rows, expected_noisy, rtol=2e-3, atol=2e-3)
         np.testing.assert_allclose(start["kl_bound"], np.log(N_GRID) - (np.array(N_GRID) - 1) / N_GRID, rtol=1e-6)
         # At iteration 0 the current policy is π₀.
         np.testing.assert_allclose(
-            own[(own["iteration"] == 0) & (own["base"] == "current")][["gold", "proxy", "kl"]].to_numpy(),
-            start[["gold", "proxy", "kl"]].to_numpy(),
+            judged[(judged["iteration"] == 0) & (judged["base"] == "current")][values].to_numpy(),
+            start[values].to_numpy(),
             rtol=1e-4,
             atol=1e-4,
         )
         if condition == "frozen":
             current = np.asarray(policy_log_prob_table(jax.tree.map(lambda x, r=run: x[r], policies), VOCAB, SEQ_LEN))
-            end = own[(own["iteration"] == last) & (own["base"] == "current")][["gold", "proxy", "kl"]].to_numpy()
+            end = judged[(judged["iteration"] == last) & (judged["base"] == "current")][values].to_numpy()
             np.testing.assert_allclose(end, reference(current, pretrained, q_star, N_GRID), rtol=2e-4, atol=2e-4)
 
 

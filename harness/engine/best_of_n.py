@@ -48,7 +48,8 @@ class BestOfN:
     """Best-of-n from one base distribution, per value of n (each float32 (G,)).
 
     n: the grid of n; gold: E_{π_n}[q*]; proxy: E_{π_n}[J]; kl: KL(π_n ‖ π) in nats (rounding below 0 clipped to 0);
-    kl_bound: Gao's bound log n − (n − 1)/n, which kl never exceeds.
+    kl_bound: Gao's bound log n − (n − 1)/n, which kl never exceeds; top_mass: π_n of the proxy's top tie block
+    (its single top-scored output where no score ties it), how much of best-of-n's mass one output holds.
     """
 
     n: jax.Array
@@ -56,6 +57,7 @@ class BestOfN:
     proxy: jax.Array
     kl: jax.Array
     kl_bound: jax.Array
+    top_mass: jax.Array
 
 
 def kl_bound(n: jax.Array) -> jax.Array:
@@ -117,8 +119,9 @@ def best_of_n(log_probs: jax.Array, proxy: jax.Array, gold: jax.Array, n_grid: j
         log_ratio = n_value * log_f_hi + jnp.log(reached) - log_mass  # log π_n(x)/π(x), every x of the block
         # KL ≥ 0; rounding alone can take a KL of 0 (n = 1) to −1e-7, which √KL would turn into NaN.
         kl = jnp.maximum(jnp.sum(jnp.where(mass_n > 0.0, mass_n * log_ratio, 0.0)), 0.0)
-        return jnp.stack([mass_n @ block_gold, mass_n @ block_score, kl])
+        return jnp.stack([mass_n @ block_gold, mass_n @ block_score, kl, mass_n[top_block]])
 
+    top_block = block[-1]  # blocks are numbered upwards: the last output's block holds the highest score
     # One n at a time (lax.map), so vmapped over runs the work in flight is (runs, N), not (runs, G, N).
-    gold_n, proxy_n, kl_n = jax.lax.map(at, n).T
-    return BestOfN(n=n, gold=gold_n, proxy=proxy_n, kl=kl_n, kl_bound=kl_bound(n))
+    gold_n, proxy_n, kl_n, top_n = jax.lax.map(at, n).T
+    return BestOfN(n=n, gold=gold_n, proxy=proxy_n, kl=kl_n, kl_bound=kl_bound(n), top_mass=top_n)

@@ -33,7 +33,7 @@ def reinforce_cotangent(rewards: jax.Array, log_prob_weight: jax.Array) -> jax.A
     """d loss / d log π(x_b) of one run's REINFORCE loss on a batch with rewards (B,).
 
     loss = -mean((r - mean r) · log π) + log_prob_weight · mean(log π): a mean baseline, and a weight on mean log π
-    (an entropy bonus's weight lowers log π of what is sampled, raising entropy).
+    (the original lab's entropy bonus: it lowers log π of what is sampled, and its expected gradient is zero).
     """
     advantage = rewards - jnp.mean(rewards)
     return (log_prob_weight - advantage) / rewards.shape[0]

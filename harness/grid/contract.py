@@ -36,6 +36,7 @@ from typing import Any, Literal, NamedTuple
 
 import flax.struct
 import jax
+import numpy as np
 from pydantic import BaseModel
 
 from harness.engine import streams
@@ -216,12 +217,14 @@ class StepRow(NamedTuple):
 @flax.struct.dataclass
 class PolicyBatch:
     """One run's policy batch, as the reward hooks see it: tokens int32 (B, L); log_pi (B,) the policy's log π of
-    each sample (no gradient flows through it); initial_policy (P,) the row of the run's π₀; vocab and model
-    (static), to evaluate other rows on the tokens."""
+    each sample (no gradient flows through it); initial_policy (P,) the row of the run's π₀; q_star (N,) the world's
+    q* of every output (`harness.engine.world.output_index` of the tokens indexes it); vocab and model (static), to
+    evaluate other rows on the tokens."""
 
     tokens: jax.Array
     log_pi: jax.Array
     initial_policy: jax.Array
+    q_star: jax.Array
     vocab: int = flax.struct.field(pytree_node=False)
     model: Any = flax.struct.field(pytree_node=False)
 
@@ -293,13 +296,14 @@ class GridFacts(NamedTuple):
 
 class HostRuns(NamedTuple):
     """Runs of a grid (or of one shard) on the host, for a mechanism's constants: shape (`GridShape`), knobs (their
-    `RunKnobs`, (R,) each), streams (whose random streams the grid follows) and world (`World`: q* and the
-    outputs)."""
+    `RunKnobs`, (R,) each), streams (whose random streams the grid follows), world (`World`: q* and the outputs) and
+    seeds (int (R,), each run's seed: a draw made from it alone is shared by every condition of the seed)."""
 
     shape: GridShape
     knobs: RunKnobs
     streams: Streams
     world: World
+    seeds: np.ndarray
 
 
 # (group, due mask per member) of every group a stage's rows acted on, by row name.

@@ -61,7 +61,8 @@ def grid_constants(
     placed in its slots as rows, the initial policies' log-probability tables log_pi (one per
     policy source, (V, N)) placed by run, work groups, and each mechanism's constants."""
     slot_run = jnp.asarray(layout.slot_run, jnp.int32)
-    host = HostRuns(layout.shape, layout.knobs, layout.spec.run.streams, world)
+    seeds = np.asarray(layout.seeds, np.int64)[layout.run_seed_index]
+    host = HostRuns(layout.shape, layout.knobs, layout.spec.run.streams, world, seeds)
     return GridConstants(
         q_star=world.q_star,
         slot_run=slot_run,

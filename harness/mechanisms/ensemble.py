@@ -1,8 +1,16 @@
-"""An ensemble of judges per run, and how their scores become the policy's reward (Coste et al. 2024).
+"""An ensemble of judges per run, and how their scores become the policy's reward.
 
-Each run owns `n_judges` judges, each pretrained from its own keys and updated on the run's pairs; the
-policy is rewarded by their mean, their minimum (the worst case over the ensemble), or their mean less
-λ times their spread.
+Each run owns `n_judges` judges, each pretrained from its own keys and updated on the run's pairs; the policy is
+rewarded by one of:
+
+- mean: the members' mean (Coste et al. 2024's mean ensemble);
+- min: their minimum, the worst case over the ensemble (Coste et al.'s worst-case optimisation, WCO);
+- mean_minus_variance: mean − λ·variance over the members (Coste et al.'s uncertainty-weighted optimisation, UWO,
+  whose penalty is the intra-ensemble variance), λ = ensemble_variance_weight;
+- mean_minus_std: mean − λ·std over the members, λ = ensemble_std_weight: a penalty in the scores' own units, as
+  some lower-confidence-bound objectives put it; not Coste et al.'s form.
+
+Variance and std are the population's (divided by the member count).
 """
 
 from __future__ import annotations
@@ -18,8 +26,8 @@ from harness.grid.knobs import Knobs, RunKnobs
 
 # Upper bound on ensemble size: each member is a pretrained judge per seed.
 MAX_JUDGES = 16
-EnsembleAggregation = Literal["mean", "min", "mean_minus_std"]
-_AGGREGATIONS: tuple[str, ...] = ("mean", "min", "mean_minus_std")
+EnsembleAggregation = Literal["mean", "min", "mean_minus_std", "mean_minus_variance"]
+_AGGREGATIONS: tuple[str, ...] = ("mean", "min", "mean_minus_std", "mean_minus_variance")
 
 
 class EnsembleKnobs(BaseModel):
@@ -28,25 +36,34 @@ class EnsembleKnobs(BaseModel):
     n_judges: int = Field(1, ge=1, le=MAX_JUDGES, description="ensemble size: judges per run")
     ensemble_aggregation: EnsembleAggregation = Field(
         "mean",
-        description="how an ensemble's scores become the reward: mean; min (worst case, Coste et al. 2024); "
-        "mean_minus_std (mean − λ·std over members, λ = ensemble_std_weight)",
+        description="how an ensemble's scores become the reward: mean; min (worst case, Coste et al. 2024's WCO); "
+        "mean_minus_variance (mean − λ·variance over members, Coste et al.'s UWO, λ = ensemble_variance_weight); "
+        "mean_minus_std (mean − λ·std over members, λ = ensemble_std_weight; not Coste et al.'s form)",
     )
     ensemble_std_weight: float = Field(1.0, ge=0.0, description="λ of mean_minus_std aggregation")
+    ensemble_variance_weight: float = Field(
+        1.0, ge=0.0, description="λ of mean_minus_variance aggregation (Coste et al.'s uncertainty weight)"
+    )
 
 
 def aggregate_scores(scores: jax.Array, members: jax.Array, knobs: RunKnobs) -> jax.Array:
     """One run's reward from its judges' scores (M, X); members bool (M,) marks real judges (the rest is padding).
 
     By the code of the run's `ensemble_aggregation`: the members' mean, their minimum (the worst case over the
-    ensemble), or mean − ensemble_std_weight · std (population std).
+    ensemble), mean − ensemble_std_weight · std or mean − ensemble_variance_weight · variance (the population's).
     """
     rule, std_weight = knobs.ensemble_aggregation, knobs.ensemble_std_weight
     weight = members.astype(scores.dtype)[:, None]
     count = jnp.sum(weight)
     mean = jnp.sum(weight * scores, axis=0) / count
     minimum = jnp.min(jnp.where(members[:, None], scores, jnp.inf), axis=0)
-    std = jnp.sqrt(jnp.sum(weight * (scores - mean) ** 2, axis=0) / count)
-    by_rule = {"mean": mean, "min": minimum, "mean_minus_std": mean - std_weight * std}
+    variance = jnp.sum(weight * (scores - mean) ** 2, axis=0) / count
+    by_rule = {
+        "mean": mean,
+        "min": minimum,
+        "mean_minus_std": mean - std_weight * jnp.sqrt(variance),
+        "mean_minus_variance": mean - knobs.ensemble_variance_weight * variance,
+    }
     return jnp.select([rule == code for code in range(len(_AGGREGATIONS))], [by_rule[n] for n in _AGGREGATIONS])
 
 
@@ -56,7 +73,7 @@ def _judges_per_run(knobs: Knobs) -> int:
 
 MECHANISM = Mechanism(
     name="ensemble",
-    summary="several judges per run; their scores aggregated by mean, minimum or mean − λ·std",
+    summary="several judges per run; their scores aggregated by mean, minimum, mean − λ·variance or mean − λ·std",
     knobs=EnsembleKnobs,
     judges_per_run=_judges_per_run,
     aggregate=aggregate_scores,

@@ -108,6 +108,7 @@ def lookahead_side(
     steps: jax.Array,
     knobs: RunKnobs,
     initial_policy: jax.Array,
+    q_star: jax.Array,
     *,
     vocab: int,
     model: ModelConfig = DEFAULT_MODEL,
@@ -122,7 +123,7 @@ def lookahead_side(
 
     def step(copy: Network, inputs: tuple[jax.Array, jax.Array]) -> tuple[Network, None]:
         index, step_noise = inputs
-        stepped = train(copy, judges, members, step_noise, knobs, initial_policy)
+        stepped = train(copy, judges, members, step_noise, knobs, initial_policy, q_star)
         return jax.tree.map(lambda new, old: jnp.where(index < steps, new, old), stepped, copy), None
 
     copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))
@@ -166,7 +167,8 @@ def _lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> t
     judges = reward_judges(shape, step.constants, knobs, step.state.slots)[slots[runs]]
     policies = take(step.state.runs.policy, runs)
     initial = step.constants.initial_policies[runs]
-    return policies, judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs, initial
+    q_star = jnp.broadcast_to(step.constants.q_star, (runs.shape[0], *step.constants.q_star.shape))
+    return policies, judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs, initial, q_star
 
 
 def _rejected_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
