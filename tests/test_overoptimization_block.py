@@ -71,6 +71,10 @@ def _study(run_dir: Path) -> None:
         "shape_seconds": {"small": 200.0, "large": 400.0},
     }
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    report = (
+        "# Study\n\n## Where this world departs from the literature\n\n- **a claim**: agrees.\n\n## Claims across\n"
+    )
+    (run_dir / "report.md").write_text(report)
 
 
 def test_the_block_says_what_held_in_every_size_and_replaces_only_its_markers(tmp_path: Path) -> None:
@@ -88,6 +92,9 @@ def test_the_block_says_what_held_in_every_size_and_replaces_only_its_markers(tm
     assert "0.2500 / 0.5000" in text and "0.1250 / 0.0625" in text  # each form's held-out error beside the quadratic's
     assert "600 s in one command on 2 cores of an Test CPU (its shapes: small 200 s, large 400 s)" in text
     assert "figures/gao_rl.png" in text
+    # The report's generated section, one heading level down, and nothing after it.
+    assert "### Where this world departs from the literature\n\n- **a claim**: agrees." in text
+    assert "Claims across" not in text
 
 
 def test_what_held_sorts_claims_by_their_verdicts_in_every_size() -> None:

@@ -57,6 +57,20 @@ def what_held(within: pd.DataFrame, across: pd.DataFrame, shapes: list[str]) -> 
     return " ".join(lines)
 
 
+DEPARTURES_HEADING = "## Where this world departs from the literature"
+
+
+def departures(run_dir: Path) -> str:
+    """The study report's generated section on where this world departs from the literature, one heading level down
+    (it sits under the results page's own heading); empty where the report has none."""
+    lines = (run_dir / "report.md").read_text(encoding="utf-8").splitlines()
+    if DEPARTURES_HEADING not in lines:
+        return ""
+    start = lines.index(DEPARTURES_HEADING)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join(["#" + lines[start], *lines[start + 1 : end]]).strip() + "\n"
+
+
 def overoptimization_block(run_dir: Path, regenerate: str = "make reference-overoptimization") -> str:
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     runs = pd.read_csv(run_dir / "runs.csv")
@@ -90,7 +104,8 @@ def overoptimization_block(run_dir: Path, regenerate: str = "make reference-over
     )
     mse = held.pivot_table(index=["shape", "condition", "optimizer"], columns="form", values="held_out_mse")
     fit_rows = []
-    for row in fits[fits["condition"] == FITTED].itertuples(index=False):
+    judged = fits[(fits["condition"] == FITTED) & (fits["scorer"] == "judges")] if "scorer" in fits else fits
+    for row in judged[judged["condition"] == FITTED].itertuples(index=False):
         errors = mse.loc[(row.shape, row.condition, row.optimizer)]
         series = pd.Series(row._asdict())
         fit_rows.append(
@@ -109,6 +124,7 @@ def overoptimization_block(run_dir: Path, regenerate: str = "make reference-over
         [False, False, True, True, True, True],
     )
     seconds, machine = manifest["wall_seconds"]["invocation"], manifest["machine"]
+    section = departures(run_dir)
     conditions = runs["condition"].nunique()
     return (
         f"{plural(len(shapes), 'judge size')} × {plural(conditions, 'condition')} × "
@@ -123,5 +139,8 @@ def overoptimization_block(run_dir: Path, regenerate: str = "make reference-over
         "bootstrap intervals resampling seeds; held-out error leaves one seed out):\n\n"
         f"{fit_table.rstrip()}\n\n"
         f"That study took {seconds:.0f} s in one command on {machine['cores']} cores of an {machine['cpu']} (its "
-        "shapes: " + ", ".join(f"{name} {value:.0f} s" for name, value in manifest["shape_seconds"].items()) + ")."
+        "shapes: "
+        + ", ".join(f"{name} {value:.0f} s" for name, value in manifest["shape_seconds"].items())
+        + ")."
+        + (f"\n\n{section.rstrip()}" if section else "")
     )

@@ -189,7 +189,7 @@ def rival_tests(
             tests.append(RivalTest(effect, favours, found, "pair-swap permutation", None))
             continue
         differences = data.differences(index, r)
-        effect = float(np.mean(differences))
+        effect = float(np.mean(differences)) if len(differences) else np.nan  # no seed with a value: untested
         tost = equivalence_test(differences, r, data.bound, share) if reachable else None
         shift = shift_test(differences)
         if claim.direction == "equal" and share is not None:

@@ -1,12 +1,14 @@
-"""The overoptimization section of a study's report: best-of-n from π₀ and RL on one frontier per judge, Gao's forms
-fitted per shape and condition with bootstrap intervals over seeds, compared with a quadratic by held-out error, the
-Gao-style figure per condition (one panel per judge) and a performance profile of where runs end.
+"""The overoptimization section of a study's report: best-of-n from π₀ and RL on one frontier per judge, measured
+against the perfect proxy; Gao's forms fitted per shape, condition and scorer with bootstrap intervals over seeds,
+compared with a quadratic by held-out error and by extrapolation; α and β against the judge's size and data; every
+RL condition's gold-vs-KL path beside best-of-n's; and where runs end.
 
 Each shape's run directory holds its metrics.csv and best-of-n table (best_of_n.parquet). Best-of-n's points are
-iteration 0's curve from π₀ (the pretrained judges, n = 1 … 10⁴), a run's RL points its path over the iterations;
+iteration 0's curves from π₀ (n = 1 … 10⁶), scored by the pretrained judges, by q* (the perfect proxy) and by q* plus
+noise at the judges' alignment (`harness.mechanisms.best_of_n`); a run's RL points are its path over the iterations;
 both as gains since their start against d = √KL(· ‖ π₀) (`harness.inference.frontier_measures`). The fits are
-`harness.inference.overoptimization.fit_gao` (each optimizer its own form), the held-out comparison its
-`held_out_errors` (leave one seed out), written as gao_fits.csv and gao_held_out.csv beside the study's report.
+`harness.inference.overoptimization.fit_gao` (each optimizer its own form), written as gao_fits.csv, the held-out
+comparison gao_held_out.csv, the extrapolation gao_extrapolation.csv, beside the study's report.
 """
 
 from __future__ import annotations
@@ -20,55 +22,122 @@ import pandas as pd
 from harness.common.run_files import METRICS_FILE
 from harness.common.run_tables import read_run_table
 from harness.grid.study import StudySpec
-from harness.inference.frontier_measures import BEST_OF_N_TABLE, ROW_KEYS, best_of_n_curves, run_paths
+from harness.inference.frontier_measures import (
+    BEST_OF_N_TABLE,
+    ROW_KEYS,
+    SCORER_BETAS,
+    best_of_n_curves,
+    peak_measures,
+    run_paths,
+)
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
 from harness.report.figures.bands import performance_profile
-from harness.report.figures.overoptimization import OPTIMIZER_NAMES, fig_gao_frontier, fig_performance_profile
+from harness.report.figures.overoptimization import (
+    OPTIMIZER_NAMES,
+    fig_gao_frontier,
+    fig_kl_paths,
+    fig_performance_profile,
+    fig_scaling,
+)
+from harness.report.gao_departures import departures_section, perfect_proxy_baselines
 from harness.report.markdown import markdown_table
 from harness.report.metrics_table import CSV_FLOAT_FORMAT, num
+from harness.report.study_roles import StudyRoles, pretraining_examples, study_roles
 
-FITS_FILE, HELD_OUT_FILE = "gao_fits.csv", "gao_held_out.csv"
+FITS_FILE, HELD_OUT_FILE, EXTRAPOLATION_FILE = "gao_fits.csv", "gao_held_out.csv", "gao_extrapolation.csv"
 PANEL = "judge_parameters"
+# Best-of-n's forms are fitted on n ≤ this and asked for the rest; RL's on the first half of the iterations.
+FIT_ON_N = 1000
+POINT_COLUMNS = ["condition", "seed", "optimizer", "scorer", "step", "kl", "d", "gold_gain", "proxy_gain"]
 
 
 def frontier_points(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.DataFrame:
-    """One grid's points on the frontier: condition, seed, optimizer ("best_of_n": iteration 0's curve from π₀,
-    step = n; "rl": the run's path, step = iteration), d = √KL, gold_gain and proxy_gain (the judges' score) since
-    the start."""
-    curves = best_of_n_curves(best_of_n)
-    curves = curves[curves["iteration"] == curves["iteration"].min()]
-    proxy_start = curves.groupby(ROW_KEYS, sort=False)["proxy"].transform("first")
-    bon = curves.assign(optimizer="best_of_n", step=curves["n"], proxy_gain=curves["proxy"] - proxy_start)
+    """One grid's points on the frontier (POINT_COLUMNS): best-of-n's iteration-0 curves from π₀ (step = n), one per
+    scorer the table holds ("judges", "q_star", "noisy_q_star"); each RL run's path (step = iteration; scorer
+    "judges", its proxy the judge-perceived quality). Gains are since the curve's start, d = √KL."""
+    frames = []
+    for scorer in SCORER_BETAS:
+        curves = best_of_n_curves(best_of_n, scorer)
+        curves = curves[curves["iteration"] == curves["iteration"].min()]
+        frames.append(curves.assign(optimizer="best_of_n", scorer=scorer, step=curves["n"]))
     paths = run_paths(metrics).merge(metrics[[*ROW_KEYS, "judge_perceived_quality"]], on=ROW_KEYS)
     perceived = paths.groupby(["condition", "seed"], sort=False)["judge_perceived_quality"].transform("first")
-    rl = paths.assign(optimizer="rl", step=paths["iteration"], proxy_gain=paths["judge_perceived_quality"] - perceived)
-    columns = ["condition", "seed", "optimizer", "step", "d", "gold_gain", "proxy_gain"]
-    return pd.concat([bon[columns], rl[columns]], ignore_index=True)
+    frames.append(
+        paths.assign(
+            optimizer="rl",
+            scorer="judges",
+            step=paths["iteration"],
+            kl=paths["kl_from_initial"],
+            proxy_gain=paths["judge_perceived_quality"] - perceived,
+        )
+    )
+    return pd.concat([frame[POINT_COLUMNS] for frame in frames if len(frame)], ignore_index=True)
 
 
-def study_frontier(study: StudySpec, shape_dirs: Callable[[str], Path], parameters: dict[str, int]) -> pd.DataFrame:
-    """Every shape's frontier points (`frontier_points`) with its name and its judge's parameter count; empty where
-    no shape has a best-of-n table."""
-    frames = []
+def study_frontier(
+    study: StudySpec, shape_dirs: Callable[[str], Path], parameters: dict[str, int]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every shape's frontier points (`frontier_points`) with its name, its judge's parameter count and each
+    condition's pretraining examples, and every shape's best-of-n peak measures at iteration 0
+    (`frontier_measures.peak_measures`, with the shape's name and at_largest_n: whether the peak is at the largest
+    n); both empty where no shape has a best-of-n table."""
+    frames, peaks = [], []
     for shape in study.shapes:
         directory = shape_dirs(shape.name)
         best_of_n = read_run_table(directory, BEST_OF_N_TABLE)
         if best_of_n is None:
             continue
         points = frontier_points(pd.read_csv(directory / METRICS_FILE), best_of_n)
-        frames.append(points.assign(shape=shape.name, **{PANEL: parameters[shape.name]}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        examples = {c.name: pretraining_examples(shape.grid, c.name) for c in shape.grid.conditions}
+        points = points.assign(shape=shape.name, **{PANEL: parameters[shape.name]})
+        frames.append(points.assign(judge_examples=points["condition"].map(examples)))
+        start = peak_measures(best_of_n[best_of_n["iteration"] == best_of_n["iteration"].min()])
+        peaks.append(start.assign(shape=shape.name, at_largest_n=start["bon_peak_n"] >= best_of_n["n"].max()))
+    if not frames:
+        return pd.DataFrame(), pd.DataFrame()
+    return pd.concat(frames, ignore_index=True), pd.concat(peaks, ignore_index=True)
 
 
 def held_out_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Held-out MSE (leave one seed out) of each optimizer's Gao form and of the quadratic, per shape and condition."""
+    """Held-out MSE (leave one seed out) of each optimizer's Gao form and of the quadratic, per shape and condition,
+    on the judges' curves."""
+    judged = points[points["scorer"] == "judges"]
     tables = [
         held_out_errors(own, forms=(optimizer, "quadratic"), by=["shape", "condition"]).assign(optimizer=optimizer)
-        for optimizer, own in points.groupby("optimizer", sort=False)
+        for optimizer, own in judged.groupby("optimizer", sort=False)
     ]
     return pd.concat(tables, ignore_index=True)[
         ["shape", "condition", "optimizer", "form", "coefficients", "folds", "held_out_mse", "in_sample_mse", "rank"]
     ]
+
+
+def extrapolation_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Each form fitted on the early part of every judges' curve and asked for the rest, per shape, condition and
+    optimizer: best-of-n on n ≤ FIT_ON_N, RL on the first half of the iterations (all seeds pooled, least squares).
+    Columns: fitted_to, points_fitted, points_asked, rmse_beyond (over the points asked), predicted_end and
+    actual_end (the mean gold gain over seeds at the last step, predicted at the seeds' mean d there)."""
+    rows = []
+    judged = points[points["scorer"] == "judges"]
+    for (shape, condition, optimizer), own in judged.groupby(["shape", "condition", "optimizer"], sort=False):
+        own = own.dropna(subset=["d", "gold_gain"])
+        cut = FIT_ON_N if optimizer == "best_of_n" else own["step"].max() // 2
+        early, late = own[own["step"] <= cut], own[own["step"] > cut]
+        last = own[own["step"] == own["step"].max()]
+        for form in (optimizer, "quadratic"):
+            row = {"shape": shape, "condition": condition, "optimizer": optimizer, "form": form}
+            row |= {"fitted_to": f"{'n' if optimizer == 'best_of_n' else 'iteration'} ≤ {int(cut):,}"}
+            row |= {"points_fitted": len(early), "points_asked": len(late)}
+            if len(early) < len(FORMS[form].coefficients) or late.empty:
+                rows.append(row)
+                continue
+            basis = FORMS[form].basis
+            coefficients = np.linalg.lstsq(basis(early["d"].to_numpy()), early["gold_gain"].to_numpy(), rcond=None)[0]
+            residual = late["gold_gain"].to_numpy() - basis(late["d"].to_numpy()) @ coefficients
+            predicted_end = float((basis(np.array([last["d"].mean()])) @ coefficients)[0])
+            row |= {"rmse_beyond": float(np.sqrt(np.mean(residual**2))), "predicted_end": predicted_end}
+            row |= {"actual_end": float(last["gold_gain"].mean())}
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def in_study_order(table: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
@@ -78,29 +147,66 @@ def in_study_order(table: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     return table.iloc[np.argsort(position, kind="stable")].reset_index(drop=True)
 
 
-def _interval(row: pd.Series, name: str) -> str:
+def _interval(row: pd.Series | None, name: str) -> str:
+    if row is None or not np.isfinite(row[name]):
+        return "—"
     return f"{num(row[name])} [{num(row[name + '_low'])}, {num(row[name + '_high'])}]"
 
 
-def _fits_markdown(fits: pd.DataFrame) -> str:
+def _fit_row(fits: pd.DataFrame, shape: str, condition: str, optimizer: str, scorer: str) -> pd.Series | None:
+    own = fits[
+        (fits["shape"] == shape)
+        & (fits["condition"] == condition)
+        & (fits["optimizer"] == optimizer)
+        & (fits["scorer"] == scorer)
+    ]
+    return own.iloc[0] if len(own) else None
+
+
+def _peak(row: pd.Series | None) -> str:
+    if row is None or not np.isfinite(row["d_peak"]) or row["d_peak"] > row["d_max"]:
+        return "—"
+    return f"{num(row['d_peak'], 2)} ({num(row['peak_gain'])})"
+
+
+def _best_of_n_markdown(fits: pd.DataFrame, peaks: pd.DataFrame) -> str:
+    rows = []
+    for (shape, condition), _ in fits.groupby(["shape", "condition"], sort=False):
+        judged = _fit_row(fits, shape, condition, "best_of_n", "judges")
+        own = peaks[(peaks["shape"] == shape) & (peaks["condition"] == condition)]
+        rows.append(
+            [
+                shape,
+                condition,
+                _interval(judged, "alpha"),
+                _interval(judged, "beta"),
+                _interval(_fit_row(fits, shape, condition, "best_of_n", "q_star"), "beta"),
+                _interval(_fit_row(fits, shape, condition, "best_of_n", "noisy_q_star"), "beta"),
+                _peak(judged),
+                num(own["bon_top_mass_at_peak"].mean(), 2) if len(own) else "—",
+                f"{int(own['at_largest_n'].sum())} of {len(own)}" if len(own) else "—",
+            ]
+        )
+    header = ["Shape", "Condition", "α, judges [95% CI]", "β, judges", "β, q*", "β, q* + noise"]
+    header += ["Fitted peak: √KL (gain)", "Top output's mass at the peak", "Seeds peaking at the largest n"]
+    return markdown_table(header, rows, right=[False, False] + [True] * 7)
+
+
+def _rl_markdown(fits: pd.DataFrame) -> str:
     rows = [
         [
             row["shape"],
             row["condition"],
-            OPTIMIZER_NAMES[row["optimizer"]],
-            FORMS[row["optimizer"]].formula,
             _interval(row, "alpha"),
             _interval(row, "beta"),
             num(row["r2"], 2),
             num(row["d_max"], 2),
-            "—" if not np.isfinite(row["d_peak"]) or row["d_peak"] > row["d_max"] else num(row["d_peak"], 2),
-            "—" if not np.isfinite(row["d_peak"]) or row["d_peak"] > row["d_max"] else num(row["peak_gain"]),
+            _peak(row),
         ]
-        for _, row in fits.iterrows()
+        for _, row in fits[fits["optimizer"] == "rl"].iterrows()
     ]
-    header = ["Shape", "Condition", "Optimizer", "Form", "α [95% CI]", "β [95% CI]", "R²", "Largest √KL"]
-    header += ["Peak at √KL", "Peak gain (q*)"]
-    return markdown_table(header, rows, right=[False] * 4 + [True] * 6)
+    header = ["Shape", "Condition", "α [95% CI]", "β [95% CI]", "R²", "Largest √KL", "Fitted peak: √KL (gain)"]
+    return markdown_table(header, rows, right=[False, False] + [True] * 5)
 
 
 def _held_out_markdown(held: pd.DataFrame) -> str:
@@ -116,14 +222,51 @@ def _held_out_markdown(held: pd.DataFrame) -> str:
     return markdown_table(header, rows, right=[False, False, False, True, True, False])
 
 
-def _profile(study: StudySpec, shape_dirs: Callable[[str], Path]) -> pd.DataFrame:
-    """Every run's real quality at its final iteration, labelled "shape: condition"."""
-    frames = []
-    for shape in study.shapes:
-        metrics = pd.read_csv(shape_dirs(shape.name) / METRICS_FILE)
-        final = metrics[metrics["iteration"] == metrics["iteration"].max()]
-        frames.append(final.assign(condition=shape.name + ": " + final["condition"])[["condition", "policy_quality"]])
-    return performance_profile(pd.concat(frames, ignore_index=True), "policy_quality")
+def _extrapolation_markdown(table: pd.DataFrame) -> str:
+    rows = []
+    for (shape, condition, optimizer), own in table.groupby(["shape", "condition", "optimizer"], sort=False):
+        gao, quadratic = own[own["form"] == optimizer].iloc[0], own[own["form"] == "quadratic"].iloc[0]
+        if not np.isfinite(gao.get("rmse_beyond", np.nan)):
+            continue
+        closer = "Gao's form" if gao["rmse_beyond"] < quadratic["rmse_beyond"] else "the quadratic"
+        rows.append(
+            [
+                shape,
+                condition,
+                OPTIMIZER_NAMES[optimizer],
+                gao["fitted_to"],
+                num(gao["actual_end"]),
+                num(gao["predicted_end"]),
+                num(quadratic["predicted_end"]),
+                num(gao["rmse_beyond"], 3),
+                num(quadratic["rmse_beyond"], 3),
+                closer,
+            ]
+        )
+    header = ["Shape", "Condition", "Optimizer", "Fitted to", "Gold gain at the end", "Gao's form predicts"]
+    header += ["Quadratic predicts", "Gao's form: RMSE beyond", "Quadratic: RMSE beyond", "Closer beyond the fit"]
+    return markdown_table(header, rows, right=[False] * 4 + [True] * 5 + [False])
+
+
+def scaling_series(fits: pd.DataFrame, points: pd.DataFrame, roles: StudyRoles) -> pd.DataFrame:
+    """The judges' fits laid out for `fig_scaling`: against judge parameters (the base condition in every shape), and
+    against pretraining examples (the reference shape's data conditions)."""
+    judged = fits[fits["scorer"] == "judges"]
+    keys = points[["shape", "condition", PANEL, "judge_examples"]].drop_duplicates()
+    laid = judged.merge(keys, on=["shape", "condition"])
+    by_size = laid[laid["condition"] == roles.base].assign(axis="judge parameters", x=lambda t: t[PANEL])
+    data = laid[(laid["shape"] == roles.reference) & (laid["condition"].isin(roles.data))]
+    by_data = data.assign(axis="judge pretraining examples", x=data["judge_examples"])
+    return pd.concat([by_size, by_data if len(roles.data) > 1 else by_data.iloc[:0]], ignore_index=True)
+
+
+def perfect_proxy_fits(fits: pd.DataFrame, roles: StudyRoles) -> pd.DataFrame:
+    """The perfect proxy's fits in the reference shape: best-of-n against q* (the base condition's curves), RL
+    rewarded by q* (the perfect-proxy condition, where the study has one)."""
+    own = fits[fits["shape"] == roles.reference]
+    best = own[(own["condition"] == roles.base) & (own["scorer"] == "q_star")]
+    rl = own[(own["condition"] == roles.perfect_proxy) & (own["optimizer"] == "rl")]
+    return pd.concat([best, rl], ignore_index=True)[["optimizer", "alpha", "beta"]]
 
 
 def overoptimization_section(
@@ -133,38 +276,110 @@ def overoptimization_section(
     parameters: dict[str, int],
     write: Callable[[str, str], None],
     figures: bool = True,
+    verdicts: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None = None,
 ) -> list[str]:
-    """Markdown lines of the section (none where no shape has a best-of-n table); writes gao_fits.csv and
-    gao_held_out.csv through `write`, and its figures under run_dir/figures (figures=False: neither drawn nor
-    linked). parameters: each shape's judge parameter count, the figure's panels."""
-    points = study_frontier(study, shape_dirs, parameters)
+    """Markdown lines of the section (none where no shape has a best-of-n table); writes gao_fits.csv,
+    gao_held_out.csv and gao_extrapolation.csv through `write`, and its figures under run_dir/figures (figures=False:
+    neither drawn nor linked). parameters: each shape's judge parameter count; verdicts: the study's (within-shape
+    claims, across claims, per-run measures at the final iteration), for the section on where this world departs
+    from the literature (`harness.report.gao_departures`; left out where None)."""
+    points, peaks = study_frontier(study, shape_dirs, parameters)
     if points.empty:
         return []
-    fits = in_study_order(fit_gao(points, by=["shape", "condition"]), points)
+    fits = in_study_order(fit_gao(points, by=["shape", "condition", "scorer"]), points)
     held = in_study_order(held_out_table(points), points)
+    extrapolation = in_study_order(extrapolation_table(points), points)
     write(FITS_FILE, fits.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     write(HELD_OUT_FILE, held.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    write(EXTRAPOLATION_FILE, extrapolation.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    largest_n = int(points[points["optimizer"] == "best_of_n"]["step"].max())
     lines = [
-        "## Overoptimization: best-of-n and RL against each judge",
+        "## Overoptimization: best-of-n and RL against each judge, and against the perfect proxy",
         "",
-        "Gold (q*) and proxy (the judges' score) gained since the start against d = √KL(· ‖ π₀): best-of-n from π₀ "
-        "with the pretrained judges, exactly, for n = 1 … 10⁴ (iteration 0 of each run's best-of-n table), and each "
-        "RL run's path over its iterations. Each optimizer's form of Gao et al. (2022) is fitted per shape and "
-        "condition by least squares over every seed's points, with 95% percentile bootstrap intervals resampling "
-        "seeds (`gao_fits.csv`); a peak beyond the largest √KL reached is an extrapolation and not shown. Each form "
-        "is compared with the quadratic a + b·d + c·d² by held-out error, leaving one seed out at a time "
-        "(`gao_held_out.csv`).",
+        "Gold (q*) and proxy gained since the start against d = √KL(· ‖ π₀): best-of-n from π₀, exactly, for "
+        f"n = 1 … {largest_n:,} (iteration 0 of each run's best-of-n table), scored by the pretrained judges, by q* "
+        "itself (the perfect proxy) and by q* plus random noise as aligned with q* as the judges (Pearson over the "
+        "outputs); and each RL run's path over its iterations. q* is bounded, so even the perfect proxy's "
+        "best-of-n curve bends over: a judge's overoptimization is what its curve does beyond the perfect proxy's, "
+        "not β > 0 alone. Each optimizer's form of Gao et al. (2022) is fitted per shape, condition and scorer by "
+        "least squares over every seed's points, with 95% percentile bootstrap intervals resampling seeds "
+        "(`gao_fits.csv`); a peak beyond the largest √KL reached is an extrapolation and not shown.",
         "",
-        _fits_markdown(fits),
+        "### Best-of-n from π₀: d(α − β·d)",
+        "",
+        _best_of_n_markdown(fits[fits["optimizer"] == "best_of_n"], peaks),
+        "",
+        "The top output's mass is best-of-n's probability of the judges' single top-scored output at each seed's "
+        "gold peak, averaged over seeds: where it is near 1 the peak, and any fall after it, rest on a few outputs.",
+        "",
+        "### RL: d(α − β·ln d)",
+        "",
+        _rl_markdown(fits[fits["scorer"] == "judges"]),
+        "",
+        "### Each form against a quadratic",
+        "",
+        "Held-out error, leaving one seed out at a time (`gao_held_out.csv`):",
         "",
         _held_out_markdown(held),
         "",
+        f"Extrapolation: each form fitted to the early part of the curves (best-of-n: n ≤ {FIT_ON_N:,}; RL: the first "
+        "half of the iterations, every seed pooled) and asked for the rest (`gao_extrapolation.csv`):",
+        "",
+        _extrapolation_markdown(extrapolation),
+        "",
     ]
     if figures:
-        for condition in dict.fromkeys(points["condition"]):
-            own = points[points["condition"] == condition]
-            path = fig_gao_frontier(own, run_dir / "figures" / f"gao_{condition}.png", panel=PANEL)
-            lines += [f"![Gold and proxy against √KL, {condition}]({path.relative_to(run_dir).as_posix()})", ""]
-        profile = fig_performance_profile(_profile(study, shape_dirs), run_dir / "figures" / "performance_profile.png")
-        lines += [f"![Where runs end: performance profile]({profile.relative_to(run_dir).as_posix()})", ""]
+        lines += _figure_lines(study, run_dir, shape_dirs, points, fits)
+    if verdicts is not None:
+        within, across, per_run = verdicts
+        roles = study_roles(study)
+        baselines = perfect_proxy_baselines(points, fits, per_run, roles)
+        lines += departures_section(study, within, across, baselines, extrapolation)
     return lines
+
+
+def _figure_lines(
+    study: StudySpec, run_dir: Path, shape_dirs: Callable[[str], Path], points: pd.DataFrame, fits: pd.DataFrame
+) -> list[str]:
+    figures, lines, roles = run_dir / "figures", [], study_roles(study)
+    reference = roles.reference
+    series = scaling_series(fits, points, roles)
+    if len(series):
+        path = fig_scaling(series, perfect_proxy_fits(fits, roles), figures / "gao_scaling.png")
+        lines += [f"![α and β against the judge's size and data]({path.relative_to(run_dir).as_posix()})", ""]
+    own = points[points["shape"] == reference]
+    bon = own[(own["optimizer"] == "best_of_n") & (own["condition"] == roles.base) & (own["scorer"] != "noisy_q_star")]
+    rl = own[own["optimizer"] == "rl"]
+    paths = pd.concat(
+        [
+            bon.assign(label="best-of-n against " + bon["scorer"].map({"judges": "the judge", "q_star": "q*"})),
+            rl.assign(label="RL: " + rl["condition"]),
+        ],
+        ignore_index=True,
+    )
+    title = f"Gold against KL along the whole path, {reference}: best-of-n from π₀ and every condition's RL"
+    path = fig_kl_paths(paths, title, figures / "kl_paths.png")
+    lines += [f"![Gold against KL along the path]({path.relative_to(run_dir).as_posix()})", ""]
+    counts = points.groupby("condition", sort=False)["shape"].nunique()
+    for condition in counts[counts > 1].index:
+        own = points[points["condition"] == condition]
+        path = fig_gao_frontier(own, figures / f"gao_{condition}.png", panel=PANEL)
+        lines += [f"![Gold and proxy against √KL, {condition}]({path.relative_to(run_dir).as_posix()})", ""]
+    single = points[(points["shape"] == reference) & points["condition"].isin(counts[counts == 1].index)]
+    if len(single):
+        path = fig_gao_frontier(single, figures / f"gao_{reference}_conditions.png", panel="condition")
+        lines += [f"![Gold and proxy against √KL, {reference}'s conditions]({path.relative_to(run_dir).as_posix()})"]
+        lines += [""]
+    profile = fig_performance_profile(_profile(study, shape_dirs), figures / "performance_profile.png")
+    lines += [f"![Where runs end: performance profile]({profile.relative_to(run_dir).as_posix()})", ""]
+    return lines
+
+
+def _profile(study: StudySpec, shape_dirs: Callable[[str], Path]) -> pd.DataFrame:
+    """Every run's real quality at its final iteration, labelled "shape: condition"."""
+    frames = []
+    for shape in study.shapes:
+        metrics = pd.read_csv(shape_dirs(shape.name) / METRICS_FILE)
+        final = metrics[metrics["iteration"] == metrics["iteration"].max()]
+        frames.append(final.assign(condition=shape.name + ": " + final["condition"])[["condition", "policy_quality"]])
+    return performance_profile(pd.concat(frames, ignore_index=True), "policy_quality")

@@ -153,12 +153,14 @@ def study_report(
             dict(zip(shapes["shape"], shapes["judge_parameters"], strict=True)),
             lambda name, text: atomic_write_text(run_dir / name, text),
             figures,
+            (within, across, measures),
         ),
         "## Claims across shapes",
         "",
-        "One family, Holm-adjusted. Between two shapes: independent samples (other worlds and networks), Δ of means "
-        "with a BCa interval resampling each shape's runs, permutation p (runs exchanged between shapes). In every "
-        "shape: the within-shape verdicts (seed-paired, adjusted within each shape's family), p the largest of them.",
+        "One family, Holm-adjusted. Between two shapes: paired by seed (seed s of every shape draws from the same "
+        "streams), the per-seed differences resolved at the claim's resolution, an exact sign test on the seeds that "
+        "differ, the BCa interval of the mean difference at the adjusted level. In every shape: the within-shape "
+        "verdicts (seed-paired, adjusted within each shape's family), p the largest of them.",
         "",
         *_across_lines(across),
     ]

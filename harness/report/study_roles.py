@@ -1,0 +1,64 @@
+"""The parts a study's overoptimization comparisons play, found from its conditions' knobs: no condition or shape is
+named in code, so another study of the same design gets the same section."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.grid.knobs import Knobs
+from harness.grid.layout import GridSpec
+from harness.grid.study import StudySpec
+
+
+def pretraining_examples(grid: GridSpec, condition: str) -> int:
+    """How many examples a condition's judges were pretrained on: its fixed dataset's size, or with fresh draws the
+    draws made (steps × batch)."""
+    knobs = next(c.knobs for c in grid.conditions if c.name == condition)
+    if knobs.judge_pretrain_examples:
+        return knobs.judge_pretrain_examples
+    return (knobs.judge_pretrain_steps or grid.pretrain.max_steps) * grid.pretrain.batch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRoles:
+    """What the section's comparisons read, found from the study's conditions (no condition is named in code):
+    reference: the shape with the most conditions (the first such); base: the first condition every shape has that
+    is rewarded by its judges; data: the reference shape's conditions whose knobs differ from the base's only in
+    `judge_pretrain_examples` (the base among them); perfect_proxy: the reference shape's condition that differs from
+    the base only in being rewarded by q* (`reward_from_q_star`), or None."""
+
+    reference: str
+    base: str
+    data: tuple[str, ...]
+    perfect_proxy: str | None
+
+
+def _knobs_apart_from(knobs: Knobs, *names: str) -> dict[str, object]:
+    return {key: value for key, value in knobs.model_dump().items() if key not in names}
+
+
+def study_roles(study: StudySpec) -> StudyRoles:
+    """The `StudyRoles` of a study."""
+    reference = max(study.shapes, key=lambda shape: len(shape.grid.conditions))
+    everywhere = set.intersection(*({c.name for c in shape.grid.conditions} for shape in study.shapes))
+    own = {c.name: c.knobs for c in reference.grid.conditions}
+    base = next(
+        (c.name for c in reference.grid.conditions if c.name in everywhere and not c.knobs.reward_from_q_star),
+        reference.grid.conditions[0].name,
+    )
+    data = tuple(
+        name
+        for name, knobs in own.items()
+        if _knobs_apart_from(knobs, "judge_pretrain_examples")
+        == _knobs_apart_from(own[base], "judge_pretrain_examples")
+    )
+    proxy = next(
+        (
+            name
+            for name, knobs in own.items()
+            if knobs.reward_from_q_star
+            and _knobs_apart_from(knobs, "reward_from_q_star") == _knobs_apart_from(own[base], "reward_from_q_star")
+        ),
+        None,
+    )
+    return StudyRoles(reference.name, base, data, proxy)
