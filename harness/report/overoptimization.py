@@ -29,19 +29,25 @@ from harness.inference.frontier_measures import (
     best_of_n_curves,
     peak_measures,
     run_paths,
+    with_frontier_measures,
 )
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
 from harness.report.figures.bands import performance_profile
 from harness.report.figures.overoptimization import (
-    OPTIMIZER_NAMES,
     fig_gao_frontier,
     fig_kl_paths,
     fig_performance_profile,
     fig_scaling,
 )
 from harness.report.gao_departures import departures_section, perfect_proxy_baselines
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import CSV_FLOAT_FORMAT, num
+from harness.report.metrics_table import CSV_FLOAT_FORMAT
+from harness.report.overoptimization_tables import (
+    best_of_n_markdown,
+    extrapolation_markdown,
+    held_out_markdown,
+    kl_levels_markdown,
+    rl_markdown,
+)
 from harness.report.study_roles import StudyRoles, pretraining_examples, study_roles
 
 FITS_FILE, HELD_OUT_FILE, EXTRAPOLATION_FILE = "gao_fits.csv", "gao_held_out.csv", "gao_extrapolation.csv"
@@ -147,107 +153,6 @@ def in_study_order(table: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     return table.iloc[np.argsort(position, kind="stable")].reset_index(drop=True)
 
 
-def _interval(row: pd.Series | None, name: str) -> str:
-    if row is None or not np.isfinite(row[name]):
-        return "—"
-    return f"{num(row[name])} [{num(row[name + '_low'])}, {num(row[name + '_high'])}]"
-
-
-def _fit_row(fits: pd.DataFrame, shape: str, condition: str, optimizer: str, scorer: str) -> pd.Series | None:
-    own = fits[
-        (fits["shape"] == shape)
-        & (fits["condition"] == condition)
-        & (fits["optimizer"] == optimizer)
-        & (fits["scorer"] == scorer)
-    ]
-    return own.iloc[0] if len(own) else None
-
-
-def _peak(row: pd.Series | None) -> str:
-    if row is None or not np.isfinite(row["d_peak"]) or row["d_peak"] > row["d_max"]:
-        return "—"
-    return f"{num(row['d_peak'], 2)} ({num(row['peak_gain'])})"
-
-
-def _best_of_n_markdown(fits: pd.DataFrame, peaks: pd.DataFrame) -> str:
-    rows = []
-    for (shape, condition), _ in fits.groupby(["shape", "condition"], sort=False):
-        judged = _fit_row(fits, shape, condition, "best_of_n", "judges")
-        own = peaks[(peaks["shape"] == shape) & (peaks["condition"] == condition)]
-        rows.append(
-            [
-                shape,
-                condition,
-                _interval(judged, "alpha"),
-                _interval(judged, "beta"),
-                _interval(_fit_row(fits, shape, condition, "best_of_n", "q_star"), "beta"),
-                _interval(_fit_row(fits, shape, condition, "best_of_n", "noisy_q_star"), "beta"),
-                _peak(judged),
-                num(own["bon_top_mass_at_peak"].mean(), 2) if len(own) else "—",
-                f"{int(own['at_largest_n'].sum())} of {len(own)}" if len(own) else "—",
-            ]
-        )
-    header = ["Shape", "Condition", "α, judges [95% CI]", "β, judges", "β, q*", "β, q* + noise"]
-    header += ["Fitted peak: √KL (gain)", "Top output's mass at the peak", "Seeds peaking at the largest n"]
-    return markdown_table(header, rows, right=[False, False] + [True] * 7)
-
-
-def _rl_markdown(fits: pd.DataFrame) -> str:
-    rows = [
-        [
-            row["shape"],
-            row["condition"],
-            _interval(row, "alpha"),
-            _interval(row, "beta"),
-            num(row["r2"], 2),
-            num(row["d_max"], 2),
-            _peak(row),
-        ]
-        for _, row in fits[fits["optimizer"] == "rl"].iterrows()
-    ]
-    header = ["Shape", "Condition", "α [95% CI]", "β [95% CI]", "R²", "Largest √KL", "Fitted peak: √KL (gain)"]
-    return markdown_table(header, rows, right=[False, False] + [True] * 5)
-
-
-def _held_out_markdown(held: pd.DataFrame) -> str:
-    wide = held.pivot_table(
-        index=["shape", "condition", "optimizer"], columns="form", values="held_out_mse", sort=False
-    )
-    rows = []
-    for (shape, condition, optimizer), row in wide.iterrows():
-        gao, quadratic = row[optimizer], row["quadratic"]
-        better = "Gao's form" if gao < quadratic else "the quadratic"
-        rows.append([shape, condition, OPTIMIZER_NAMES[optimizer], num(gao, 4), num(quadratic, 4), better])
-    header = ["Shape", "Condition", "Optimizer", "Gao's form: held-out MSE", "Quadratic: held-out MSE", "Lower"]
-    return markdown_table(header, rows, right=[False, False, False, True, True, False])
-
-
-def _extrapolation_markdown(table: pd.DataFrame) -> str:
-    rows = []
-    for (shape, condition, optimizer), own in table.groupby(["shape", "condition", "optimizer"], sort=False):
-        gao, quadratic = own[own["form"] == optimizer].iloc[0], own[own["form"] == "quadratic"].iloc[0]
-        if not np.isfinite(gao.get("rmse_beyond", np.nan)):
-            continue
-        closer = "Gao's form" if gao["rmse_beyond"] < quadratic["rmse_beyond"] else "the quadratic"
-        rows.append(
-            [
-                shape,
-                condition,
-                OPTIMIZER_NAMES[optimizer],
-                gao["fitted_to"],
-                num(gao["actual_end"]),
-                num(gao["predicted_end"]),
-                num(quadratic["predicted_end"]),
-                num(gao["rmse_beyond"], 3),
-                num(quadratic["rmse_beyond"], 3),
-                closer,
-            ]
-        )
-    header = ["Shape", "Condition", "Optimizer", "Fitted to", "Gold gain at the end", "Gao's form predicts"]
-    header += ["Quadratic predicts", "Gao's form: RMSE beyond", "Quadratic: RMSE beyond", "Closer beyond the fit"]
-    return markdown_table(header, rows, right=[False] * 4 + [True] * 5 + [False])
-
-
 def scaling_series(fits: pd.DataFrame, points: pd.DataFrame, roles: StudyRoles) -> pd.DataFrame:
     """The judges' fits laid out for `fig_scaling`: against judge parameters (the base condition in every shape), and
     against pretraining examples (the reference shape's data conditions)."""
@@ -307,32 +212,44 @@ def overoptimization_section(
         "",
         "### Best-of-n from π₀: d(α − β·d)",
         "",
-        _best_of_n_markdown(fits[fits["optimizer"] == "best_of_n"], peaks),
+        best_of_n_markdown(fits[fits["optimizer"] == "best_of_n"], peaks),
         "",
         "The top output's mass is best-of-n's probability of the judges' single top-scored output at each seed's "
         "gold peak, averaged over seeds: where it is near 1 the peak, and any fall after it, rest on a few outputs.",
         "",
         "### RL: d(α − β·ln d)",
         "",
-        _rl_markdown(fits[fits["scorer"] == "judges"]),
+        rl_markdown(fits[fits["scorer"] == "judges"]),
         "",
         "### Each form against a quadratic",
         "",
         "Held-out error, leaving one seed out at a time (`gao_held_out.csv`):",
         "",
-        _held_out_markdown(held),
+        held_out_markdown(held),
         "",
         f"Extrapolation: each form fitted to the early part of the curves (best-of-n: n ≤ {FIT_ON_N:,}; RL: the first "
         "half of the iterations, every seed pooled) and asked for the rest (`gao_extrapolation.csv`):",
         "",
-        _extrapolation_markdown(extrapolation),
+        extrapolation_markdown(extrapolation),
+        "",
+    ]
+    roles = study_roles(study)
+    reference = shape_dirs(roles.reference)
+    metrics = pd.read_csv(reference / METRICS_FILE)
+    ends = with_frontier_measures(metrics, read_run_table(reference, BEST_OF_N_TABLE))
+    lines += [
+        f"### RL at equal KL ({roles.reference})",
+        "",
+        "A lever that lifts the gold-vs-KL frontier raises the gold gained at a given KL; one that only moves where "
+        "runs end on it (as Gao et al. find of the KL penalty) does not:",
+        "",
+        kl_levels_markdown(ends[ends["iteration"] == ends["iteration"].max()]),
         "",
     ]
     if figures:
         lines += _figure_lines(study, run_dir, shape_dirs, points, fits)
     if verdicts is not None:
         within, across, per_run = verdicts
-        roles = study_roles(study)
         baselines = perfect_proxy_baselines(points, fits, per_run, roles)
         lines += departures_section(study, within, across, baselines, extrapolation)
     return lines
