@@ -196,7 +196,13 @@ def temporal(run_dir: Path) -> str:
 def _study_scope(run_dir: Path, runs: pd.DataFrame, what: str) -> str:
     shapes = list(dict.fromkeys(runs["shape"]))
     named = f" ({', '.join(shapes)})" if len(shapes) <= 4 else ""  # a few shapes are named; more, counted
-    each = f"{plural(runs['condition'].nunique(), 'condition')} × {plural(runs['seed'].nunique(), 'seed')} each"
+    per_shape = runs.groupby("shape", sort=False)["condition"].nunique()
+    conditions = (
+        plural(int(per_shape.iloc[0]), "condition")
+        if per_shape.nunique() == 1
+        else f"{per_shape.min()}–{per_shape.max()} conditions"
+    )
+    each = f"{conditions} × {plural(runs['seed'].nunique(), 'seed')} each"
     return _scope(run_dir, f"{what} in {plural(len(shapes), 'shape')}{named}, {each}")
 
 
@@ -228,11 +234,21 @@ def overoptimization(run_dir: Path) -> str:
     def spread(condition: str) -> str:
         return f"{kl[condition].min():.2f}–{kl[condition].max():.2f} nats"
 
+    every = {c["name"]: c["knobs"] for shape in study["shapes"] for c in shape["grid"]["conditions"]}
+    gold = next((name for name, knobs in every.items() if knobs.get("reward_from_q_star")), None)
+    perfect = ""
+    if gold is not None:
+        own = runs[runs["condition"] == gold]
+        base = runs[(runs["condition"] == RL_CONDITION) & (runs["shape"] == own["shape"].iloc[0])]
+        perfect = (
+            f"; by KL = 1 nat RL against q* itself has gained {own['gold_gain_at_kl_1'].mean():.3f} in gold, RL "
+            f"against the judge {base['gold_gain_at_kl_1'].mean():.3f} ({own['shape'].iloc[0]}, means over seeds)"
+        )
     return (
         f"{_study_scope(run_dir, runs, 'best-of-n and RL against frozen judges')}: "
         f"{_claims(within, ' within shapes')} and {_claims(across, ' across them')}; RL ends at a KL to π₀ of "
         f"{spread(RL_CONDITION)} over the shapes, {spread(penalised)} with a KL penalty of β = "
-        f"{conditions[penalised]['kl_penalty']:g}."
+        f"{conditions[penalised]['kl_penalty']:g}{perfect}."
     )
 
 
