@@ -21,6 +21,7 @@ from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
 from harness.grid.knobs import Knobs
+from harness.grid.layout import Condition, GridSpec, MechanismSource, layout_grid
 from harness.mechanisms import BUILT_IN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,3 +301,44 @@ def test_knobs_of_a_mechanism_the_grid_does_not_load_are_named(tmp_path: Path, c
         assert cli.main(["list", str(tmp_path / "grid.toml")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "key 'pull': a knob of mechanism 'pulling', which this file does not load" in line
+
+
+def test_a_helper_module_beside_the_mechanism_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its code would be in no digest: an edit to it would reuse a stale compiled program (exit 0, wrong numbers)."""
+    (tmp_path / "lab_helpers.py").write_text("SCALE = 2.0\n")
+    (tmp_path / "mine.py").write_text(
+        "import numpy as np\nfrom harness.grid.contract import Mechanism\n\nimport lab_helpers\n"
+        "MECHANISM = Mechanism('scaled', 'uses a helper')\n"
+    )
+    (tmp_path / "relative.py").write_text("from . import lab_helpers\n")
+    (tmp_path / "grid.toml").write_text('[mechanisms]\nmodules = ["mine.py"]\n[conditions.baseline]\n')
+    monkeypatch.syspath_prepend(str(tmp_path))  # where a lab would have put it for the import to work at all
+    with registry.restored_catalog():
+        assert cli.main(["list", str(tmp_path / "grid.toml")]) == 2
+        with pytest.raises(registry.MechanismError, match=r"relative\.py:1\) imports '\.lab_helpers' beside it"):
+            registry.load(str(tmp_path / "relative.py"))
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"mine.py:4) imports 'lab_helpers' from {tmp_path / 'lab_helpers.py'}, outside the installed" in line
+
+
+class _SizeKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    own_depth: int = 0
+
+
+def test_a_static_size_named_like_another_mechanisms_is_refused() -> None:
+    """A plugin declaring `history_depth` would otherwise replace the temporal contrast's depth, silently."""
+    clashing = Mechanism(
+        "deep", "declares a built-in's size", knobs=_SizeKnobs, sizes=lambda knobs, facts: {"history_depth": 0}
+    )
+    with registry.restored_catalog():
+        registry.register(clashing, module="mine.py")
+        spec = GridSpec(
+            mechanisms=(MechanismSource(name="deep", module="mine.py", digest=""),),
+            conditions=(Condition(name="past", knobs=Knobs(rejected_from="past", temporal_gap=3)),),
+        )
+        with pytest.raises(registry.MechanismError, match="static size 'history_depth' is declared by mechanism"):
+            layout_grid(spec)

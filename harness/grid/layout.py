@@ -363,9 +363,18 @@ def layout_runs(spec: GridSpec, run_condition: np.ndarray, run_seed_index: np.nd
 
     facts = GridFacts(batch_size=spec.run.batch_size, n_outputs=n_outputs)
     sizes: dict[str, int] = {}
+    declared_by: dict[str, str] = {}
     for mechanism in mechanisms:
-        if mechanism.sizes is not None:
-            sizes |= {name: int(value) for name, value in mechanism.sizes(run_knobs, facts).items()}
+        if mechanism.sizes is None:
+            continue
+        for name, value in mechanism.sizes(run_knobs, facts).items():
+            # One namespace: a second declaration would silently replace the first one's size.
+            if name in declared_by:
+                raise registry.MechanismError(
+                    f"mechanism '{mechanism.name}': static size '{name}' is declared by mechanism "
+                    f"'{declared_by[name]}' too; give it a name of its own"
+                )
+            declared_by[name], sizes[name] = mechanism.name, int(value)
     shape = GridShape(
         mechanisms=mechanisms,
         n_runs=len(run_knobs),

@@ -28,6 +28,7 @@ from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
 from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, RunTable, Stage, StepRow
 from harness.grid.knobs import field_choices, field_host_only
+from harness.grid.plugin_imports import outside_imports
 
 # The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.
 CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
@@ -232,6 +233,7 @@ def load(reference: str, relative_to: Path | None = None, path: Path | None = No
         reference, path = resolve_reference(reference, relative_to)
         from_file = is_path(reference)
     digest = source_digest(path)
+    _refuse_outside_imports(reference, path)
     try:
         if from_file:
             name = f"{LOADED_PREFIX}{path.stem}_{digest[:16]}"
@@ -259,6 +261,24 @@ def load(reference: str, relative_to: Path | None = None, path: Path | None = No
     for mechanism in declared:
         register(mechanism, module=reference, path=str(path), digest=digest)
     return catalog()[declared[0].name]
+
+
+def _refuse_outside_imports(reference: str, path: Path) -> None:
+    """One line where a mechanism's file imports a module from outside the installed packages, which its digest would
+    not cover (`harness.grid.plugin_imports`); a file that does not parse is left to the import to report."""
+    try:
+        found = outside_imports(path)
+    except (SyntaxError, ValueError):
+        return
+    if found:
+        line, module, where = found[0]
+        place = f"from {where}" if where is not None else "beside it (a relative import)"
+        raise MechanismError(
+            f"mechanism module {reference} ({path}:{line}) imports '{module}' {place}, outside the installed packages: "
+            "its code would not be part of the mechanism's digest, so an edit to it would reuse a stale compiled "
+            "program and a resumed run would not notice; put that code in the mechanism's file, or install it (not "
+            "editable) as a package"
+        )
 
 
 def names_in(reference_module: str) -> list[str]:
