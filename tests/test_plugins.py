@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import harness
 from harness import cli
+from harness.engine.metrics import Metric
 from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
@@ -342,3 +343,14 @@ def test_a_static_size_named_like_another_mechanisms_is_refused() -> None:
         )
         with pytest.raises(registry.MechanismError, match="static size 'history_depth' is declared by mechanism"):
             layout_grid(spec)
+
+
+def test_a_registered_headline_metric_leaves_other_runs_readable() -> None:
+    """Registering a plugin whose metric is a headline changes no other run's reading: its column belongs to the
+    grids that use it."""
+    clipped = Metric("clipped_mass", "clipped mass", "", "a plugin's headline", lambda run: run.pi[0], headline=True)
+    with registry.restored_catalog():
+        registry.register(Mechanism("clipping", "a headline metric of its own", metrics=(clipped,)), module="mine.py")
+        result = harness.load_result(ROOT / "artifacts" / "reference" / "paper")
+    assert "clipped_mass" not in result.metrics.columns
+    assert len(result.metrics) == 18 * 5 * 11

@@ -250,6 +250,12 @@ def headline_metrics() -> tuple[Metric, ...]:
     return tuple(metric for metric in all_metrics() if metric.headline)
 
 
+def loop_headline_metrics() -> tuple[Metric, ...]:
+    """The loop's own headline curves: every grid's metrics table has them, whatever mechanisms it used (a
+    mechanism's headline metric is in the tables of the grids that use it only)."""
+    return tuple(metric for metric in LOOP_MEASURES if metric.headline)
+
+
 def metric(name: str) -> Metric:
     """The registered metric called `name`."""
     registered = all_metrics()

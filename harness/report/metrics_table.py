@@ -48,7 +48,9 @@ def headline_metrics(prepared: pd.DataFrame) -> tuple[Metric, ...]:
 
 def prepare(metrics: pd.DataFrame) -> pd.DataFrame:
     """A validated copy: flags as bool, float metrics with non-finite -> NaN, rows in grid order."""
-    required = ("condition", "seed", "iteration", *(x.name for x in registry.headline_metrics()))
+    # Only the loop's own curves: a headline metric of a mechanism this grid did not use (a plugin registered in the
+    # same process) is no column of its table.
+    required = ("condition", "seed", "iteration", *(x.name for x in registry.loop_headline_metrics()))
     missing = [c for c in required if c not in metrics.columns]
     if missing:
         raise ValueError(f"metrics table lacks columns {missing}")
