@@ -354,3 +354,39 @@ def test_a_registered_headline_metric_leaves_other_runs_readable() -> None:
         result = harness.load_result(ROOT / "artifacts" / "reference" / "paper")
     assert "clipped_mass" not in result.metrics.columns
     assert len(result.metrics) == 18 * 5 * 11
+
+
+BROKEN_HOOK = """import jax.numpy as jnp
+from pydantic import BaseModel, ConfigDict
+
+from harness.grid.contract import Mechanism
+
+
+class BrokenKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    broken_bonus: float = 0.0
+
+
+def bonus(rewards, batch, knobs):
+    return rewards + jnp.ones(3)  # not the batch's shape
+
+
+MECHANISM = Mechanism("broken", "a reward hook of the wrong shape", knobs=BrokenKnobs, shape_reward=bonus)
+"""
+
+
+def test_a_mistake_in_a_plugins_hook_is_one_line_naming_its_file_line_and_hook(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "broken.py").write_text(BROKEN_HOOK)
+    (tmp_path / "grid.toml").write_text(
+        '[mechanisms]\nmodules = ["broken.py"]\n[run]\nseeds = 1\niterations = 1\nsteps_per_iteration = 2\n'
+        "batch_size = 16\n[world]\nvocab_size = 4\nseq_len = 2\n[conditions.baseline]\n"
+    )
+    with registry.restored_catalog():
+        code = cli.main(["run", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "run"), "--quiet"])
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"coevolab: error: mechanism 'broken' ({tmp_path / 'broken.py'}:14, in bonus): TypeError")
+    assert "(16,)" in line and "(3,)" in line

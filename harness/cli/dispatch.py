@@ -173,7 +173,7 @@ def dispatch(argv: list[str] | None, started: float) -> int:
     from harness.experiment.ray_backend import BlockLost, RaySetupError
     from harness.grid.conditions import ConditionFileError
     from harness.grid.memory import GridTooLarge
-    from harness.grid.registry import MechanismError
+    from harness.grid.registry import MechanismError, plugin_error
     from harness.grid.trainer import PretrainingFailed
 
     try:
@@ -203,3 +203,11 @@ def dispatch(argv: list[str] | None, started: float) -> int:
         where = f"{error.filename}: " if error.filename else ""
         print(f"coevolab: error: {where}{error.strerror or error}", file=sys.stderr)
         return EXIT_FAILURE
+    except Exception as error:
+        # A mistake in a lab's own mechanism (a wrong shape in a hook, a typo): one line naming its file, line and
+        # hook. Anything else is a fault of this package, and keeps its traceback.
+        line = plugin_error(error)
+        if line is None:
+            raise
+        print(f"coevolab: error: {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT

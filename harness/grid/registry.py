@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -279,6 +280,24 @@ def _refuse_outside_imports(reference: str, path: Path) -> None:
             "program and a resumed run would not notice; put that code in the mechanism's file, or install it (not "
             "editable) as a package"
         )
+
+
+def plugin_error(error: BaseException) -> str | None:
+    """One line for an error raised inside a lab's own mechanism file (not a built-in's), naming the mechanism, the
+    file and line, and the function (the hook) it was in, with the error's type and first line; None where no frame
+    of the error's traceback is in such a file. The innermost such frame is named."""
+    files = {str(Path(entry.path).resolve()): name for name, entry in catalog().items() if not entry.builtin}
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if frame.filename and str(Path(frame.filename).resolve()) in files
+    ]
+    if not frames:
+        return None
+    frame = frames[-1]
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    name = files[str(Path(frame.filename).resolve())]
+    return f"mechanism '{name}' ({frame.filename}:{frame.lineno}, in {frame.name}): {type(error).__name__}: {message}"
 
 
 def names_in(reference_module: str) -> list[str]:
