@@ -390,3 +390,34 @@ def test_a_mistake_in_a_plugins_hook_is_one_line_naming_its_file_line_and_hook(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"coevolab: error: mechanism 'broken' ({tmp_path / 'broken.py'}:14, in bonus): TypeError")
     assert "(16,)" in line and "(3,)" in line
+
+
+WRONG_METRIC = """import jax.numpy as jnp
+
+from harness.engine.metrics import Metric
+from harness.grid.contract import Mechanism
+
+MECHANISM = Mechanism(
+    "spread_out",
+    "a metric of the wrong shape",
+    metrics=(Metric("spread", "spread", "", "one value per output, not per run", lambda run: run.pi),),
+)
+"""
+
+
+def test_a_metric_of_the_wrong_shape_is_one_line_before_anything_compiles(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "spread.py").write_text(WRONG_METRIC)
+    (tmp_path / "grid.toml").write_text(
+        '[mechanisms]\nmodules = ["spread.py"]\n[run]\nseeds = 1\niterations = 1\nsteps_per_iteration = 2\n'
+        "batch_size = 16\n[world]\nvocab_size = 4\nseq_len = 2\n[conditions.baseline]\n"
+    )
+    with registry.restored_catalog():
+        code = cli.main(["run", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "run"), "--quiet"])
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "coevolab: error: metric 'spread' of mechanism 'spread_out' computes shape (16,) for one run, not one "
+        "number: its compute must reduce the run's view to a scalar"
+    )

@@ -167,6 +167,7 @@ def dispatch(argv: list[str] | None, started: float) -> int:
     from harness.common.integrity import RunDirectoryError
     from harness.common.locks import DirectoryBusy
     from harness.common.run_files import ArtifactWriteError
+    from harness.engine.metrics import MechanismShapeError
     from harness.experiment.blocks import BlockError
     from harness.experiment.checkpoint import CheckpointMismatch
     from harness.experiment.live import TensorBoardMissing
@@ -186,6 +187,7 @@ def dispatch(argv: list[str] | None, started: float) -> int:
         BlockError,
         RaySetupError,
         MechanismError,
+        MechanismShapeError,
         RunDirectoryError,
         DirectoryBusy,
         TensorBoardMissing,

@@ -265,9 +265,33 @@ def metric(name: str) -> Metric:
     raise KeyError(f"no metric {name!r}; registered: {', '.join(m.name for m in registered)}")
 
 
+class MechanismShapeError(ValueError):
+    """A mechanism's metric or table computes an array of another shape than its contract's, found while the program
+    is traced (before it compiles)."""
+
+
+def owner(metric_name: str) -> str:
+    """The name of the mechanism that registered a metric ("the loop" for the loop's own)."""
+    return next(
+        (name for name, own in _MECHANISM_METRICS.items() if any(m.name == metric_name for m in own)), "the loop"
+    )
+
+
 def evaluate(run: RunView, metrics: Sequence[Metric]) -> dict[str, jax.Array]:
-    """Every metric of `metrics` of one run (vmap over runs for a grid)."""
-    return {m.name: m.compute(run) for m in metrics}
+    """Every metric of `metrics` of one run (vmap over runs for a grid).
+
+    Raises:
+        MechanismShapeError: a metric is not one number per run (checked on the traced shapes, before compiling).
+    """
+    values = {}
+    for m in metrics:
+        values[m.name] = value = m.compute(run)
+        if jnp.shape(value) != ():
+            raise MechanismShapeError(
+                f"metric '{m.name}' of mechanism '{owner(m.name)}' computes shape {jnp.shape(value)} for one run, "
+                "not one number: its compute must reduce the run's view to a scalar"
+            )
+    return values
 
 
 def _load_built_in_mechanisms() -> None:

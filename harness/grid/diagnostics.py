@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from functools import partial
 
-import chex
 import jax
 import jax.numpy as jnp
 
 from harness.engine.flat_params import judge_layout, policy_layout
-from harness.engine.metrics import RunView, evaluate
+from harness.engine.metrics import MechanismShapeError, RunView, evaluate
 from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.engine.state import CoevolutionState
 from harness.grid import registry
@@ -73,6 +72,10 @@ def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state:
     for table in registry.tables(shape.used_mechanisms):
         values = table.compute(context)
         for column in table.columns:
-            chex.assert_shape(values[column], (shape.n_runs, table.size))
+            if jnp.shape(values[column]) != (shape.n_runs, table.size):
+                raise MechanismShapeError(
+                    f"table '{table.name}' column '{column}' computes shape {jnp.shape(values[column])}, not "
+                    f"(runs, index entries) = {(shape.n_runs, table.size)}"
+                )
             record[table.key(column)] = values[column].astype(jnp.float32)
     return record
