@@ -25,6 +25,7 @@ from harness.inference.rule import MIN_SEEDS, VERDICTS
 from harness.inference.sequential import SPENDING_NAMES
 from harness.report.pairs import pair_source
 from tools.published import PUBLISHED, original_records, published_row
+from tools.study_block import conditions_per_shape
 
 FINDINGS_START, FINDINGS_END = "<!-- findings:start -->", "<!-- findings:end -->"
 # The claim each run of the published grid quotes: the original lab's clearest practical result.
@@ -196,13 +197,7 @@ def temporal(run_dir: Path) -> str:
 def _study_scope(run_dir: Path, runs: pd.DataFrame, what: str) -> str:
     shapes = list(dict.fromkeys(runs["shape"]))
     named = f" ({', '.join(shapes)})" if len(shapes) <= 4 else ""  # a few shapes are named; more, counted
-    per_shape = runs.groupby("shape", sort=False)["condition"].nunique()
-    conditions = (
-        plural(int(per_shape.iloc[0]), "condition")
-        if per_shape.nunique() == 1
-        else f"{per_shape.min()}–{per_shape.max()} conditions"
-    )
-    each = f"{conditions} × {plural(runs['seed'].nunique(), 'seed')} each"
+    each = f"{conditions_per_shape(runs)} × {plural(runs['seed'].nunique(), 'seed')} each"
     return _scope(run_dir, f"{what} in {plural(len(shapes), 'shape')}{named}, {each}")
 
 

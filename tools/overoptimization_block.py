@@ -15,6 +15,7 @@ from harness.common.wording import plural
 from harness.report.findings import p_text
 from harness.report.markdown import markdown_table
 from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE
+from tools.study_block import conditions_per_shape
 
 OVEROPTIMIZATION_START, OVEROPTIMIZATION_END = "<!-- overoptimization:start -->", "<!-- overoptimization:end -->"
 # The condition whose fits the block shows: RL and best-of-n against judges pretrained on fresh draws.
@@ -125,9 +126,9 @@ def overoptimization_block(run_dir: Path, regenerate: str = "make reference-over
     )
     seconds, machine = manifest["wall_seconds"]["invocation"], manifest["machine"]
     section = departures(run_dir)
-    conditions = runs["condition"].nunique()
+    conditions = conditions_per_shape(runs, "judge size")
     return (
-        f"{plural(len(shapes), 'judge size')} × {plural(conditions, 'condition')} × "
+        f"{plural(len(shapes), 'judge size')} × {conditions} × "
         f"{plural(int(runs['seed'].nunique()), 'seed')} ({len(runs):,} runs), from `{run_dir.as_posix()}` "
         f"([report]({run_dir.as_posix()}/report.md)); regenerate: `{regenerate}`. "
         f"{what_held(within, across, shapes)}\n\n"

@@ -21,6 +21,15 @@ def _interval(effect: float, low: float, high: float) -> str:
     return f"{effect:+.3f}" if pd.isna(low) else f"{effect:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
+def conditions_per_shape(runs: pd.DataFrame, per: str = "shape") -> str:
+    """How many conditions a study's shapes ran (runs.csv's rows): "4 conditions" where every shape ran as many,
+    "4–13 conditions per <per>" where they differ."""
+    counts = runs.groupby("shape", sort=False)["condition"].nunique()
+    if counts.nunique() == 1:
+        return plural(int(counts.iloc[0]), "condition")
+    return f"{counts.min()}–{counts.max()} conditions per {per}"
+
+
 def study_block(run_dir: Path, regenerate: str = "make reference-scale") -> str:
     """A study's shapes (baseline's per-run measures, the within-shape claim) and its claims across shapes."""
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
