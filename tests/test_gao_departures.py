@@ -127,3 +127,23 @@ def test_extrapolation_recovers_curves_of_each_form_exactly() -> None:
     assert table.loc[("rl", "rl"), "rmse_beyond"] == pytest.approx(0.0, abs=1e-9)
     assert table.loc[("rl", "rl"), "fitted_to"] == "iteration ≤ 20"
     assert table.loc[("rl", "quadratic"), "rmse_beyond"] > 1e-3
+
+
+def test_the_extrapolation_lines_count_the_closer_form_and_quote_the_base_condition() -> None:
+    rows = [
+        ("small", "rl", "best_of_n", "best_of_n", "n ≤ 1,000", 0.5, 5.0, 4.0),
+        ("small", "rl", "best_of_n", "quadratic", "n ≤ 1,000", 0.4, 4.5, 4.0),
+        ("small", "kl", "best_of_n", "best_of_n", "n ≤ 1,000", 0.1, 4.1, 4.0),
+        ("small", "kl", "best_of_n", "quadratic", "n ≤ 1,000", 0.2, 4.4, 4.0),
+    ]
+    columns = ["shape", "condition", "optimizer", "form", "fitted_to", "rmse_beyond", "predicted_end", "actual_end"]
+    grid = GridSpec(conditions=(Condition(name="rl"),), claims=(_claim("falls", "Gao et al. 2022"),))
+    study = StudySpec(name="s", shapes=(Shape(name="small", grid=grid),))
+    within = pd.DataFrame({"shape": ["small"], "claim": ["falls"], "verdict": ["holds"], "why": ["w"]})
+    lines = departures_section(study, within, pd.DataFrame(), {}, pd.DataFrame(rows, columns=columns), base="rl")
+    text = "\n".join(lines)
+    assert "Gao's form predicts the rest more closely than the quadratic in 1 of 2 curves" in text
+    assert (
+        "  - small, rl: at the last step Gao's form predicts a gold gain of 5.000, the quadratic 4.500; reached: 4.000."
+        in text
+    )

@@ -84,7 +84,7 @@ def perfect_proxy_baselines(points: pd.DataFrame, fits: pd.DataFrame, per_run: p
     return out
 
 
-def _extrapolation_lines(extrapolation: pd.DataFrame) -> list[str]:
+def _extrapolation_lines(extrapolation: pd.DataFrame, base: str | None) -> list[str]:
     scored = extrapolation.dropna(subset=["rmse_beyond"]) if "rmse_beyond" in extrapolation else extrapolation
     lines = []
     for optimizer, own in scored.groupby("optimizer", sort=False):
@@ -92,12 +92,18 @@ def _extrapolation_lines(extrapolation: pd.DataFrame) -> list[str]:
         if optimizer not in wide or "quadratic" not in wide:
             continue
         closer = int((wide[optimizer] < wide["quadratic"]).sum())
-        fitted_to = own["fitted_to"].iloc[0]
         lines.append(
-            f"- {'Best-of-n' if optimizer == 'best_of_n' else 'RL'}, fitted to {fitted_to}: Gao's form predicts the "
-            f"rest more closely than the quadratic in {closer} of {len(wide)} curves (shape × condition; "
-            "`gao_extrapolation.csv` lists each with the gold it predicts at the end and the gold reached)."
+            f"- {'Best-of-n' if optimizer == 'best_of_n' else 'RL'}, fitted to {own['fitted_to'].iloc[0]}: Gao's form "
+            f"predicts the rest more closely than the quadratic in {closer} of {len(wide)} curves (shape × condition; "
+            "`gao_extrapolation.csv` lists each)."
         )
+        for shape, curve in own[own["condition"] == base].groupby("shape", sort=False):
+            gao, quadratic = curve[curve["form"] == optimizer].iloc[0], curve[curve["form"] == "quadratic"].iloc[0]
+            lines.append(
+                f"  - {shape}, {base}: at the last step Gao's form predicts a gold gain of "
+                f"{num(gao['predicted_end'])}, the quadratic {num(quadratic['predicted_end'])}; reached: "
+                f"{num(gao['actual_end'])}."
+            )
     return lines
 
 
@@ -107,10 +113,12 @@ def departures_section(
     across: pd.DataFrame,
     baselines: dict[str, str],
     extrapolation: pd.DataFrame,
+    base: str | None = None,
 ) -> list[str]:
     """Markdown lines of the section: every within-shape claim with a source (in the study file's order) and every
     across claim with one, each with its word, its verdicts and the perfect proxy's numbers where the study has
-    them; then the extrapolation lines. Empty where no claim cites a source."""
+    them; then the extrapolation lines, with each shape's numbers for condition `base`. Empty where no claim cites a
+    source."""
     cited = {claim.name: claim for shape in study.shapes for claim in shape.grid.claims if claim.source}
     items, words = [], []
     for name, claim in cited.items():
@@ -150,6 +158,6 @@ def departures_section(
         "",
         "How Gao's forms extrapolate (measured, not a verdict):",
         "",
-        *_extrapolation_lines(extrapolation),
+        *_extrapolation_lines(extrapolation, base),
         "",
     ]

@@ -215,7 +215,8 @@ def overoptimization_section(
         best_of_n_markdown(fits[fits["optimizer"] == "best_of_n"], peaks),
         "",
         "The top output's mass is best-of-n's probability of the judges' single top-scored output at each seed's "
-        "gold peak, averaged over seeds: where it is near 1 the peak, and any fall after it, rest on a few outputs.",
+        "gold peak, averaged over seeds: where it is near 1 the peak, and any fall after it, rest on a few outputs. "
+        "Conditions whose judges are pretrained alike (they differ only in how RL uses them) have the same rows.",
         "",
         "### RL: d(α − β·ln d)",
         "",
@@ -251,7 +252,7 @@ def overoptimization_section(
     if verdicts is not None:
         within, across, per_run = verdicts
         baselines = perfect_proxy_baselines(points, fits, per_run, roles)
-        lines += departures_section(study, within, across, baselines, extrapolation)
+        lines += departures_section(study, within, across, baselines, extrapolation, roles.base)
     return lines
 
 
