@@ -130,6 +130,14 @@ def test_gao_frontier_figure_draws_the_means_and_the_fits(tmp_path) -> None:
             np.testing.assert_allclose(fitted.get_ydata(), FORMS[optimizer].curve(x, row["alpha"], row["beta"]))
             assert x.max() == pytest.approx(row["d_max"])
     assert save(draw_gao_frontier(frontier), tmp_path / "gao.png").read_bytes()[:4] == b"\x89PNG"
+    # The perfect proxy's best-of-n: one more line per panel, its mean gold, drawn before the judges' curves.
+    perfect = frontier[frontier["optimizer"] == "best_of_n"].assign(scorer="q_star", gold_gain=lambda t: 2 * t["d"])
+    with_baseline = pd.concat([frontier.assign(scorer="judges"), perfect], ignore_index=True)
+    for ax, size in zip(draw_gao_frontier(with_baseline, fits).axes, (8, 32), strict=False):
+        baseline = ax.get_lines()[0]
+        own = perfect[perfect["judge_size"] == size].groupby("step")["gold_gain"].mean()
+        np.testing.assert_allclose(baseline.get_ydata(), own)
+        assert len(ax.get_lines()) == 2 * 3 + 2
     with pytest.raises(ValueError, match="unknown optimizers"):
         fit_gao(frontier.assign(optimizer="ppo"))
 

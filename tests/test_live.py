@@ -15,7 +15,7 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from harness.experiment.live import PROGRESS_FILE, TENSORBOARD_DIR
-from harness.experiment.progress import PlainProgress
+from harness.experiment.progress import JOIN_SECONDS, PlainProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 # conditions/smoke.toml (3 conditions × 2 seeds, 20 steps per iteration) with iterations enough to be caught running:
@@ -118,3 +118,18 @@ def test_a_run_says_it_started_before_loading_anything_heavy(tmp_path: Path) -> 
         [sys.executable, "-m", "harness.cli", "run", missing, "--quiet"], cwd=ROOT, capture_output=True
     )
     assert quiet.stdout == b"" and quiet.returncode == 2
+
+
+def test_a_stop_that_leaves_the_print_lock_held_cannot_hang_the_clean_up(capsys: pytest.CaptureFixture) -> None:
+    """Ctrl-C landing in the main thread between a lock's acquire and the `with` block that would release it leaves
+    the lock held. The heartbeat's thread then waits on it; closing the display must still return, and the main
+    thread still print (the stop's "Resume with" message comes after)."""
+    progress = PlainProgress(heartbeat=0.01)
+    progress.phase("train")
+    progress._lock.acquire()  # what such a stop leaves behind
+    time.sleep(0.1)  # the heartbeat is now waiting for the lock
+    began = time.perf_counter()
+    progress.close()
+    assert time.perf_counter() - began < JOIN_SECONDS + 2.0
+    progress.phase_done("train", 1.0)
+    assert "train done in 1.0s" in capsys.readouterr().out

@@ -23,6 +23,7 @@ from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
 from harness.inference.rule import MIN_SEEDS, VERDICTS
 from harness.inference.sequential import SPENDING_NAMES
+from harness.report.markdown import literal_stars
 from harness.report.pairs import pair_source
 from tools.published import PUBLISHED, original_records, published_row
 from tools.study_block import conditions_per_shape
@@ -261,4 +262,4 @@ LINES: dict[str, Callable[[Path], str]] = {
 
 def findings_block(reference_dir: Path) -> str:
     """One bullet per reference run under `reference_dir` (every one of LINES: a run missing is an error)."""
-    return "\n".join(f"- {line(reference_dir / name)}" for name, line in LINES.items())
+    return literal_stars("\n".join(f"- {line(reference_dir / name)}" for name, line in LINES.items()))

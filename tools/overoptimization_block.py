@@ -13,7 +13,7 @@ import pandas as pd
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE
 from harness.common.wording import plural
 from harness.report.findings import p_text
-from harness.report.markdown import markdown_table
+from harness.report.markdown import literal_stars, markdown_table
 from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE
 from tools.study_block import conditions_per_shape
 
@@ -127,7 +127,7 @@ def overoptimization_block(run_dir: Path, regenerate: str = "make reference-over
     seconds, machine = manifest["wall_seconds"]["invocation"], manifest["machine"]
     section = departures(run_dir)
     conditions = conditions_per_shape(runs, "judge size")
-    return (
+    return literal_stars(
         f"{plural(len(shapes), 'judge size')} × {conditions} × "
         f"{plural(int(runs['seed'].nunique()), 'seed')} ({len(runs):,} runs), from `{run_dir.as_posix()}` "
         f"([report]({run_dir.as_posix()}/report.md)); regenerate: `{regenerate}`. "

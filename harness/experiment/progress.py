@@ -14,6 +14,7 @@ from collections.abc import Callable
 from harness.experiment.runner import Progress, SilentProgress
 
 HEARTBEAT_SECONDS = 10.0
+JOIN_SECONDS = 1.0  # how long stopping a heartbeat waits for its thread
 
 
 class Heartbeat:
@@ -31,7 +32,9 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stopped.set()
-        self._thread.join()
+        # Bounded: a stop signal that lands in the main thread between a lock's acquire and the `with` block that
+        # releases it leaves the lock held, and a heartbeat waiting on it would never end; the thread is a daemon.
+        self._thread.join(timeout=JOIN_SECONDS)
 
 
 class PlainProgress:
@@ -43,7 +46,7 @@ class PlainProgress:
         self.total = 0
         self.every = heartbeat
         self._beating: Heartbeat | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: the main thread still prints if a stop left it held
 
     def _print(self, text: str) -> None:
         with self._lock:  # the heartbeat's thread prints too: one whole line at a time

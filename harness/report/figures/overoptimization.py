@@ -44,6 +44,8 @@ def draw_gao_frontier(
     against q* proxy and gold are one). fits: `fit_gao` rows by [panel] of the judges' curves (computed here, without
     intervals, when None), drawn as dotted curves of each optimizer's own form up to the largest d it fitted.
     """
+    if "scorer" not in frontier:  # a frontier of the judges' curves alone
+        frontier = frontier.assign(scorer="judges")
     judged = frontier[frontier["scorer"] == "judges"]
     fits = fit_gao(judged, by=[panel], resamples=0) if fits is None else fits
     values = list(dict.fromkeys(frontier[panel]))
