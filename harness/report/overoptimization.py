@@ -287,10 +287,21 @@ def _figure_lines(
     if len(single):
         path = fig_gao_frontier(single, figures / f"gao_{reference}_conditions.png", panel="condition")
         lines += [f"![Gold and proxy against √KL, {reference}'s conditions]({path.relative_to(run_dir).as_posix()})"]
-        lines += [""]
+        lines += ["", *_proxy_note(roles)]
     profile = fig_performance_profile(_profile(study, shape_dirs), figures / "performance_profile.png")
     lines += [f"![Where runs end: performance profile]({profile.relative_to(run_dir).as_posix()})", ""]
     return lines
+
+
+def _proxy_note(roles: StudyRoles) -> list[str]:
+    """Where a condition's RL is rewarded by q*, what its panel's dashed RL line is."""
+    if roles.perfect_proxy is None:
+        return []
+    return [
+        f"In the panel of {roles.perfect_proxy}, RL is rewarded by q* itself: its dashed line is still its judges' "
+        "score of the policy (what they would have rewarded), not the reward it climbed, which is its gold.",
+        "",
+    ]
 
 
 def _profile(study: StudySpec, shape_dirs: Callable[[str], Path]) -> pd.DataFrame:
