@@ -165,7 +165,18 @@ def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:
     block = readme.read_text(encoding="utf-8").split(CLAIMS_START)[1].split(CLAIMS_END)[0]
     assert "stale" not in block
     assert block.lstrip().startswith("1 claim over 30 seeds per condition: 1 holds, 0 not supported, 0 contradicted.")
-    assert "| a beats b | b @ 1 | +0.300 [" in block.replace("  ", "").replace("| ", "| ").replace(" |", " |")
+    squeezed = block
+    while "  " in squeezed:
+        squeezed = squeezed.replace("  ", " ")
+    assert "| a beats b (vs b @ 1) | +0.300 " in squeezed
+    # The table has five columns (the verdict stays in view); the reasons are folded below it.
+    assert (
+        squeezed.count("|", 0, squeezed.index("\n", squeezed.index("| a beats b")))
+        - squeezed.count("|", 0, squeezed.index("| a beats b"))
+        == 6
+    )
+    assert '<details markdown="1"><summary>Why each verdict' in block
+    assert "- **a beats b (vs b @ 1)**: holds: of the " in block
 
 
 def test_until_decided_block_says_what_each_look_decided_and_what_is_open(tmp_path: Path) -> None:

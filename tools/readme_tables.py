@@ -150,43 +150,46 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     tally = verdict_tally(verdicts["verdict"])
-    rows = [
-        [
-            f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}",
-            row.other_side,
-            f"{row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]",
-            f"{row.seeds_up}/{row.seeds_down}",
-            f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
-            "n/a"
-            if pd.isna(row.p_improvement)
-            else f"{row.p_improvement:.2f} [{row.p_improvement_low:.2f}, {row.p_improvement_high:.2f}]",
-            f"**{row.verdict}**",
-            row.why,
-            seeds_needed_text(row),
-        ]
+    claims = [
+        f"{row.statement}{' (spread)' if row.statistic == 'std' else ''} (vs {row.other_side})"
         for row in verdicts.itertuples(index=False)
     ]
-    table = markdown_table(
+    rows = [
         [
-            "Claim",
-            "Compared with",
-            "Δ [CI]",
-            "Seeds ↑/↓",
-            "p (adj.)",
-            "P(better) [95% CI]",
-            "Verdict",
-            "Why",
-            "Seeds needed",
-        ],
-        rows,
-        right=[False, False, True, True, True, True, False, False, True],
+            claim,
+            f"{row.effect:+.3f} (no interval)"
+            if pd.isna(row.ci_low)
+            else f"{row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]",
+            f"{row.seeds_up}/{row.seeds_down}",
+            f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
+            f"**{row.verdict}**",
+        ]
+        for claim, row in zip(claims, verdicts.itertuples(index=False), strict=True)
+    ]
+    # Five columns, so that a page of 1,400 px shows the verdict; the rest of each row below, folded.
+    table = markdown_table(
+        ["Claim (vs what)", "Δ [CI]", "Seeds ↑/↓", "p (adj.)", "Verdict"], rows, right=[False, True, True, True, False]
+    )
+    details = []
+    for claim, row in zip(claims, verdicts.itertuples(index=False), strict=True):
+        better = (
+            "n/a"
+            if pd.isna(row.p_improvement)
+            else (f"{row.p_improvement:.2f} [{row.p_improvement_low:.2f}, {row.p_improvement_high:.2f}]")
+        )
+        needed = seeds_needed_text(row)
+        more = "" if needed == "—" else f"; seeds it would need: {needed}"  # "—": decided
+        details.append(f"- **{claim}**: {row.verdict}: {row.why}. P(better) {better}{more}.")
+    folded = (
+        '<details markdown="1"><summary>Why each verdict, P(better) [95% CI] and the seeds each claim would '
+        "need</summary>\n\n" + "\n".join(details) + "\n\n</details>"
     )
     seeds = int(verdicts["seeds"].max())
     return (
         f"{plural(len(verdicts), 'claim')} over {plural(seeds, 'seed')} per condition: {tally}. "
         f"From `{run_dir.as_posix()}/report.md`, "
         "which states the rule: each CI at its claim's family-adjusted level, p raw (adjusted), seeds ↑/↓ the seeds "
-        f"that changed end mode each way (regenerate: `{regenerate}`).\n\n{table.rstrip()}\n\n"
+        f"that changed end mode each way (regenerate: `{regenerate}`).\n\n{table.rstrip()}\n\n{folded}\n\n"
         + wall_time_line(manifest)
     )
 
