@@ -10,8 +10,13 @@ from matplotlib.figure import Figure
 
 from harness.inference.overoptimization import FORMS, fit_gao, gains_since_start
 from harness.report.figures.bands import bootstrap_bands, performance_profile
-from harness.report.figures.common import mean_band, new_figure, save
-from harness.report.figures.overoptimization import draw_gao_frontier, draw_performance_profile
+from harness.report.figures.common import fitted, mean_band, new_figure, save
+from harness.report.figures.overoptimization import (
+    draw_gao_frontier,
+    draw_kl_paths,
+    draw_performance_profile,
+    draw_scaling,
+)
 
 
 def _curves() -> pd.DataFrame:
@@ -151,3 +156,35 @@ def test_performance_profile_figure_draws_the_profile() -> None:
     assert [line.get_label() for line in lines] == ["ten (10)", "seven (7)", "one (1)"]
     for line, (_, own) in zip(lines, profile.groupby("condition", sort=False), strict=True):
         np.testing.assert_allclose(line.get_ydata(), own["fraction"])
+
+
+def _inside_canvas(fig) -> None:
+    fitted(fig).canvas.draw()
+    drawn = fig.get_tightbbox(fig.canvas.get_renderer())
+    width, height = fig.get_size_inches()
+    assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01
+
+
+def test_the_studys_scaling_and_path_figures_draw_their_data_inside_the_canvas() -> None:
+    """α and β with their intervals against judge size and data, the perfect proxy's line; gold against KL per
+    curve. Every artist, titles and legends included, inside the figure."""
+    rows = []
+    for axis, xs in (("judge parameters", (361, 1297, 4897, 19009)), ("judge pretraining examples", (64, 256, 1024))):
+        for x in xs:
+            for optimizer in ("best_of_n", "rl"):
+                rows.append({"axis": axis, "x": x, "optimizer": optimizer, "alpha": 1.0, "beta": 0.1 * np.log10(x)})
+    series = pd.DataFrame(rows)
+    for name in ("alpha", "beta"):
+        series[f"{name}_low"], series[f"{name}_high"] = series[name] - 0.1, series[name] + 0.2
+    baselines = pd.DataFrame({"optimizer": ["best_of_n", "rl"], "alpha": [2.8, 0.4], "beta": [0.19, -1.5]})
+    fig = draw_scaling(series, baselines)
+    first = fig.axes[1]  # best-of-n's β against judge parameters
+    points = first.containers[0].lines[0]
+    np.testing.assert_allclose(np.asarray(points.get_ydata(), float), 0.1 * np.log10([361, 1297, 4897, 19009]))
+    assert any(np.allclose(np.asarray(line.get_ydata(), float), 0.19) for line in first.get_lines())  # perfect proxy
+    _inside_canvas(fig)
+    paths = _frontier().assign(kl=lambda t: t["d"] ** 2)
+    paths = paths.assign(label=paths["optimizer"] + " " + paths["judge_size"].astype(str))
+    fig = draw_kl_paths(paths, "Gold against KL along the whole path, a study of a rather long name " * 2)
+    assert len(fig.axes[0].get_lines()) == 4 + 1  # one per curve and the zero line
+    _inside_canvas(fig)
