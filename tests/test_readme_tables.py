@@ -176,7 +176,7 @@ def test_claims_block_comes_from_the_runs_verdicts(tmp_path: Path) -> None:
         == 6
     )
     assert '<details markdown="1"><summary>Why each verdict' in block
-    assert "- **a beats b (vs b @ 1)**: holds: of the " in block
+    assert "- “a beats b” (vs b @ 1): **holds**: of the " in block
 
 
 def test_until_decided_block_says_what_each_look_decided_and_what_is_open(tmp_path: Path) -> None:

@@ -179,7 +179,9 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
         )
         needed = seeds_needed_text(row)
         more = "" if needed == "—" else f"; seeds it would need: {needed}"  # "—": decided
-        details.append(f"- **{claim}**: {row.verdict}: {row.why}. P(better) {better}{more}.")
+        # The statement quoted (its author's words, beside the verdict it got), as every block quotes a claim.
+        statement, compared = claim.rsplit(" (vs ", 1)
+        details.append(f"- “{statement}” (vs {compared}: **{row.verdict}**: {row.why}. P(better) {better}{more}.")
     folded = (
         '<details markdown="1"><summary>Why each verdict, P(better) [95% CI] and the seeds each claim would '
         "need</summary>\n\n" + "\n".join(details) + "\n\n</details>"
