@@ -376,18 +376,25 @@ MECHANISM = Mechanism("broken", "a reward hook of the wrong shape", knobs=Broken
 """
 
 
-def test_a_mistake_in_a_plugins_hook_is_one_line_naming_its_file_line_and_hook(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    (tmp_path / "broken.py").write_text(BROKEN_HOOK)
+def _run_with_module(tmp_path: Path, name: str, source: str, capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """`coevolab run` of a tiny grid that loads the module `source` (as `name`): its exit code and its one stderr
+    line."""
+    (tmp_path / name).write_text(source)
     (tmp_path / "grid.toml").write_text(
-        '[mechanisms]\nmodules = ["broken.py"]\n[run]\nseeds = 1\niterations = 1\nsteps_per_iteration = 2\n'
+        f'[mechanisms]\nmodules = ["{name}"]\n[run]\nseeds = 1\niterations = 1\nsteps_per_iteration = 2\n'
         "batch_size = 16\n[world]\nvocab_size = 4\nseq_len = 2\n[conditions.baseline]\n"
     )
     with registry.restored_catalog():
         code = cli.main(["run", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "run"), "--quiet"])
-    assert code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
+    return code, line
+
+
+def test_a_mistake_in_a_plugins_hook_is_one_line_naming_its_file_line_and_hook(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    code, line = _run_with_module(tmp_path, "broken.py", BROKEN_HOOK, capsys)
+    assert code == 2
     assert line.startswith(f"coevolab: error: mechanism 'broken' ({tmp_path / 'broken.py'}:14, in bonus): TypeError")
     assert "(16,)" in line and "(3,)" in line
 
@@ -408,15 +415,8 @@ MECHANISM = Mechanism(
 def test_a_metric_of_the_wrong_shape_is_one_line_before_anything_compiles(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    (tmp_path / "spread.py").write_text(WRONG_METRIC)
-    (tmp_path / "grid.toml").write_text(
-        '[mechanisms]\nmodules = ["spread.py"]\n[run]\nseeds = 1\niterations = 1\nsteps_per_iteration = 2\n'
-        "batch_size = 16\n[world]\nvocab_size = 4\nseq_len = 2\n[conditions.baseline]\n"
-    )
-    with registry.restored_catalog():
-        code = cli.main(["run", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "run"), "--quiet"])
+    code, line = _run_with_module(tmp_path, "spread.py", WRONG_METRIC, capsys)
     assert code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == (
         "coevolab: error: metric 'spread' of mechanism 'spread_out' computes shape (16,) for one run, not one "
         "number: its compute must reduce the run's view to a scalar"

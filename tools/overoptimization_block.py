@@ -105,7 +105,7 @@ def overoptimization_block(run_dir: Path, regenerate: str = "make reference-over
     )
     mse = held.pivot_table(index=["shape", "condition", "optimizer"], columns="form", values="held_out_mse")
     fit_rows = []
-    judged = fits[(fits["condition"] == FITTED) & (fits["scorer"] == "judges")] if "scorer" in fits else fits
+    judged = fits[fits["scorer"] == "judges"] if "scorer" in fits else fits  # fits written before scorers: judges'
     for row in judged[judged["condition"] == FITTED].itertuples(index=False):
         errors = mse.loc[(row.shape, row.condition, row.optimizer)]
         series = pd.Series(row._asdict())

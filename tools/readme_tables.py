@@ -150,13 +150,10 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     tally = verdict_tally(verdicts["verdict"])
-    claims = [
-        f"{row.statement}{' (spread)' if row.statistic == 'std' else ''} (vs {row.other_side})"
-        for row in verdicts.itertuples(index=False)
-    ]
+    statements = [f"{row.statement}{' (spread)' if row.statistic == 'std' else ''}" for row in verdicts.itertuples()]
     rows = [
         [
-            claim,
+            f"{statement} (vs {row.other_side})",
             f"{row.effect:+.3f} (no interval)"
             if pd.isna(row.ci_low)
             else f"{row.effect:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]",
@@ -164,14 +161,14 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
             f"{p_text(row.p_value)} ({p_text(row.p_adjusted)})",
             f"**{row.verdict}**",
         ]
-        for claim, row in zip(claims, verdicts.itertuples(index=False), strict=True)
+        for statement, row in zip(statements, verdicts.itertuples(index=False), strict=True)
     ]
     # Five columns, so that a page of 1,400 px shows the verdict; the rest of each row below, folded.
     table = markdown_table(
         ["Claim (vs what)", "Δ [CI]", "Seeds ↑/↓", "p (adj.)", "Verdict"], rows, right=[False, True, True, True, False]
     )
     details = []
-    for claim, row in zip(claims, verdicts.itertuples(index=False), strict=True):
+    for statement, row in zip(statements, verdicts.itertuples(index=False), strict=True):
         better = (
             "n/a"
             if pd.isna(row.p_improvement)
@@ -180,8 +177,9 @@ def claims_block(run_dir: Path, regenerate: str = "make reference-100") -> str:
         needed = seeds_needed_text(row)
         more = "" if needed == "—" else f"; seeds it would need: {needed}"  # "—": decided
         # The statement quoted (its author's words, beside the verdict it got), as every block quotes a claim.
-        statement, compared = claim.rsplit(" (vs ", 1)
-        details.append(f"- “{statement}” (vs {compared}: **{row.verdict}**: {row.why}. P(better) {better}{more}.")
+        details.append(
+            f"- “{statement}” (vs {row.other_side}): **{row.verdict}**: {row.why}. P(better) {better}{more}."
+        )
     folded = (
         '<details markdown="1"><summary>Why each verdict, P(better) [95% CI] and the seeds each claim would '
         "need</summary>\n\n" + "\n".join(details) + "\n\n</details>"

@@ -40,6 +40,8 @@ can take either sign, so a claim on it can fail:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -118,10 +120,18 @@ def fall_after_others_peak(keys: pd.DataFrame, gold: np.ndarray) -> np.ndarray:
     return fall
 
 
-def peak_measures(best_of_n: pd.DataFrame) -> pd.DataFrame:
-    """Per (condition, seed, iteration) with a best-of-n curve: every measure of best-of-n's curves alone."""
-    columns = ["n", "kl", "d", "gold", "gold_gain", "proxy_gain"] + (["top_mass"] if "top_mass" in best_of_n else [])
-    keys, judged = curve_arrays(best_of_n_curves(best_of_n), columns)
+def scored_curves(best_of_n: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The best-of-n table's curves from π₀ (`best_of_n_curves`), by scorer (SCORER_BETAS' order)."""
+    return {scorer: best_of_n_curves(best_of_n, scorer) for scorer in SCORER_BETAS}
+
+
+def peak_measures(curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (condition, seed, iteration) with a best-of-n curve: every measure of best-of-n's curves alone.
+    curves: `scored_curves` of the best-of-n table (or of its rows at some iterations)."""
+    judged_curves = curves["judges"]
+    columns = ["n", "kl", "d", "gold", "gold_gain", "proxy_gain"]
+    columns += ["top_mass"] if "top_mass" in judged_curves else []
+    keys, judged = curve_arrays(judged_curves, columns)
     rows = np.arange(len(keys))
     top = np.argmax(judged["gold"], axis=1) if len(keys) else np.zeros(0, int)
     table = keys.assign(
@@ -133,11 +143,10 @@ def peak_measures(best_of_n: pd.DataFrame) -> pd.DataFrame:
         bon_proxy_gap=judged["proxy_gain"][:, -1] - judged["gold_gain"][:, -1] if len(keys) else [],
     )
     for scorer, column in SCORER_BETAS.items():
-        curves = best_of_n_curves(best_of_n, scorer)
-        if curves.empty:
+        if curves[scorer].empty:
             table[column] = np.nan
             continue
-        own_keys, own = curve_arrays(curves, ["d", "gold_gain"])
+        own_keys, own = curve_arrays(curves[scorer], ["d", "gold_gain"])
         table = table.merge(own_keys.assign(**{column: fitted_beta(own["d"], own["gold_gain"])}), how="left")
     table["bon_beta_excess"] = table["bon_beta"] - table["bon_beta_q_star"]
     table["bon_beta_excess_noisy"] = table["bon_beta"] - table["bon_beta_noisy"]
@@ -199,9 +208,10 @@ def frontier_measures(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.Data
       metrics: metrics.csv's rows (condition, seed, iteration, kl_from_initial, policy_quality at least).
       best_of_n: the best-of-n table's rows of the same runs (the per-run table of `harness.mechanisms.best_of_n`).
     """
-    curves, paths = best_of_n_curves(best_of_n), run_paths(metrics)
-    table = paths[ROW_KEYS].merge(peak_measures(best_of_n), how="left")
-    start = curves[curves["iteration"] == curves.groupby(RUN_KEYS)["iteration"].transform("min")]
+    curves, paths = scored_curves(best_of_n), run_paths(metrics)
+    table = paths[ROW_KEYS].merge(peak_measures(curves), how="left")
+    judged = curves["judges"]
+    start = judged[judged["iteration"] == judged.groupby(RUN_KEYS)["iteration"].transform("min")]
     behind = np.full(len(paths), np.nan)
     at_level = {column: np.full(len(paths), np.nan) for column in KL_LEVELS}
     rows_of = paths.groupby(RUN_KEYS, sort=False).indices

@@ -13,7 +13,7 @@ comparison gao_held_out.csv, the extrapolation gao_extrapolation.csv, beside the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +25,9 @@ from harness.grid.study import StudySpec
 from harness.inference.frontier_measures import (
     BEST_OF_N_TABLE,
     ROW_KEYS,
-    SCORER_BETAS,
-    best_of_n_curves,
     peak_measures,
     run_paths,
-    with_frontier_measures,
+    scored_curves,
 )
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
 from harness.report.figures.bands import performance_profile
@@ -57,15 +55,11 @@ FIT_ON_N = 1000
 POINT_COLUMNS = ["condition", "seed", "optimizer", "scorer", "step", "kl", "d", "gold_gain", "proxy_gain"]
 
 
-def frontier_points(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.DataFrame:
-    """One grid's points on the frontier (POINT_COLUMNS): best-of-n's iteration-0 curves from π₀ (step = n), one per
-    scorer the table holds ("judges", "q_star", "noisy_q_star"); each RL run's path (step = iteration; scorer
-    "judges", its proxy the judge-perceived quality). Gains are since the curve's start, d = √KL."""
-    frames = []
-    for scorer in SCORER_BETAS:
-        curves = best_of_n_curves(best_of_n, scorer)
-        curves = curves[curves["iteration"] == curves["iteration"].min()]
-        frames.append(curves.assign(optimizer="best_of_n", scorer=scorer, step=curves["n"]))
+def frontier_points(metrics: pd.DataFrame, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One grid's points on the frontier (POINT_COLUMNS): best-of-n's curves from π₀ at iteration 0 (step = n), one
+    per scorer (curves: `scored_curves` of the table's iteration-0 rows); each RL run's path (step = iteration;
+    scorer "judges", its proxy the judge-perceived quality). Gains are since the curve's start, d = √KL."""
+    frames = [own.assign(optimizer="best_of_n", scorer=scorer, step=own["n"]) for scorer, own in curves.items()]
     paths = run_paths(metrics).merge(metrics[[*ROW_KEYS, "judge_perceived_quality"]], on=ROW_KEYS)
     perceived = paths.groupby(["condition", "seed"], sort=False)["judge_perceived_quality"].transform("first")
     frames.append(
@@ -93,11 +87,12 @@ def study_frontier(
         best_of_n = read_run_table(directory, BEST_OF_N_TABLE)
         if best_of_n is None:
             continue
-        points = frontier_points(pd.read_csv(directory / METRICS_FILE), best_of_n)
+        curves = scored_curves(best_of_n[best_of_n["iteration"] == best_of_n["iteration"].min()])
+        points = frontier_points(pd.read_csv(directory / METRICS_FILE), curves)
         examples = {c.name: pretraining_examples(shape.grid, c.name) for c in shape.grid.conditions}
         points = points.assign(shape=shape.name, **{PANEL: parameters[shape.name]})
         frames.append(points.assign(judge_examples=points["condition"].map(examples)))
-        start = peak_measures(best_of_n[best_of_n["iteration"] == best_of_n["iteration"].min()])
+        start = peak_measures(curves)
         peaks.append(start.assign(shape=shape.name, at_largest_n=start["bon_peak_n"] >= best_of_n["n"].max()))
     if not frames:
         return pd.DataFrame(), pd.DataFrame()
@@ -186,8 +181,8 @@ def overoptimization_section(
     """Markdown lines of the section (none where no shape has a best-of-n table); writes gao_fits.csv,
     gao_held_out.csv and gao_extrapolation.csv through `write`, and its figures under run_dir/figures (figures=False:
     neither drawn nor linked). parameters: each shape's judge parameter count; verdicts: the study's (within-shape
-    claims, across claims, per-run measures at the final iteration), for the section on where this world departs
-    from the literature (`harness.report.gao_departures`; left out where None)."""
+    claims, across claims, per-run measures at the final iteration), for RL at equal KL and the section on where
+    this world departs from the literature (`harness.report.gao_departures`); both left out where None."""
     points, peaks = study_frontier(study, shape_dirs, parameters)
     if points.empty:
         return []
@@ -235,32 +230,35 @@ def overoptimization_section(
         "",
     ]
     roles = study_roles(study)
-    reference = shape_dirs(roles.reference)
-    metrics = pd.read_csv(reference / METRICS_FILE)
-    ends = with_frontier_measures(metrics, read_run_table(reference, BEST_OF_N_TABLE))
-    lines += [
-        f"### RL at equal KL ({roles.reference})",
-        "",
-        "A lever that lifts the gold-vs-KL frontier raises the gold gained at a given KL; one that only moves where "
-        "runs end on it (as Gao et al. find of the KL penalty) does not:",
-        "",
-        kl_levels_markdown(ends[ends["iteration"] == ends["iteration"].max()]),
-        "",
-    ]
-    if figures:
-        lines += _figure_lines(study, run_dir, shape_dirs, points, fits)
     if verdicts is not None:
         within, across, per_run = verdicts
+        ends = per_run[per_run["shape"] == roles.reference]
+        lines += [
+            f"### RL at equal KL ({roles.reference})",
+            "",
+            "A lever that lifts the gold-vs-KL frontier raises the gold gained at a given KL; one that only moves "
+            "where runs end on it (as Gao et al. find of the KL penalty) does not:",
+            "",
+            kl_levels_markdown(ends),
+            "",
+        ]
+    if figures:
+        lines += _figure_lines(study, run_dir, shape_dirs, points, fits, roles)
+    if verdicts is not None:
         baselines = perfect_proxy_baselines(points, fits, per_run, roles)
         lines += departures_section(study, within, across, baselines, extrapolation, roles.base)
     return lines
 
 
 def _figure_lines(
-    study: StudySpec, run_dir: Path, shape_dirs: Callable[[str], Path], points: pd.DataFrame, fits: pd.DataFrame
+    study: StudySpec,
+    run_dir: Path,
+    shape_dirs: Callable[[str], Path],
+    points: pd.DataFrame,
+    fits: pd.DataFrame,
+    roles: StudyRoles,
 ) -> list[str]:
-    figures, lines, roles = run_dir / "figures", [], study_roles(study)
-    reference = roles.reference
+    figures, lines, reference = run_dir / "figures", [], roles.reference
     series = scaling_series(fits, points, roles)
     if len(series):
         path = fig_scaling(series, perfect_proxy_fits(fits, roles), figures / "gao_scaling.png")

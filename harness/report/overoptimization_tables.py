@@ -116,7 +116,8 @@ def extrapolation_markdown(table: pd.DataFrame) -> str:
 def kl_levels_markdown(measures: pd.DataFrame) -> str:
     """Every RL condition of one shape at equal KL: where its runs end (KL to π₀, mean over seeds) and its gold gain
     where the path first reaches 0.5 and 1 nat (mean over the seeds that reach it, with their count).
-    measures: `frontier_measures` joined to the shape's metrics at its final iteration."""
+    measures: one row per run of the shape, its measures at the final iteration (`run_measures`: kl_from_initial and
+    the frontier measures)."""
     rows = []
     for condition, own in measures.groupby("condition", sort=False):
         row = [condition, str(len(own)), num(own["kl_from_initial"].mean(), 2)]
