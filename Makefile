@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-lowest test-all test-profile bench calibration docs docs-serve blocks rejudge reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
+.PHONY: run test test-lowest test-all test-profile bench calibration docs docs-serve notebook blocks rejudge reference reference-100 reference-until-decided reference-temporal reference-scale reference-overoptimization lint format clean
 
 # The version file too: the editable install's metadata (a manifest's package list) carries the version.
 $(RUN_STAMP): requirements-run.lock pyproject.toml harness/common/version.py
@@ -70,6 +70,10 @@ docs: $(STAMP)
 
 docs-serve: $(STAMP)
 	$(DOCS_ENV) $(BIN)/mkdocs serve
+
+# The quickstart notebook executed in place (minutes): the repository and the site show it with these outputs.
+notebook: $(STAMP)
+	$(BIN)/python -m tools.notebook
 
 # The generated blocks of the README and the docs pages, rewritten from the committed reference runs (seconds, nothing
 # is trained): after a change of how a block or a verdict is rendered; and the reference pages docs/reference/ from

@@ -26,6 +26,7 @@ import pytest
 
 from benchmarks import machine, support
 from benchmarks.conftest import BENCH_DIR, write_atomically
+from harness.common.run_files import METRICS_FILE
 from harness.experiment.blocks import BLOCK_RUNS
 from harness.experiment.ray_backend import LOCAL, RayBackend
 from tools.ray_projection import MACHINES, SEEDS, BlockCosts, machines_needed, projected_seconds, projection_block
@@ -136,7 +137,7 @@ def test_ray_overhead(benchmark, sizes, tmp_path):
 
     in_process_seconds, ray_seconds, start = support.measure(benchmark, both, sizes, rounds=1, warmup=0)[0]
     in_process, ray = tmp_path / "in-process", tmp_path / "ray"
-    assert (in_process / "metrics.csv").read_bytes() == (ray / "metrics.csv").read_bytes()
+    assert (in_process / METRICS_FILE).read_bytes() == (ray / METRICS_FILE).read_bytes()
     costs = block_costs(in_process, in_process_seconds, ray, ray_seconds, start)
     ratio = ray_seconds / in_process_seconds
     added = attributable_overhead(costs, _blocks(in_process), _blocks(ray))

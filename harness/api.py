@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from harness.common.integrity import RunDirectoryError, discard_contents, run_entries
 from harness.common.locks import DirectoryBusy, holding_run_dir, reading_run_dir
-from harness.common.run_files import CLAIMS_FILE, FIGURES_DIR, GRID_FILE, METRICS_FILE
+from harness.common.run_files import CLAIMS_FILE, FIGURES_DIR, GRID_FILE, metrics_file
 from harness.common.wording import plural
 from harness.engine.state import CoevolutionState
 from harness.experiment.runner import Progress, diverged_runs, execute, load_spec
@@ -218,9 +218,9 @@ class GridResult:
 
     Attributes:
         spec: the grid that ran.
-        run_dir: its run directory (metrics.csv, grid.json, manifest.json, summary, report.md, figures/).
+        run_dir: its run directory (metrics.csv.gz, grid.json, manifest.json, summary, report.md, figures/).
         metrics: the tidy metrics table, one row per condition × seed × iteration (0 = before training), as read
-            from metrics.csv; columns: condition, seed, iteration, every metric of `harness.engine.metrics`,
+            from metrics.csv.gz; columns: condition, seed, iteration, every metric of `harness.engine.metrics`,
             mode_sequence, boundary, diverged.
         summary: one row per condition at the final iteration: mean, std and CI per headline metric, paired
             differences from the reference condition (the unrounded table behind summary.csv).
@@ -320,23 +320,23 @@ def load_result(run_dir: str | Path) -> GridResult:
     """A finished run read back from its directory (one `coevolab run` or `run_grid` wrote); no training.
 
     Checked before it is read, as `coevolab verify` checks it: every file against the manifest's size and SHA-256,
-    metrics.csv read back against grid.json.
+    metrics.csv.gz read back against grid.json.
 
     Args:
-        run_dir: a finished run directory of a grid (metrics.csv, grid.json, manifest.json, ...).
+        run_dir: a finished run directory of a grid (metrics.csv.gz, grid.json, manifest.json, ...).
 
     Returns:
         Its GridResult, with final_state None.
 
     Raises:
-        FileNotFoundError: the directory lacks metrics.csv (the run has not finished) or grid.json.
+        FileNotFoundError: the directory lacks metrics.csv.gz (the run has not finished) or grid.json.
         RunDirectoryError: a file differs from the manifest (or the manifest is missing or edited), grid.json is not
-            a grid, metrics.csv does not read back as the grid's runs, or the directory holds a study (one line).
+            a grid, its metrics table does not read back as the grid's runs, or the directory holds a study (one line).
     """
     run_dir = Path(run_dir)
-    for needed in (METRICS_FILE, GRID_FILE):
-        if not (run_dir / needed).is_file():
-            raise FileNotFoundError(f"{run_dir}: no {needed}; not a finished run directory")
+    for needed in (metrics_file(run_dir), run_dir / GRID_FILE):
+        if not needed.is_file():
+            raise FileNotFoundError(f"{run_dir}: no {needed.name}; not a finished run directory")
     with reading_run_dir(run_dir):  # no report rewrites it while it is read
         checked = check_finished(run_dir)
         spec = load_spec(run_dir)

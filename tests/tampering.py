@@ -21,7 +21,7 @@ from harness.common.integrity import RunDirectoryError
 from tests.run_directories import in_process
 
 # The files whose bytes are the run's numbers (those present are compared after a command that did not refuse).
-NUMBERS = ("metrics.csv", "best_of_n.parquet", "claims.csv", "summary.csv", "frontier.csv", "attractors.csv")
+NUMBERS = ("metrics.csv.gz", "best_of_n.parquet", "claims.csv", "summary.csv", "frontier.csv", "attractors.csv")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from harness import cli
-from harness.common.run_files import CHECKPOINT_FILE, METRICS_FILE, stale_temporaries
+from harness.common.run_files import CHECKPOINT_FILE, METRICS_FILE, read_metrics_text, stale_temporaries
 from harness.engine.world import World
 from harness.experiment.blocks import (
     BLOCK_FILE,
@@ -107,8 +107,8 @@ def test_shuffled_blocks_and_growth_merge_to_the_same_bytes(runs: dict[str, Path
     for block in (0, 1):
         assert len(read_record(runs["grown"], block).attempts) == 1
         assert _files(block_dir(runs["grown"], block)) == _files(block_dir(runs["two"], block))
-    two = (runs["two"] / METRICS_FILE).read_text().splitlines()
-    assert set(two) <= set(merged.decode().splitlines()) and len(two) == 1 + 3 * 2 * 3
+    two = read_metrics_text(runs["two"] / METRICS_FILE).splitlines()
+    assert set(two) <= set(read_metrics_text(runs["array"] / METRICS_FILE).splitlines()) and len(two) == 1 + 3 * 2 * 3
     table = pd.read_csv(runs["array"] / METRICS_FILE)
     # Rows in the grid's condition order, then seed, then iteration.
     assert list(dict.fromkeys(table["condition"])) == ["baseline", "frozen", "slow-meta"]

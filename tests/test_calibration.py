@@ -29,7 +29,7 @@ def test_null_families_at_20_seeds_keep_the_familywise_error() -> None:
     """Null A (both sides from the baseline's real end values) and B (skewed jumps of mean 0), 60 families of the
     published grid's 17 claims at 20 seeds: at most 5% + 3 sd of families hold a wrong verdict."""
     grid = load_grid(ROOT / "conditions" / "paper-100.toml")
-    metrics = pd.read_csv(ROOT / "artifacts" / "reference" / "paper-100" / "metrics.csv")
+    metrics = pd.read_csv(ROOT / "artifacts" / "reference" / "paper-100" / "metrics.csv.gz")
     low, high = metric_ranges(grid.world)["policy_quality"]
     for scenario in tool.scenarios(metrics, list(grid.claims))[:2]:
         row = cal.family_errors(scenario, list(grid.claims), 20, 60, seed=1, bound=high - low)
@@ -51,7 +51,7 @@ def test_families_judged_after_every_block_keep_the_familywise_error() -> None:
     """Null A's families grown to 100 seeds and judged after every block of 20 by the e-values, 60 families: a
     claim is wrong at some look in at most 5% + 3 sd of them."""
     grid = load_grid(ROOT / "conditions" / "paper-100.toml")
-    metrics = pd.read_csv(ROOT / "artifacts" / "reference" / "paper-100" / "metrics.csv")
+    metrics = pd.read_csv(ROOT / "artifacts" / "reference" / "paper-100" / "metrics.csv.gz")
     low, high = metric_ranges(grid.world)["policy_quality"]
     null_a = tool.scenarios(metrics, list(grid.claims))[0]
     looks = (20, 40, 60, 80, 100)

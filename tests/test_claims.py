@@ -235,7 +235,7 @@ def test_published_claims_parse_at_both_seed_counts() -> None:
 
 
 def _mode_metrics(side: np.ndarray, other: np.ndarray, side_modes: np.ndarray, other_modes: np.ndarray) -> pd.DataFrame:
-    """_metrics with each run's end mode recorded (mode_index), as a grid's metrics.csv has it."""
+    """_metrics with each run's end mode recorded (mode_index), as a grid's metrics.csv.gz has it."""
     metrics = _metrics(side, other)
     last = metrics["iteration"] == 1
     metrics["mode_index"] = 0

@@ -138,7 +138,7 @@ def test_list_shows_changed_knobs_in_100_columns_from_anywhere(
 
 
 def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp_path: Path) -> None:
-    written = ["metrics.csv", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]
+    written = ["metrics.csv.gz", "summary.csv", "summary.md", "report.md", "manifest.json", "grid.json"]
     for name in [*written, "attractors.csv", "frontier.csv"]:
         assert (first_run.out / name).is_file(), name
     assert not list(first_run.out.glob("best_of_n.*"))  # a table only for a grid that records it
@@ -148,14 +148,14 @@ def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp
 
     out = tmp_path / "run"
     shutil.copytree(first_run.out, out)
-    metrics = out / "metrics.csv"
+    metrics = out / "metrics.csv.gz"
     digest = hashlib.sha256(metrics.read_bytes()).hexdigest()
     again = coevolab("run", str(first_run.grid), "--out", str(out), "--quiet")
     assert again.returncode == 2 and "--force" in again.stderr
 
     # `coevolab report` re-renders the run's own report byte for byte: every file, figures included.
     rendered = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    kept = ("metrics.csv", "progress.csv", "grid.json", "manifest.json")  # the run wrote these
+    kept = ("metrics.csv.gz", "progress.csv", "grid.json", "manifest.json")  # the run wrote these
     for path in [p for p in out.rglob("*") if p.is_file() and p.name not in kept]:
         path.unlink()
     report = coevolab("report", str(out))
@@ -168,7 +168,7 @@ def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp
     assert hashlib.sha256(metrics.read_bytes()).hexdigest() == digest  # report never touches metrics
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"startup", "checkpoint", "other"} <= manifest["wall_seconds"].keys()
-    assert oct((out / "metrics.csv").stat().st_mode & 0o777) == oct((out / "report.md").stat().st_mode & 0o777)
+    assert oct((out / "metrics.csv.gz").stat().st_mode & 0o777) == oct((out / "report.md").stat().st_mode & 0o777)
 
 
 def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(first_run: FirstRun, tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_an_interrupted_run_stops_cleanly_and_says_how_to_resume(first_run: Firs
     assert process.returncode == 130, stderr
     assert f"coevolab run --resume {out}" in stdout
     assert "Traceback" not in stderr
-    assert not (out / "metrics.csv").exists()
+    assert not (out / "metrics.csv.gz").exists()
     # A clean stop: the last checkpoint is complete and loads, and a write the interrupt cut short removed its
     # temporary file (only a killed process leaves one).
     assert 1 <= int(read_checkpoint(out)["completed_iterations"]) < iterations
@@ -225,10 +225,10 @@ def test_divergent_runs_are_flagged_and_the_rest_unaffected(
     assert not private_compile_cache.exists() or not any(private_compile_cache.rglob("*"))
     assert json.loads((out / "manifest.json").read_text())["compile_cache"] is None
     assert "exploding-judge" in result.stdout
-    metrics = pd.read_csv(out / "metrics.csv")
+    metrics = pd.read_csv(out / "metrics.csv.gz")
     bad = metrics[metrics["condition"] == "exploding-judge"]
     assert bad["diverged"].iloc[-1] and not bad["diverged"].iloc[0]
-    alone = pd.read_csv(first_run.out / "metrics.csv")
+    alone = pd.read_csv(first_run.out / "metrics.csv.gz")
     good = metrics[metrics["condition"] == "baseline"].reset_index(drop=True)
     assert not good["diverged"].any()
     np.testing.assert_allclose(good["policy_quality"], alone["policy_quality"], atol=1e-5)
@@ -262,7 +262,7 @@ def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Pat
     again = coevolab("run", str(first_run.grid), "--out", str(out), "--quiet", "--no-figures", env=first_run.env())
     assert again.returncode == 0, again.stderr
     assert first_run.files_in_cache() == first_run.cache_files
-    metrics = {run: pd.read_csv(run / "metrics.csv") for run in (first_run.out, out)}
+    metrics = {run: pd.read_csv(run / "metrics.csv.gz") for run in (first_run.out, out)}
     pd.testing.assert_frame_equal(*metrics.values())
 
     # --no-figures: the report's text alone; `coevolab report` draws the figures later, to the bytes of a run that

@@ -92,7 +92,7 @@ def test_single_seed_other_than_zero(tmp_path: Path) -> None:
         (["run", "--seed-list", "4-2"], "is empty"),
         (["report", "{missing}"], "no such directory"),
         (["report", "{file}"], "not a directory"),
-        (["report", "{empty}"], "no metrics.csv"),
+        (["report", "{empty}"], "no metrics.csv.gz"),
         (["run", "--resume", "{missing}"], "no such directory"),
         (["run", "--resume", "{file}"], "not a directory"),
         (["run", "--resume", "{empty}"], "no grid.json"),

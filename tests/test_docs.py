@@ -95,6 +95,10 @@ def test_the_api_reference_and_the_notebook_are_built(site: Path) -> None:
     assert "Knobs" in page_text(site, "reference/api/grid")
     assert "judge_cadence" in page_text(site, "reference/api/mechanisms")
     assert "run_grid" in page_text(site, "tutorials/quickstart")
+    # Shown with its outputs: the run's progress, the summary's conditions and the headline figure as an image.
+    notebook = (site / "tutorials" / "quickstart" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r"iteration (\d+)/\1\b", notebook) and "slow-meta" in page_text(site, "tutorials/quickstart")
+    assert re.search(r'<img[^>]+src="data:image/png;base64,', notebook)
 
 
 def test_the_python_api_page_shows_the_readme_example() -> None:

@@ -156,7 +156,7 @@ def test_the_study_section_fits_each_optimizers_form_per_shape(tmp_path: Path) -
         paths = {("rl", seed): (tuple(d**2), tuple(rl_gold(d, alpha, beta))) for seed in range(3)}
         directory = tmp_path / "shapes" / shape
         directory.mkdir(parents=True)
-        _metrics(paths).to_csv(directory / "metrics.csv", index=False)
+        _metrics(paths).to_csv(directory / "metrics.csv.gz", index=False)
         best = _best_of_n({}, 1)
         for key, (kl, gold) in runs.items():
             frame = pd.DataFrame(

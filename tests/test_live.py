@@ -55,7 +55,7 @@ def test_progress_is_readable_while_the_grid_runs_and_tensorboard_has_the_same_m
     while process.poll() is None and time.monotonic() < deadline:
         if (out / PROGRESS_FILE).is_file():
             table = pd.read_csv(out / PROGRESS_FILE)
-            if table["iteration"].max() >= 1 and not (out / "metrics.csv").exists():
+            if table["iteration"].max() >= 1 and not (out / "metrics.csv.gz").exists():
                 seen = table  # read while the grid runs: at least one iteration done, the results not yet written
                 break
         time.sleep(0.05)
@@ -63,7 +63,7 @@ def test_progress_is_readable_while_the_grid_runs_and_tensorboard_has_the_same_m
     assert seen is not None, "progress.csv never showed a finished iteration while the grid ran"
     assert seen["iteration"].max() < ITERATIONS
 
-    metrics = pd.read_csv(out / "metrics.csv")
+    metrics = pd.read_csv(out / "metrics.csv.gz")
     final = pd.read_csv(out / PROGRESS_FILE)
     means = metrics.groupby(["condition", "iteration"], sort=False)[["policy_quality", "judge_alignment"]].mean()
     for table in (seen, final):

@@ -83,7 +83,7 @@ def tethered(tmp_path_factory: pytest.TempPathFactory, shared_compile_cache: Pat
         patch.setenv(CACHE_DIR_ENV, str(shared_compile_cache))
         result = coevolab("run", str(grid), "--out", str(out), "--no-figures", "--quiet")
     assert result.returncode == 0, result.stderr
-    return out, pd.read_csv(out / "metrics.csv")
+    return out, pd.read_csv(out / "metrics.csv.gz")
 
 
 def by_condition(metrics: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -151,7 +151,7 @@ def test_a_changed_mechanism_is_compiled_afresh_and_refused_by_resume(tethered, 
     (tmp_path / "lab" / "judge_tether.py").write_text(edited)
     again = coevolab("run", str(grid), "--out", str(tmp_path / "run"), "--no-figures", "--quiet")
     assert again.returncode == 0, again.stderr
-    changed = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    changed = pd.read_csv(tmp_path / "run" / "metrics.csv.gz")
     tethered_rows = metrics["condition"].str.startswith("tethered[tether=0.5")
     assert not np.allclose(changed.loc[tethered_rows, "judge_drift"], metrics.loc[tethered_rows, "judge_drift"])
     pd.testing.assert_frame_equal(by_condition(changed, "baseline"), by_condition(metrics, "baseline"))
@@ -194,8 +194,8 @@ def test_seed_blocks_run_the_mechanism_in_their_own_processes(tethered, tmp_path
         assert result.returncode == 0, result.stderr
     merged = coevolab("merge", str(blocks), "--no-figures", "--quiet")
     assert merged.returncode == 0, merged.stderr
-    assert (blocks / "blocks" / "0" / "metrics.csv").read_bytes() == (out / "metrics.csv").read_bytes()
-    metrics = pd.read_csv(blocks / "metrics.csv")
+    assert (blocks / "blocks" / "0" / "metrics.csv.gz").read_bytes() == (out / "metrics.csv.gz").read_bytes()
+    metrics = pd.read_csv(blocks / "metrics.csv.gz")
     assert sorted(set(metrics["seed"])) == [0, 1, 2, 3]
     final = metrics[metrics["iteration"] == 2].set_index(["condition", "seed"])["judge_drift"]
     assert (final.loc["frozen"] == 0).all() and (final.loc["tethered[tether=1]"] < 1e-5).all()

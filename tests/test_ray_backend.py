@@ -1,5 +1,5 @@
 """Seed blocks as Ray tasks on a real Ray cluster of this machine (a head without CPUs and two 1-CPU nodes): the merged
-metrics.csv is the bytes of the same grid run in-process; a worker killed mid-block, or its node lost, resumes the
+metrics.csv.gz is the bytes of the same grid run in-process; a worker killed mid-block, or its node lost, resumes the
 block from its checkpoint; two attempts at one block give one result; errors of a block itself are not retried; an
 unreachable address or a missing Ray fails in one line with nothing written.
 

@@ -2,7 +2,7 @@
 the claims, a run grown until decided and the follow-up mechanisms come from a run's files, written between their
 markers only, into every page given, with the links of a page below the root made relative to it.
 
-Each run directory here is written by hand (metrics.csv, manifest.json, and what else a block reads), with numbers
+Each run directory here is written by hand (metrics.csv.gz, manifest.json, and what else a block reads), with numbers
 chosen so that every expected cell is worked out by hand: nothing is trained.
 """
 
@@ -93,7 +93,7 @@ def _cells(block: str, first: str) -> list[str]:
 
 
 def test_rewrite_replaces_only_the_marked_block(tmp_path: Path) -> None:
-    hand_built_metrics().to_csv(tmp_path / "metrics.csv", index=False)
+    hand_built_metrics().to_csv(tmp_path / "metrics.csv.gz", index=False)
     (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\nbefore\n{START}\nold table\n{END}\nafter\n", encoding="utf-8")
@@ -124,7 +124,7 @@ def test_original_streams_sit_beside_ours_with_the_baseline_seed_by_seed(tmp_pat
     ours, original = tmp_path / "ours", tmp_path / "original"
     for run, shift in ((ours, 0.0), (original, 0.5)):
         run.mkdir()
-        hand_built_metrics(shift).to_csv(run / "metrics.csv", index=False)
+        hand_built_metrics(shift).to_csv(run / "metrics.csv.gz", index=False)
         (run / "manifest.json").write_text(json.dumps(MANIFEST))
     readme = tmp_path / "README.md"
     readme.write_text(f"{START}\n{END}\n", encoding="utf-8")
@@ -277,7 +277,7 @@ def test_temporal_block_comes_from_the_runs_metrics_grid_and_verdicts(tmp_path: 
 
 
 def test_the_command_writes_the_block_into_every_page_given(tmp_path: Path) -> None:
-    hand_built_metrics().to_csv(tmp_path / "metrics.csv", index=False)
+    hand_built_metrics().to_csv(tmp_path / "metrics.csv.gz", index=False)
     (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
     pages = [tmp_path / "README.md", tmp_path / "results.md"]
     for page in pages:

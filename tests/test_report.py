@@ -303,7 +303,7 @@ def test_summary_markdown_layout(grid: pd.DataFrame) -> None:
 
 
 def test_write_report_writes_everything_and_leaves_metrics_alone(grid: pd.DataFrame, tmp_path: Path) -> None:
-    metrics_path = tmp_path / "metrics.csv"
+    metrics_path = tmp_path / "metrics.csv.gz"
     grid.to_csv(metrics_path, index=False)
     before = metrics_path.read_bytes()
     write_report(pd.read_csv(metrics_path), tmp_path, title="Test report")

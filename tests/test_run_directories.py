@@ -20,11 +20,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pandas.testing import assert_frame_equal
 
 import harness
 from harness import cli
 from harness.common.integrity import DIGEST_KEY, FILES_KEY, RunDirectoryError
-from harness.common.run_files import CHECKPOINT_FILE, GRID_FILE, MANIFEST_FILE, METRICS_FILE
+from harness.common.run_files import (
+    CHECKPOINT_FILE,
+    GRID_FILE,
+    LEGACY_METRICS_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    metrics_bytes,
+    read_metrics_text,
+)
 from harness.experiment.blocks import block_dir, read_record
 from harness.experiment.checkpoint import read_checkpoint
 from harness.experiment.runner import load_spec
@@ -185,12 +194,12 @@ def test_a_damaged_checkpoint_is_refused(runs: dict[str, Path], tmp_path: Path) 
     assert "is damaged" in err or "not a readable checkpoint" in err, err
 
 
-# 3. A truncated metrics.csv
+# 3. A truncated metrics table
 
 
 def _cut_at_a_line(path: Path) -> None:
-    lines = path.read_text().splitlines(keepends=True)
-    path.write_text("".join(lines[:-1]))
+    lines = read_metrics_text(path).splitlines(keepends=True)
+    path.write_bytes(metrics_bytes("".join(lines[:-1])))
 
 
 @pytest.mark.parametrize("listed", [True, False], ids=["manifest", "before-manifests-listed-files"])
@@ -199,9 +208,7 @@ def test_report_and_load_result_refuse_a_metrics_table_cut_at_a_line(
 ) -> None:
     out = copy(runs["flat"], tmp_path / "run")
     if not listed:  # a directory of an earlier coevolab: read-back alone catches it
-        manifest = json.loads((out / MANIFEST_FILE).read_text())
-        del manifest[FILES_KEY], manifest[DIGEST_KEY]
-        (out / MANIFEST_FILE).write_text(json.dumps(manifest))
+        _unlisted(out)
     _cut_at_a_line(out / METRICS_FILE)
     says = "bytes where" if listed else "short of its grid's"
     code, _, err = in_process("report", out, "--no-figures")
@@ -211,11 +218,44 @@ def test_report_and_load_result_refuse_a_metrics_table_cut_at_a_line(
         harness.load_result(out)
 
 
+def _unlisted(out: Path) -> None:
+    """The manifest as an earlier coevolab wrote it, listing no files: read-back alone checks the tables."""
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    del manifest[FILES_KEY], manifest[DIGEST_KEY]
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+def test_a_metrics_table_whose_compressed_stream_is_cut_is_refused_in_one_line(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = copy(runs["flat"], tmp_path / "run")
+    _unlisted(out)
+    data = (out / METRICS_FILE).read_bytes()
+    (out / METRICS_FILE).write_bytes(data[: len(data) // 2])  # a copy cut mid-stream
+    code, _, err = in_process("report", out, "--no-figures")
+    assert code == cli.EXIT_BAD_INPUT and len(err.strip().splitlines()) == 1, err
+    assert f"{out / METRICS_FILE}: cannot be read (its compressed stream ends early" in err, err
+    with pytest.raises(RunDirectoryError, match="ends early"):
+        harness.load_result(out)
+
+
+def test_a_plain_metrics_csv_of_an_earlier_coevolab_is_read_as_the_same_table(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    out = copy(runs["flat"], tmp_path / "run")
+    _unlisted(out)
+    (out / LEGACY_METRICS_FILE).write_text(read_metrics_text(out / METRICS_FILE))
+    (out / METRICS_FILE).unlink()
+    assert_frame_equal(harness.load_result(out).metrics, harness.load_result(runs["flat"]).metrics)
+    code, _, err = in_process("report", out, "--no-figures")
+    assert code == 0, err
+
+
 # 4. Merging blocks
 
 
 def _with_field(text: str, column: str, value: str, line: int = 2) -> str:
-    """metrics.csv `text` with `column` of its `line` (1: the header) set to `value`."""
+    """metrics.csv.gz `text` with `column` of its `line` (1: the header) set to `value`."""
     lines = text.split("\n")
     fields = lines[line - 1].split(",")
     fields[lines[0].split(",").index(column)] = value
@@ -250,7 +290,7 @@ def test_merge_refuses_a_bad_block_by_name_and_writes_nothing(
             written = json.loads(manifest.read_text())
             manifest.write_text(json.dumps({k: v for k, v in written.items() if k not in (FILES_KEY, DIGEST_KEY)}))
     path = block_dir(out, 1) / METRICS_FILE
-    path.write_text(BLOCK_EDITS[edit](path.read_text()))
+    path.write_bytes(metrics_bytes(BLOCK_EDITS[edit](read_metrics_text(path))))
     before = files(out)
     code, _, err = in_process("merge", out, "--quiet", "--no-figures")
     assert code == cli.EXIT_BAD_INPUT and len(err.strip().splitlines()) == 1, err
@@ -266,11 +306,11 @@ def test_merge_refuses_a_block_whose_manifest_was_removed(runs: dict[str, Path],
     for manifest in (out / MANIFEST_FILE, block_dir(out, 1) / MANIFEST_FILE):
         manifest.unlink()
     path = block_dir(out, 1) / METRICS_FILE
-    lines = path.read_text().splitlines(keepends=True)
+    lines = read_metrics_text(path).splitlines(keepends=True)
     header, row = lines[0].rstrip("\n").split(","), lines[1].rstrip("\n").split(",")
     column = header.index("policy_quality")
     row[column] = repr(float(row[column]) + 0.01)
-    path.write_text("".join([lines[0], ",".join(row) + "\n", *lines[2:]]))
+    path.write_bytes(metrics_bytes("".join([lines[0], ",".join(row) + "\n", *lines[2:]])))
     before = files(out)
     code, _, err = in_process("merge", out, "--quiet", "--no-figures")
     assert code == cli.EXIT_BAD_INPUT and len(err.strip().splitlines()) == 1, err

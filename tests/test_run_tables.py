@@ -137,7 +137,7 @@ def test_a_resumed_run_writes_the_table_of_an_uninterrupted_one(whole: Path, tmp
     assert not (tmp_path / TABLE).exists()
     execute(SPEC, tmp_path, resume=True, write_report=False)
     assert (tmp_path / TABLE).read_bytes() == (whole / TABLE).read_bytes()
-    assert (tmp_path / "metrics.csv").read_bytes() == (whole / "metrics.csv").read_bytes()
+    assert (tmp_path / "metrics.csv.gz").read_bytes() == (whole / "metrics.csv.gz").read_bytes()
 
 
 def test_a_run_in_blocks_reads_its_blocks_tables_joined_in_the_grids_order(whole: Path, tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def test_the_scale_study_file_parses_with_its_claims() -> None:
 def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tmp_path: Path) -> None:
     study = parse_study(_study(), "study.toml", "study")
     outcome = run_study(study, tmp_path / "study")
-    metrics = pd.read_csv(tmp_path / "study" / "metrics.csv")
+    metrics = pd.read_csv(tmp_path / "study" / "metrics.csv.gz")
     assert list(metrics["shape"].unique()) == ["small", "wide"]
     assert set(metrics.groupby("shape")["vocab_size"].unique().map(tuple)) == {(4,), (5,)}
     assert len(outcome.measures) == 2 * 2 * 2  # shapes × conditions × seeds
@@ -115,7 +115,7 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
     assert not list(text_only.glob("figures/*.png"))
     assert (text_only / "report.md").read_text() == re.sub(r"!\[[^\]]*\]\([^)]*\.png\)\n\n", "", report)
     # A second run resumes: every shape is finished, so only the merge runs again, to the same bytes.
-    before = {name: (tmp_path / "study" / name).read_bytes() for name in ("runs.csv", "report.md", "metrics.csv")}
+    before = {name: (tmp_path / "study" / name).read_bytes() for name in ("runs.csv", "report.md", "metrics.csv.gz")}
     run_study(None, tmp_path / "study")
     assert {name: (tmp_path / "study" / name).read_bytes() for name in before} == before
     assert study_block(tmp_path / "study").startswith("2 shapes × 2 conditions × 2 seeds (8 runs)")

@@ -50,7 +50,7 @@ FIGURES = (
     "pair_audits",
 )
 REPORT = ("attractors.csv", "frontier.csv", "report.md", "summary.csv", "summary.md")
-BLOCK = ("best_of_n.parquet", "block.json", "grid.json", "manifest.json", "metrics.csv", "progress.csv")
+BLOCK = ("best_of_n.parquet", "block.json", "grid.json", "manifest.json", "metrics.csv.gz", "progress.csv")
 # Every file each run lists in its manifest, and the manifest itself: the files edited, one at a time.
 FILES = {
     "whole": (
@@ -58,17 +58,17 @@ FILES = {
         "claims.csv",
         "grid.json",
         "manifest.json",
-        "metrics.csv",
+        "metrics.csv.gz",
         "progress.csv",
         *REPORT,
         *(f"figures/{name}.png" for name in FIGURES),
     ),
-    "no-best-of-n": ("grid.json", "manifest.json", "metrics.csv", "progress.csv", *REPORT),
+    "no-best-of-n": ("grid.json", "manifest.json", "metrics.csv.gz", "progress.csv", *REPORT),
     "blocks": (  # no merged copy of the blocks' best-of-n tables: read joined from them
         "claims.csv",
         "grid.json",
         "manifest.json",
-        "metrics.csv",
+        "metrics.csv.gz",
         *REPORT,
         *(f"blocks/{k}/{name}" for k in (0, 1) for name in BLOCK),
     ),
@@ -155,7 +155,7 @@ def test_growing_a_run_with_its_best_of_n_table_equals_the_grid_run_at_its_new_s
     assert code == cli.EXIT_OK, err
     assert not (out / "best_of_n.parquet").exists()  # the flat run's table is block 0's now, not a merged copy
     for name in (
-        "metrics.csv",
+        "metrics.csv.gz",
         "claims.csv",
         "summary.csv",
         "blocks/0/best_of_n.parquet",
@@ -224,7 +224,7 @@ def test_a_run_whose_manifest_was_removed_is_finished_by_the_command_verify_name
     assert code == cli.EXIT_BAD_INPUT and f"coevolab run --resume {out}" in err, err
     code, _, err = in_process("run", "--resume", out, "--quiet", "--no-figures")
     assert code == cli.EXIT_OK, err
-    for name in ("metrics.csv", "best_of_n.parquet", "claims.csv"):
+    for name in ("metrics.csv.gz", "best_of_n.parquet", "claims.csv"):
         assert (out / name).read_bytes() == (runs["whole"] / name).read_bytes(), name
     assert in_process("verify", out)[0] == cli.EXIT_OK
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from harness import cli
 from harness.common.integrity import FILES_KEY, read_manifest, write_manifest
 from harness.common.locks import LOCK_SUFFIX
-from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
+from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE, read_metrics_text, write_metrics_text
 from harness.engine.metrics import all_metrics
 from harness.experiment import until_decided
 from harness.experiment.blocks import (
@@ -204,8 +204,8 @@ def test_a_run_from_a_later_first_seed_runs_each_seed_as_a_fixed_seed_grid_does(
     grid of those seeds (the same program shape), and a second look, if any, seeds 40..59."""
     plan = SequentialPlan.model_validate_json((runs["later"] / PLAN_FILE).read_text())
     assert (plan.first_seed, plan.looks) == (20, (20, 40))
-    first = (stage_dir(runs["later"], 0) / METRICS_FILE).read_text().splitlines()
-    assert first == (runs["whole"] / METRICS_FILE).read_text().splitlines()
+    first = read_metrics_text(stage_dir(runs["later"], 0) / METRICS_FILE).splitlines()
+    assert first == read_metrics_text(runs["whole"] / METRICS_FILE).splitlines()
     assert pd.read_csv(runs["later"] / LOOKS_FILE)["conditions_grown"].tolist() == [3, 2]
     assert load_spec(stage_dir(runs["later"], 1)).run.seeds == tuple(range(40, 60))
     seeds = pd.read_csv(runs["later"] / METRICS_FILE).groupby("condition")["seed"].agg(["min", "max", "nunique"])
@@ -277,7 +277,7 @@ def synthetic_backend(spec: GridSpec, run_dir: Path, pending: Sequence[int], run
         directory = block_dir(run_dir, block)
         directory.mkdir(parents=True)
         rows = synthetic_rows([c.name for c in own.conditions], own.run.seeds, own.run.iterations)
-        (directory / METRICS_FILE).write_text(rows.to_csv(index=False))
+        write_metrics_text(directory, rows.to_csv(index=False))
         (directory / GRID_FILE).write_text(own.model_dump_json())
         write_manifest(directory, {"synthetic": True})  # sealed before its record, as a block's run seals it
         attempt = Attempt(host="synthetic", started="", finished="")
@@ -350,7 +350,7 @@ def test_a_finished_run_grows_as_the_first_look(tmp_path: Path) -> None:
     grows from there; the merged metrics keep the columns every stage has."""
     spec = grid_from_mapping(SYNTHETIC)
     rows = synthetic_rows([c.name for c in spec.conditions], spec.run.seeds, spec.run.iterations)
-    (tmp_path / METRICS_FILE).write_text(rows.assign(retired_metric=1.0).to_csv(index=False))
+    write_metrics_text(tmp_path, rows.assign(retired_metric=1.0).to_csv(index=False))
     (tmp_path / GRID_FILE).write_text(spec.model_dump_json())
     (tmp_path / "report.md").write_text("# the run's own report\n")
     write_manifest(tmp_path, {"synthetic": True})  # finished: sealed
@@ -414,7 +414,7 @@ def _finished_run(run_dir: Path, seeds: Sequence[int]) -> GridSpec:
     spec = grid_from_mapping(SYNTHETIC, seeds=seeds)
     rows = synthetic_rows([c.name for c in spec.conditions], spec.run.seeds, spec.run.iterations)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / METRICS_FILE).write_text(rows.to_csv(index=False))
+    write_metrics_text(run_dir, rows.to_csv(index=False))
     (run_dir / GRID_FILE).write_text(spec.model_dump_json())
     write_manifest(run_dir, {"synthetic": True})  # finished: sealed
     return spec

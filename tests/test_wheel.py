@@ -115,7 +115,7 @@ def test_a_built_in_grid_runs_by_name(installed: Installed, shared_compile_cache
     assert run.stdout.strip() == "run"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["coevolab_version"] == __version__ and manifest["grid"]["name"] == "tiny"
-    metrics = pd.read_csv(out / "metrics.csv")
+    metrics = pd.read_csv(out / "metrics.csv.gz")
     assert list(metrics["iteration"]) == [0, 1, 2] and set(metrics["condition"]) == {"baseline"}
     assert metrics["policy_quality"].notna().all()
     assert "coevolab report: tiny" in (out / "report.md").read_text(encoding="utf-8")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.common.run_files import metrics_file
 from harness.grid.conditions import load_grid
 from harness.inference import calibration as cal
 from harness.inference.claims import Claim
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", action="append", choices=TABLES, help="recompute this table alone (repeatable)")
     args = parser.parse_args(argv)
     wanted = set(args.only or TABLES)
-    metrics = pd.read_csv(REFERENCE / "metrics.csv")
+    metrics = pd.read_csv(metrics_file(REFERENCE))
     grid = load_grid(ROOT / "conditions" / "paper-100.toml")
     claims = list(grid.claims)
     low, high = metric_ranges(grid.world)["policy_quality"]

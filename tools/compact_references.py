@@ -1,13 +1,15 @@
 """The committed reference runs in the current run-directory form (nothing trained): python -m tools.compact_references.
 
-Per-run tables are now written only for grids that use the mechanism defining them, as Parquet, and never stored
-twice (a run in seed blocks keeps its blocks' tables and no merged copy; `harness.common.run_tables`). For every run
-directory under artifacts/reference/ this
+The metrics table is now gzip-compressed CSV (metrics.csv.gz). Per-run tables are written only for grids that use
+the mechanism defining them, as Parquet, and never stored twice (a run in seed blocks keeps its blocks' tables and no
+merged copy; `harness.common.run_tables`). For every run directory under artifacts/reference/ this
 - sets `record_best_of_n = true` on every condition of the overoptimization study (its grid files and study.json): the
   grids that recorded best-of-n before the knob existed, whose claims read it;
 - converts each best_of_n.csv of a grid that records best-of-n to best_of_n.parquet, the values the CSV holds as the
   float32 the run computed (written to 9 significant digits, so read back exactly), and removes every other one (a
   grid that never used it, or a merged copy of its blocks' tables);
+- compresses each metrics.csv to metrics.csv.gz (`harness.common.run_files.metrics_bytes`: the same text, gzip with
+  no time stamp) and removes the plain copy;
 - re-seals every manifest, deepest first, listing the files as they now are, with `resealed` saying when and why; a
   manifest of before files were listed gets its first listing this way.
 Then `coevolab verify` checks each reference. Running it again changes nothing.
@@ -31,7 +33,15 @@ from harness.common.integrity import (
     read_manifest,
     write_manifest,
 )
-from harness.common.run_files import BLOCKS_DIR, GRID_FILE, MANIFEST_FILE, atomic_write_bytes, atomic_write_text
+from harness.common.run_files import (
+    BLOCKS_DIR,
+    GRID_FILE,
+    LEGACY_METRICS_FILE,
+    MANIFEST_FILE,
+    atomic_write_bytes,
+    atomic_write_text,
+    write_metrics_text,
+)
 from harness.common.run_tables import legacy_table_file, table_bytes, table_file
 from harness.experiment.study import STUDY_FILE
 from harness.experiment.verify import verify_run_dir
@@ -45,7 +55,10 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "artifacts" / "reference"
 RECORDING_BEST_OF_N = ("overoptimization",)  # the references whose grids recorded best-of-n before the knob
 KNOB = "record_best_of_n"
-WHY = "tables as Parquet, only where a grid records them, no merged copies (tools/compact_references.py)"
+WHY = (
+    "metrics gzip-compressed; tables as Parquet, only where a grid records them, no merged copies "
+    "(tools/compact_references.py)"
+)
 
 
 def _with_knob(grid: dict) -> dict:
@@ -98,6 +111,15 @@ def compact_tables(reference: Path) -> list[str]:
     return done
 
 
+def compress_metrics(reference: Path) -> list[str]:
+    """Every plain metrics.csv below `reference` written as metrics.csv.gz (the same text), the plain one removed."""
+    done = []
+    for plain in sorted(reference.rglob(LEGACY_METRICS_FILE)):
+        write_metrics_text(plain.parent, plain.read_text(encoding="utf-8"))  # removes the plain one
+        done.append(f"{plain.relative_to(ROOT)} -> {LEGACY_METRICS_FILE}.gz")
+    return done
+
+
 def reseal(reference: Path, when: str) -> None:
     """Every manifest below `reference` whose listing is not the files as they are now (or that lists none),
     deepest first, listing them as they are."""
@@ -116,7 +138,7 @@ def main() -> None:
     for reference in sorted(p for p in REFERENCE.iterdir() if (p / MANIFEST_FILE).is_file()):
         if reference.name in RECORDING_BEST_OF_N:
             set_knob(reference)
-        for line in compact_tables(reference):
+        for line in [*compact_tables(reference), *compress_metrics(reference)]:
             print(line)
         reseal(reference, when)
         print(verify_run_dir(reference))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import report
-from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE
+from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, metrics_file
 from harness.common.wording import plural
 from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
@@ -100,7 +100,7 @@ def _final(metrics: pd.DataFrame) -> pd.DataFrame:
 
 def paper(run_dir: Path) -> str:
     """The published grid: the baseline's collapse (quality, alignment, entropy, the judge's own score), the claims."""
-    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    metrics = pd.read_csv(metrics_file(run_dir))
     means = metrics[metrics["condition"] == "baseline"].groupby("iteration").mean(numeric_only=True)
     first, last = means.iloc[0], means.iloc[-1]
     return (
@@ -116,7 +116,7 @@ def paper(run_dir: Path) -> str:
 def paper_original(run_dir: Path) -> str:
     """The published grid under the original's streams: its largest gaps to the published table and, seed by seed,
     to the original lab's own records of its baseline."""
-    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    metrics = pd.read_csv(metrics_file(run_dir))
     summary = report.summarize(metrics).set_index("condition")
     gaps = []
     for label, match, quality, alignment in PUBLISHED:
@@ -142,7 +142,7 @@ def paper_original(run_dir: Path) -> str:
 
 def paper_100(run_dir: Path) -> str:
     """The published grid at 100 seeds: its claims, the baseline's attractor, the quoted claim."""
-    metrics = pd.read_csv(run_dir / METRICS_FILE, usecols=["condition", "seed"])
+    metrics = pd.read_csv(metrics_file(run_dir), usecols=["condition", "seed"])
     verdicts = pd.read_csv(run_dir / CLAIMS_FILE)
     attractors = pd.read_csv(run_dir / "attractors.csv").set_index("condition")
     baseline = attractors.loc["baseline"]
@@ -175,7 +175,7 @@ def paper_until_decided(run_dir: Path) -> str:
 
 def temporal(run_dir: Path) -> str:
     """The follow-up mechanisms: the claims, how often temporal contrast's labels are wrong, a stronger judge."""
-    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    metrics = pd.read_csv(metrics_file(run_dir))
     grid = GridSpec.model_validate_json((run_dir / "grid.json").read_text(encoding="utf-8"))
     final = _final(metrics).groupby("condition").mean(numeric_only=True)
     contrast = next(c for c in grid.conditions if c.knobs.rejected_from == "past")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import report
-from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, METRICS_FILE
+from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, metrics_file
 from harness.common.wording import plural
 from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
@@ -123,10 +123,10 @@ def wall_time_line(manifest: dict) -> str:
 
 def reproduced_block(run_dir: Path, original_dir: Path | None = None) -> str:
     """The reproduced table from a run of the published grid, and its run under the original's streams."""
-    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    metrics = pd.read_csv(metrics_file(run_dir))
     manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
     seeds = sorted(int(seed) for seed in metrics["seed"].unique())
-    original = pd.read_csv(original_dir / METRICS_FILE) if original_dir else None
+    original = pd.read_csv(metrics_file(original_dir)) if original_dir else None
     sources = f"`{run_dir.as_posix()}`" + (f" and `{original_dir.as_posix()}`" if original_dir else "")
     block = (
         f"End state (iteration {metrics['iteration'].max()}), mean ± std over seeds {seeds}, from {sources} "
@@ -252,7 +252,7 @@ def temporal_table(metrics: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
 
 def temporal_block(run_dir: Path) -> str:
     """The follow-up mechanisms' block: end state with pair audits, then the claims' verdicts."""
-    metrics = pd.read_csv(run_dir / METRICS_FILE)
+    metrics = pd.read_csv(metrics_file(run_dir))
     grid = report.read_run_grid(run_dir)
     if grid is None:
         raise SystemExit(f"{run_dir}: no grid.json")

@@ -129,7 +129,7 @@ def metrics_page() -> str:
     table = markdown_table(["Column", "Label", "Unit", "Type", "Definition", "Headline"], rows)
     return (
         "# Metrics\n\n"
-        "Every diagnostic a run records, one column of `metrics.csv` each, per condition × seed × outer iteration "
+        "Every diagnostic a run records, one column of `metrics.csv.gz` each, per condition × seed × outer iteration "
         "(iteration 0 is before training), generated from the registry "
         "([`harness.engine.metrics`][harness.engine.metrics]: the loop's own, and each mechanism's). Each is "
         "computed exactly inside the compiled program from the run's view of every output of the world (no "

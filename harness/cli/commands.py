@@ -48,7 +48,7 @@ def command_report(args: argparse.Namespace) -> int:
     """Re-render a finished run's report from its files: every file it is rendered from checked against the
     manifest and read back first, the manifest's listing of the report's own files brought up to date after."""
     from harness.common.integrity import read_manifest, reseal
-    from harness.common.run_files import METRICS_FILE
+    from harness.common.run_files import metrics_file
     from harness.experiment.study import is_study, load_study_spec, shape_dir, write_study_files
     from harness.experiment.until_decided import STAGES_DIR, is_sequential, render_report
     from harness.experiment.verify import (
@@ -60,8 +60,8 @@ def command_report(args: argparse.Namespace) -> int:
     )
 
     run_dir = existing_directory(Path(args.run_dir), "report")
-    if not (run_dir / METRICS_FILE).is_file():
-        raise UsageError(f"report {run_dir}: no {METRICS_FILE} to report on (the run has not finished)")
+    if not metrics_file(run_dir).is_file():
+        raise UsageError(f"report {run_dir}: no {metrics_file(run_dir).name} to report on (the run has not finished)")
     with writing(run_dir):
         rewritten = report_outputs(run_dir)
         checked = check_finished(run_dir, rewritten)  # every input verified, no file added, before any is read
@@ -101,14 +101,14 @@ def _render_grid_report(run_dir: Path, figures: bool, metrics: pd.DataFrame | No
     grid; recovered, so the re-render is the same bytes."""
     import pandas as pd
 
-    from harness.common.run_files import METRICS_FILE
+    from harness.common.run_files import metrics_file
     from harness.experiment.merge import how_run_line_of
     from harness.report import read_run_grid, write_run_report
 
     grid = read_run_grid(run_dir)
     assert grid is not None  # a finished run's grid.json, verified by the caller
     grid = grid if claims else grid.model_copy(update={"claims": ()})
-    metrics = pd.read_csv(run_dir / METRICS_FILE) if metrics is None else metrics
+    metrics = pd.read_csv(metrics_file(run_dir)) if metrics is None else metrics
     write_run_report(run_dir, metrics, grid.name, grid, how_run=how_run_line_of(run_dir), figures=figures)
 
 

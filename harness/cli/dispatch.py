@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_figures_argument(merge, "; coevolab report DIR draws them later")
     merge.set_defaults(handler=command_merge)
 
-    report = commands.add_parser("report", help="re-render a run's report from its metrics.csv (no training)")
+    report = commands.add_parser("report", help="re-render a run's report from its metrics.csv.gz (no training)")
     report.add_argument("run_dir", help="a run directory")
     _add_figures_argument(report, "")
     report.set_defaults(handler=command_report)

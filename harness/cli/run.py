@@ -198,7 +198,7 @@ def _check_earlier_results(run_dir: Path) -> None:
 def command_run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.common.run_files import METRICS_FILE
+    from harness.common.run_files import metrics_file
     from harness.experiment.blocks import (
         block_count,
         block_dir,
@@ -253,7 +253,7 @@ def command_run(args: argparse.Namespace) -> int:
                 run_block(spec, args.block, run_dir, progress, tensorboard=args.tensorboard)
                 progress.close()
                 done = block_dir(run_dir, args.block)
-                return done, diverged_runs(pd.read_csv(done / METRICS_FILE))
+                return done, diverged_runs(pd.read_csv(metrics_file(done)))
             if in_blocks:
                 backend = (ray, RAY) if ray else ()
                 blocks = run_in_blocks(

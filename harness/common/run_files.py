@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import importlib.metadata
 import json
 import os
@@ -11,6 +12,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ from harness.common.version import __version__
 
 PACKAGES = ("coevolab", "jax", "jaxlib", "flax", "optax", "chex", "numpy", "scipy", "pandas", "seaborn", "pydantic")
 
-METRICS_FILE = "metrics.csv"
+# The metrics table: CSV text, gzip-compressed (pandas, R and zcat read it as it is), a quarter of its plain size.
+METRICS_FILE = "metrics.csv.gz"
+LEGACY_METRICS_FILE = "metrics.csv"  # the plain CSV of coevolab 0.3 and earlier, still read
 GRID_FILE = "grid.json"
 MANIFEST_FILE = "manifest.json"
 CHECKPOINT_FILE = "checkpoint.msgpack"
@@ -98,6 +102,45 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def metrics_bytes(text: str) -> bytes:
+    """The bytes of a metrics table whose CSV text is `text`: gzip at level 9 with no time stamp or file name in its
+    header, so the same text always gives the same bytes (a rerun's manifest lists the same digest)."""
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+
+
+def write_metrics_text(run_dir: Path, text: str) -> None:
+    """`text` as the metrics table of `run_dir` (`METRICS_FILE`), written atomically; a plain metrics.csv of an
+    earlier coevolab is removed, so that the directory holds one table."""
+    atomic_write_bytes(Path(run_dir) / METRICS_FILE, metrics_bytes(text))
+    (Path(run_dir) / LEGACY_METRICS_FILE).unlink(missing_ok=True)
+
+
+def metrics_file(run_dir: Path) -> Path:
+    """The metrics table a run directory holds: metrics.csv.gz, or the plain metrics.csv of a directory an earlier
+    coevolab wrote (`pd.read_csv` and `read_metrics_text` read either); metrics.csv.gz where it holds neither."""
+    compressed, plain = Path(run_dir) / METRICS_FILE, Path(run_dir) / LEGACY_METRICS_FILE
+    return plain if plain.is_file() and not compressed.is_file() else compressed
+
+
+def read_metrics_text(path: Path) -> str:
+    """The CSV text of the metrics table at `path` (decompressed where it is gzip).
+
+    Raises:
+        FileNotFoundError: there is none.
+        OSError: it cannot be read, or its compressed stream is damaged or cut short (the message says which).
+        UnicodeDecodeError: its text is not UTF-8.
+    """
+    data = Path(path).read_bytes()
+    if Path(path).name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except EOFError:
+            raise OSError(f"its compressed stream ends early ({len(data)} bytes: cut short?)") from None
+        except (gzip.BadGzipFile, zlib.error) as error:
+            raise OSError(f"not a readable gzip stream ({error})") from None
+    return data.decode("utf-8")
 
 
 def is_temporary(name: str) -> bool:

@@ -1,5 +1,5 @@
 """The per-run tables of a run directory (`harness.grid.contract.RunTable`, e.g. best_of_n.parquet): written by a run
-beside metrics.csv, only for grids whose runs use the mechanism that defines them.
+beside metrics.csv.gz, only for grids whose runs use the mechanism that defines them.
 
 A table is one row per condition × seed × iteration × index entry, stored as Parquet (pyarrow, zstd): the values are
 the program's float32 as they are, and a table of 131,200 rows takes 0.9 MB against 9.0 MB as CSV. A run writes its

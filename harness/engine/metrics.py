@@ -1,11 +1,11 @@
 """The metric registry: every diagnostic of a run, declared once.
 
-Each `Metric` says what a column of metrics.csv is called, how people should read it
+Each `Metric` says what a column of metrics.csv.gz is called, how people should read it
 (label, unit, one-line definition) and how it is computed from one run's exact view of
 the world (`RunView`). The loop's own metrics are declared here; a mechanism declares its
 metrics in its own module (`harness.grid.contract.Mechanism.metrics`), and registering the
 mechanism registers them (`register_metrics`). The compiled program evaluates every metric
-of a grid's mechanisms for every run; metrics.csv, the golden file, the report's tables and
+of a grid's mechanisms for every run; metrics.csv.gz, the golden file, the report's tables and
 figures all iterate over the registry, so a new diagnostic is one entry.
 
 Columns come in a fixed order (`columns`): the loop's measures, then each mechanism's measures
@@ -62,7 +62,7 @@ class RunView:
 
 @dataclasses.dataclass(frozen=True)
 class ValidValues:
-    """The values a metric can take in a run whose parameters are all finite (what reading metrics.csv back checks).
+    """The values a metric can take in a run whose parameters are all finite (what reading metrics.csv.gz back checks).
 
     low, high: inclusive bounds (a float metric is allowed float32 rounding past them); undefined: the value may be
     NaN or infinite there too (a quantity undefined for the run: meta-correction off, a ratio of 0 to 0).
@@ -80,7 +80,7 @@ NON_NEGATIVE = ValidValues(0.0)
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """One diagnostic: a column of metrics.csv.
+    """One diagnostic: a column of metrics.csv.gz.
 
     label: short name for tables and axes; unit: what its values are measured in;
     definition: one line a reader needs to interpret it; kind: the column's type;
@@ -231,7 +231,7 @@ def unregister_metrics(mechanism: str) -> None:
 
 def columns(mechanisms: Sequence[str] | None = None) -> tuple[Metric, ...]:
     """The metrics of a grid whose mechanisms are `mechanisms` (registered names; None: every registered one), in
-    metrics.csv's column order: the loop's measures, each mechanism's measures (float metrics), the end mode, each
+    metrics.csv.gz's column order: the loop's measures, each mechanism's measures (float metrics), the end mode, each
     mechanism's counts (int and bool metrics), whether the run stayed finite."""
     chosen = [own for name, own in _MECHANISM_METRICS.items() if mechanisms is None or name in mechanisms]
     measures = tuple(metric for own in chosen for metric in own if metric.kind == "float")

@@ -4,7 +4,7 @@ Block k of a grid holds every condition × the grid's seeds at positions [k·b, 
 block possibly partial), b = `seeds_per_block(spec)`. The layout follows from the grid alone, never from the machine
 or how many seeds have run so far, so every full block has one shape (one compiled program serves them all) and a
 block's results depend only on (grid, block index). A block is the grid restricted to its seeds, run by
-`harness.experiment.runner.execute` into `blocks/<k>/` of the run directory (its grid.json, metrics.csv, checkpoint
+`harness.experiment.runner.execute` into `blocks/<k>/` of the run directory (its grid.json, metrics.csv.gz, checkpoint
 after every outer iteration, manifest.json) beside `block.json`: its seeds, whether it finished, and every attempt
 (host, start, end, iteration resumed from, seconds per phase). `harness.experiment.merge` joins finished blocks.
 
@@ -33,9 +33,9 @@ from harness.common.run_files import (
     BLOCKS_DIR,
     GRID_FILE,
     MANIFEST_FILE,
-    METRICS_FILE,
     atomic_write_bytes,
     atomic_write_text,
+    metrics_file,
 )
 from harness.common.run_tables import table_files
 from harness.experiment.checkpoint import has_checkpoint
@@ -68,7 +68,7 @@ class Attempt(BaseModel):
 
 
 class BlockRecord(BaseModel):
-    """blocks/<k>/block.json: the block's seeds, whether its metrics.csv is complete, and its attempts in order."""
+    """blocks/<k>/block.json: the block's seeds, whether its metrics.csv.gz is complete, and its attempts in order."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -232,7 +232,7 @@ def is_finished(spec: GridSpec, run_dir: Path, block: int) -> bool:
             f"--resume {run_dir})"
         )
     verify_listed(directory, manifest)
-    return (directory / METRICS_FILE).is_file()
+    return metrics_file(directory).is_file()
 
 
 def kept_work(spec: GridSpec, run_dir: Path) -> str:
@@ -364,7 +364,7 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
         return
     flat = load_spec(run_dir)
     ran = read_manifest(run_dir)
-    if has_checkpoint(run_dir) or not (run_dir / METRICS_FILE).is_file() or ran is None:
+    if has_checkpoint(run_dir) or not metrics_file(run_dir).is_file() or ran is None:
         raise BlockError(f"{run_dir} has not finished; finish it first (coevolab run --resume {run_dir}), then grow it")
     (run_dir / BLOCKS_DIR).mkdir()
     if flat != block_spec(spec, 0):
@@ -374,7 +374,7 @@ def adopt_flat_run(spec: GridSpec, run_dir: Path) -> None:
     # Every per-run table with the metrics (best_of_n.parquet, ...), so that the grown run's tables join as a
     # block's do: the grown run equals the grid run at its new size from the start.
     tables = [path.name for table in grid_tables(flat) for path in table_files(run_dir, table.name)]
-    for name in (METRICS_FILE, *tables):
+    for name in (metrics_file(run_dir).name, *tables):
         if (run_dir / name).is_file():
             atomic_write_bytes(directory / name, (run_dir / name).read_bytes())
     write_grid_file(directory / GRID_FILE, flat)

@@ -1,7 +1,7 @@
-"""Finished seed blocks joined into the grid's results (metrics.csv, the report, the top manifest); a grid run as
+"""Finished seed blocks joined into the grid's results (metrics.csv.gz, the report, the top manifest); a grid run as
 blocks by a backend and merged (`run_in_blocks`).
 
-The merged metrics.csv is the blocks' rows, text for text as each block wrote them (`coevolab run`'s format), sorted
+The merged metrics.csv.gz is the blocks' rows, text for text as each block wrote them (`coevolab run`'s format), sorted
 in the grid's condition order, then seed, then iteration: it is the same bytes whatever process ran a block and
 whatever order blocks finished in, and for a one-block grid the same bytes as the block's own table.
 """
@@ -21,11 +21,14 @@ from harness import report
 from harness.common.integrity import read_manifest, verify_listed, write_manifest
 from harness.common.run_files import (
     GRID_FILE,
+    LEGACY_METRICS_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
-    atomic_write_text,
     manifest,
+    metrics_file,
+    read_metrics_text,
     remove_figures,
+    write_metrics_text,
 )
 from harness.common.run_tables import blocks_table, table_files
 from harness.common.wording import plural
@@ -58,7 +61,7 @@ SEPARATE = "separate processes"
 
 
 def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
-    """The grid's metrics.csv text from its finished blocks under `run_dir`, each checked against its manifest and
+    """The grid's metrics.csv.gz text from its finished blocks under `run_dir`, each checked against its manifest and
     read back against its grid first.
 
     Raises:
@@ -80,8 +83,11 @@ def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
         )
     tables = []
     for k in range(block_count(spec)):
-        path = block_dir(run_dir, k) / METRICS_FILE
-        text = path.read_text(encoding="utf-8")
+        path = metrics_file(block_dir(run_dir, k))
+        try:
+            text = read_metrics_text(path)
+        except (OSError, UnicodeDecodeError) as error:
+            raise BlockError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
         validated_metrics(text, block_spec(spec, k), path)
         # Read as text, so that every value is written back exactly as its block wrote it.
         tables.append(pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
@@ -91,7 +97,7 @@ def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
 
 
 def ordered_metrics_text(spec: GridSpec, tables: list[pd.DataFrame]) -> str:
-    """metrics.csv text of `tables` (read as text, so every value is written back as it was) joined and sorted in
+    """metrics.csv.gz text of `tables` (read as text, so every value is written back as it was) joined and sorted in
     the grid's condition order, then seed, then iteration: the same bytes whatever order the tables come in."""
     order = {c.name: i for i, c in enumerate(spec.conditions)}
     merged = pd.concat(tables, ignore_index=True)
@@ -147,7 +153,7 @@ def _merge_input(relative: str) -> bool:
 def merge_blocks(
     spec: GridSpec, run_dir: Path, how: str, progress: Progress | None = None, figures: bool = True
 ) -> ExperimentOutcome:
-    """Merge the finished blocks of `spec` in `run_dir` into its metrics.csv, report and manifest.json.
+    """Merge the finished blocks of `spec` in `run_dir` into its metrics.csv.gz, report and manifest.json.
 
     Args:
         how: how the blocks were run (IN_PROCESS, SEPARATE, a distributed backend's name), for the manifest and report.
@@ -179,7 +185,7 @@ def merge_blocks(
     # The manifest goes first and comes back last: a merge stopped half-way leaves no manifest vouching for a mix.
     (run_dir / MANIFEST_FILE).unlink(missing_ok=True)
     write_grid_file(run_dir / GRID_FILE, spec)
-    atomic_write_text(run_dir / METRICS_FILE, text)
+    write_metrics_text(run_dir, text)
     for table in grid_tables(spec):  # a grown flat run's own copy: its rows are block 0's now
         for path in table_files(run_dir, table.name):
             path.unlink(missing_ok=True)
@@ -221,7 +227,7 @@ def run_finished(directory: Path) -> bool:
     """Whether a run directory holds a finished run: merged metrics sealed by its manifest (written last), no
     checkpoint, and (in seed blocks) no block left to run. Metrics without a manifest are not a finished run: nothing
     vouches for them, and `--resume` writes them again."""
-    if not (directory / METRICS_FILE).is_file() or not (directory / MANIFEST_FILE).is_file():
+    if not metrics_file(directory).is_file() or not (directory / MANIFEST_FILE).is_file():
         return False
     if has_checkpoint(directory):
         return False
@@ -249,7 +255,7 @@ def run_in_blocks(
     run_dir = Path(run_dir)
     grid_file = run_dir / GRID_FILE
     if not grid_file.is_file() or grid_file.read_text(encoding="utf-8") != spec.model_dump_json(indent=2) + "\n":
-        for stale in (MANIFEST_FILE, METRICS_FILE):
+        for stale in (MANIFEST_FILE, METRICS_FILE, LEGACY_METRICS_FILE):
             (run_dir / stale).unlink(missing_ok=True)
     write_grid_file(grid_file, spec)
     (run_dir / BLOCKS_DIR).mkdir(exist_ok=True)

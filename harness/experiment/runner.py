@@ -20,10 +20,10 @@ from harness.common.run_files import (
     CHECKPOINT_FILE,
     GRID_FILE,
     METRICS_FILE,
-    atomic_write_text,
     manifest,
     remove_figures,
     remove_stale_temporaries,
+    write_metrics_text,
 )
 from harness.common.run_tables import write_run_tables
 from harness.common.wording import plural
@@ -204,7 +204,7 @@ def execute(
     progress.phase_done("train", program.times.train)
 
     metrics = program.metrics_table(records)
-    atomic_write_text(run_dir / METRICS_FILE, metrics.to_csv(index=False))
+    write_metrics_text(run_dir, metrics.to_csv(index=False))
     try:
         # Read back as every later reader will (verify, report, merge, load_result): a value a metric cannot take
         # (a mechanism's NaN or out-of-range metric) stops the run here, before anything seals it.
@@ -258,7 +258,7 @@ def execute(
             **(manifest_extra or {}),
         ),
     )
-    # Finished: metrics.csv holds everything the checkpoint did (a kill before this line resumes from the last
+    # Finished: metrics.csv.gz holds everything the checkpoint did (a kill before this line resumes from the last
     # checkpoint, which has no iteration left, and writes the same files again).
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     progress.close()

@@ -4,7 +4,7 @@ Each shape's grid runs as a seed-block grid (`run_in_blocks`) into shapes/<name>
 pretraining, metrics, report and claims; shapes that are equal share one compiled program (the trainer caches by
 shape). A shape's runs are exactly those of a file with that world and model run alone. Then the study is merged:
 
-- metrics.csv: every shape's metrics, prefixed by the shape and its world and networks (`report.study.SHAPE_COLUMNS`,
+- metrics.csv.gz: every shape's metrics, prefixed by the shape and its world and networks (`report.study.SHAPE_COLUMNS`,
   `MODEL_COLUMNS`);
 - runs.csv: one row per run (shape × condition × seed) of per-run measures (`harness.inference.run_measures`);
 - claims.csv: every shape's within-shape verdicts, with the shape; across.csv: the claims across shapes;
@@ -32,7 +32,9 @@ from harness.common.run_files import (
     METRICS_FILE,
     atomic_write_text,
     manifest,
+    metrics_file,
     remove_figures,
+    write_metrics_text,
 )
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, run_finished, run_in_blocks
@@ -95,10 +97,10 @@ def how_run_line(study: StudySpec, how: str) -> str:
 
 
 def write_study_files(study: StudySpec, run_dir: Path, how: str, figures: bool = True) -> StudyOutcome:
-    """Merge the finished shapes of `study` in run_dir into its metrics.csv, runs.csv, claims.csv, across.csv and
+    """Merge the finished shapes of `study` in run_dir into its metrics.csv.gz, runs.csv, claims.csv, across.csv and
     report.md (the same bytes each time: `coevolab report DIR` re-renders a study with it). figures=False: the
     report's text alone."""
-    metrics = {s.name: pd.read_csv(shape_dir(run_dir, s.name) / METRICS_FILE) for s in study.shapes}
+    metrics = {s.name: pd.read_csv(metrics_file(shape_dir(run_dir, s.name))) for s in study.shapes}
     joined = {s.name: with_best_of_n_measures(shape_dir(run_dir, s.name), metrics[s.name]) for s in study.shapes}
     measures = {s.name: run_measures(joined[s.name], s.grid.world) for s in study.shapes}
     within_files = {s.name: shape_dir(run_dir, s.name) / CLAIMS_FILE for s in study.shapes if s.grid.claims}
@@ -108,7 +110,7 @@ def write_study_files(study: StudySpec, run_dir: Path, how: str, figures: bool =
     )
     merged, per_run = _labelled(study, metrics), _labelled(study, measures)
     across = across_table(study.across, per_run, within)
-    atomic_write_text(run_dir / METRICS_FILE, merged.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
+    write_metrics_text(run_dir, merged.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     atomic_write_text(run_dir / RUNS_FILE, per_run.to_csv(index=False, float_format=CSV_FLOAT_FORMAT))
     if not within.empty:
         within = within[["shape", *(column for column in within.columns if column != "shape")]]

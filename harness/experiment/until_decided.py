@@ -10,7 +10,7 @@ holds only through float rounding (another program shape rounds differently, as 
 do): the same end modes, other floats within 1e-4 (tests/test_until_decided.py); measured on the published grid at full
 length (its six conditions of open claims alone at seeds 0–7 against the committed 100-seed grid), real quality within
 2.5e-5 and judge-perceived quality within 2.5e-3. So the stages' runs are the runs one grid of every seed would hold, to
-that rounding. After stage k the stages' metrics are merged (metrics.csv) and every claim is judged at level α_k
+that rounding. After stage k the stages' metrics are merged (metrics.csv.gz) and every claim is judged at level α_k
 (`verdict_table`, the family's adjustment within it); a claim decided at a look keeps that look's verdict, and the next
 stage grows only the conditions of the claims still open. The run stops when every claim is decided or after the last
 look.
@@ -23,7 +23,7 @@ finished run is adopted as the first look only if its claims were never judged: 
 outside any plan, and growing it would spend more than α in all (decide its claims on a fresh plan and fresh seeds).
 
 The run directory: grid.json (the grid at its first look's seeds), sequential.json (the plan), stages/<k>/ (each a
-blocks run with its own report, text and tables: the figures are the merged grid's), metrics.csv (the stages merged:
+blocks run with its own report, text and tables: the figures are the merged grid's), metrics.csv.gz (the stages merged:
 conditions may hold different seed counts), looks.csv (one row per look taken), claims.csv (each claim's row from the
 look that decided it, else from the last look, with the look, its level and, for open claims, the seeds a fixed-seed
 grid would need at α), report.md (the merged grid's report and a section on the sequential verdicts) and manifest.json.
@@ -53,7 +53,9 @@ from harness.common.run_files import (
     METRICS_FILE,
     atomic_write_text,
     manifest,
+    metrics_file,
     remove_figures,
+    write_metrics_text,
 )
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metrics_text, run_finished, run_in_blocks
@@ -243,11 +245,9 @@ def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spendin
 
 
 def merged_stages_text(spec: GridSpec, stages: int, run_dir: Path) -> str:
-    """The first `stages` stages' metrics.csv joined, text as each wrote it, in the grid's condition order, then
+    """The first `stages` stages' metrics.csv.gz joined, text as each wrote it, in the grid's condition order, then
     seed, then iteration; the metrics every stage has (a grown run of an earlier version may lack newer ones)."""
-    tables = [
-        pd.read_csv(stage_dir(run_dir, k) / METRICS_FILE, dtype=str, keep_default_na=False) for k in range(stages)
-    ]
+    tables = [pd.read_csv(metrics_file(stage_dir(run_dir, k)), dtype=str, keep_default_na=False) for k in range(stages)]
     shared = [name for name in tables[0].columns if all(name in table.columns for table in tables)]
     return ordered_metrics_text(spec, [table[shared] for table in tables])
 
@@ -314,7 +314,7 @@ def run_until_decided(
             directory.mkdir(parents=True, exist_ok=True)
             progress.phase("look", f"{stage + 1} of {len(plan.looks)}: {len(names)} conditions to {seeds} seeds")
             run_in_blocks(own, directory, progress, backend, how, figures=False)  # the merged grid's report draws
-        atomic_write_text(run_dir / METRICS_FILE, merged_stages_text(spec, stage + 1, run_dir))
+        write_metrics_text(run_dir, merged_stages_text(spec, stage + 1, run_dir))
         metrics = pd.read_csv(run_dir / METRICS_FILE)
         progress.phase("verdicts", f"look {stage + 1} at level {level:.3g}")
         ranges = metric_ranges(spec.world)
@@ -425,12 +425,13 @@ def render_report(run_dir: Path, figures: bool = True, how_run: str | None = Non
         ValueError: its grid.json or sequential.json does not validate.
     """
     run_dir = Path(run_dir)
-    missing = [name for name in (METRICS_FILE, CLAIMS_FILE, LOOKS_FILE) if not (run_dir / name).is_file()]
+    files = (metrics_file(run_dir), run_dir / CLAIMS_FILE, run_dir / LOOKS_FILE)
+    missing = [path.name for path in files if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"{run_dir}: no {' or '.join(missing)} (the run has not finished)")
     spec = load_spec(run_dir)
     plan = SequentialPlan.model_validate_json((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
-    metrics, claims, looks = (pd.read_csv(run_dir / name) for name in (METRICS_FILE, CLAIMS_FILE, LOOKS_FILE))
+    metrics, claims, looks = (pd.read_csv(path) for path in files)
     grid = spec.model_copy(update={"claims": ()})
     remove_figures(run_dir)
     line = how_run if how_run is not None else how_run_line_of(run_dir)

@@ -1,6 +1,6 @@
 """Checking a finished run directory before anything reads it (`coevolab verify`, `report`, `--resume`,
 `harness.load_result`): its manifest and every manifest below it (seed blocks, stages, shapes) against the files they
-list, then every metrics.csv read back against the grid.json beside it (`harness.experiment.validation`).
+list, then every metrics.csv.gz read back against the grid.json beside it (`harness.experiment.validation`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from harness.common.run_files import (
     CLAIMS_FILE,
     FIGURES_DIR,
     GRID_FILE,
+    LEGACY_METRICS_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
+    metrics_file,
     remove_figures,
 )
 from harness.common.run_tables import table_files
@@ -50,6 +52,7 @@ RUN_ENTRIES = frozenset(
         GRID_FILE,
         MANIFEST_FILE,
         METRICS_FILE,
+        LEGACY_METRICS_FILE,
         CHECKPOINT_FILE,
         BLOCKS_DIR,
         STAGES_DIR,
@@ -173,7 +176,7 @@ def _folders(run_dir: Path) -> list[Path]:
 
 
 def read_back(run_dir: Path) -> pd.DataFrame | None:
-    """Read every metrics.csv under run_dir back against the grid.json beside it; returns the top one's table (None
+    """Read every metrics table under run_dir back against the grid.json beside it; returns the top one's table (None
     where the top holds none of its own, as a study's, whose metrics are its shapes').
 
     Raises:
@@ -181,16 +184,16 @@ def read_back(run_dir: Path) -> pd.DataFrame | None:
     """
     top = None
     for folder in _folders(Path(run_dir)):
-        if not ((folder / GRID_FILE).is_file() and (folder / METRICS_FILE).is_file()):
+        if not ((folder / GRID_FILE).is_file() and metrics_file(folder).is_file()):
             continue
         # A grid grown until decided grows its conditions to different seed counts (its stages are complete).
-        table = read_metrics(folder / METRICS_FILE, load_spec(folder), complete=not (folder / PLAN_FILE).is_file())
+        table = read_metrics(metrics_file(folder), load_spec(folder), complete=not (folder / PLAN_FILE).is_file())
         top = table if folder == Path(run_dir) else top
     return top
 
 
 class Checked(NamedTuple):
-    """A finished run directory, checked: its manifest and its top metrics.csv as `pd.read_csv` reads it (None for a
+    """A finished run directory, checked: its manifest and its top metrics.csv.gz as `pd.read_csv` reads it (None for a
     study, whose metrics are its shapes')."""
 
     manifest: dict[str, Any]
@@ -199,7 +202,7 @@ class Checked(NamedTuple):
 
 def check_finished(run_dir: Path, rewriting: Callable[[str], bool] | None = None) -> Checked:
     """Check a finished run directory: its manifest and every manifest below it against the files they list (but
-    those `rewriting` names: what the calling command writes anew), then every metrics.csv read back.
+    those `rewriting` names: what the calling command writes anew), then every metrics.csv.gz read back.
 
     Raises:
         RunDirectoryError: the first problem, in one line (no manifest: the run has not finished).
@@ -251,7 +254,7 @@ def verify_run_dir(run_dir: Path) -> str:
             "verified; its metrics read back as its grid's runs"
         )
     manifests = [folder for folder in _folders(run_dir) if (folder / MANIFEST_FILE).is_file()]
-    tables = [folder for folder in _folders(run_dir) if (folder / METRICS_FILE).is_file()]
+    tables = [folder for folder in _folders(run_dir) if metrics_file(folder).is_file()]
     return (
         f"{run_dir}: verified {len(manifest[FILES_KEY])} files against their sizes and SHA-256 ({len(manifests)} "
         f"manifest{'s' if len(manifests) > 1 else ''}); {len(tables)} metrics table{'s' if len(tables) > 1 else ''} "

@@ -371,7 +371,7 @@ def rows(mechanisms: Sequence[Mechanism]) -> tuple[StepRow, ...]:
 
 
 def metric_columns(mechanisms: Sequence[Mechanism]) -> tuple[metric_registry.Metric, ...]:
-    """The metrics of a grid of `mechanisms`, in metrics.csv's column order."""
+    """The metrics of a grid of `mechanisms`, in metrics.csv.gz's column order."""
     return metric_registry.columns([m.name for m in mechanisms])
 
 

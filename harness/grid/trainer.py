@@ -354,7 +354,7 @@ class GridTrainer:
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        """The grid's metrics (those of the mechanisms its runs use), in metrics.csv's column order."""
+        """The grid's metrics (those of the mechanisms its runs use), in metrics.csv.gz's column order."""
         return tuple(metric.name for metric in registry.metric_columns(self.shape.used_mechanisms))
 
     def metrics_table(self, records: list[Diagnostics]) -> pd.DataFrame:

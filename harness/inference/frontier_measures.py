@@ -1,4 +1,4 @@
-"""Per-run measures of overoptimization that claims read, from a run directory's best-of-n table and metrics.csv.
+"""Per-run measures of overoptimization that claims read, from a run directory's best-of-n table and metrics.csv.gz.
 
 Claims compare metrics (`harness.inference.claims`), and a study's across claims per-run measures
 (`harness.inference.run_measures`); the statements of the overoptimization literature need a few more, each a number
@@ -205,7 +205,7 @@ def frontier_measures(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.Data
     """One row per (condition, seed, iteration) of `metrics` with every FRONTIER_MEASURES column (float64).
 
     Args:
-      metrics: metrics.csv's rows (condition, seed, iteration, kl_from_initial, policy_quality at least).
+      metrics: metrics.csv.gz's rows (condition, seed, iteration, kl_from_initial, policy_quality at least).
       best_of_n: the best-of-n table's rows of the same runs (the per-run table of `harness.mechanisms.best_of_n`).
     """
     curves, paths = scored_curves(best_of_n), run_paths(metrics)

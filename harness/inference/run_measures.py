@@ -1,5 +1,5 @@
 """Per-run measures: when a run reaches its ceiling, when its entropy collapses, how much of q*'s range it reaches,
-how far its end mode is from the world's best output. Computed from metrics.csv (no in-graph diagnostics), so that
+how far its end mode is from the world's best output. Computed from metrics.csv.gz (no in-graph diagnostics), so that
 grids of different world sizes and networks compare on one scale (`harness.inference.across_shapes`).
 """
 
@@ -48,7 +48,7 @@ def run_summaries(metrics: pd.DataFrame, world: WorldConfig) -> pd.DataFrame:
     """One row per run (condition × seed) of a metrics table.
 
     Args:
-      metrics: metrics.csv's rows (at least condition, seed, iteration, policy_quality, policy_entropy), any order.
+      metrics: metrics.csv.gz's rows (at least condition, seed, iteration, policy_quality, policy_entropy), any order.
       world: the grid's world, for q*'s range.
 
     Returns:

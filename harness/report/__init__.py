@@ -77,7 +77,7 @@ FIGURE_TITLES = {
 
 def _write(out_dir: Path, name: str, text: str | bytes) -> None:
     if name not in REPORT_FILES:
-        # What a report writes is listed, so that `coevolab report` verifies every other file (metrics.csv, the
+        # What a report writes is listed, so that `coevolab report` verifies every other file (metrics.csv.gz, the
         # per-run tables) as an input before reading it, and re-seals only what it wrote.
         raise ValueError(f"refusing to write {out_dir / name}: not one of the report's files {REPORT_FILES}")
     if isinstance(text, str) and name.endswith(".md"):
@@ -104,7 +104,7 @@ def write_report(
     grid's claims (harness.inference.claims) a verdicts section and claims.csv; it must describe the table's conditions.
     Attractors (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow
     the end modes. how_run: one line on how the grid was run (its seed blocks), after the line on the grid. The output
-    depends only on the arguments (same inputs, same bytes). metrics.csv is never written. figures=False: the text
+    depends only on the arguments (same inputs, same bytes). metrics.csv.gz is never written. figures=False: the text
     and tables alone, no figure drawn or linked (most of a report's time is drawing figures).
     """
     out_dir = Path(out_dir)

@@ -223,5 +223,5 @@ def how_to_read(
     others = [x for x in registry.all_metrics() if x not in shown and x.name in prepared.columns]
     if others:
         listed = "; ".join(f"`{x.name}` ({x.definition})" for x in others)
-        lines.append(f"- metrics.csv also records: {listed}.")
+        lines.append(f"- metrics.csv.gz also records: {listed}.")
     return [*lines, ""]

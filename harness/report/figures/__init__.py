@@ -81,7 +81,7 @@ def draw_figures(
     """The figures `make_figures` writes, as matplotlib Figures instead of PNG files.
 
     Args:
-        metrics: a tidy metrics table (one row per condition × seed × iteration), as in metrics.csv.
+        metrics: a tidy metrics table (one row per condition × seed × iteration), as in metrics.csv.gz.
         name: the grid's name, for titles.
         keys: which figures to draw, a subset of FIGURE_KEYS.
 
