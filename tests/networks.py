@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness.engine import models
+from harness.mechanisms.noisy_gold_reward import NoisyProxy
 
 # (key, vocab_size, seq_len[, network]) -> parameters, as harness.engine.models' own.
 init_policy = jax.jit(models.init_policy, static_argnums=(1, 2, 3))
@@ -24,3 +25,9 @@ def perturbed(params: chex.ArrayTree, seed: int, scale: float = 0.2) -> chex.Arr
     return jax.tree.map(
         lambda leaf: jnp.asarray(np.asarray(leaf) + scale * rng.standard_normal(leaf.shape).astype(leaf.dtype)), params
     )
+
+
+def idle_run_states(n_outputs: int) -> dict:
+    """One run's own state of each built-in mechanism whose reward hook reads one (`PolicyBatch.mechanisms`), as a
+    run starts: what `run_policy_step` is given for a run whose knobs leave those mechanisms off."""
+    return {"noisy_gold_reward": NoisyProxy(jnp.zeros((n_outputs,), jnp.float32), jnp.zeros((), jnp.bool_))}

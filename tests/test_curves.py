@@ -176,12 +176,28 @@ def test_the_studys_scaling_and_path_figures_draw_their_data_inside_the_canvas()
     series = pd.DataFrame(rows)
     for name in ("alpha", "beta"):
         series[f"{name}_low"], series[f"{name}_high"] = series[name] - 0.1, series[name] + 0.2
-    baselines = pd.DataFrame({"optimizer": ["best_of_n", "rl"], "alpha": [2.8, 0.4], "beta": [0.19, -1.5]})
+    baselines = pd.DataFrame(
+        {
+            "optimizer": ["best_of_n", "rl", "best_of_n", "rl"],
+            "baseline": ["q_star", "q_star", "noisy_q_star", "noisy_q_star"],
+            "alpha": [2.8, 0.4, 2.1, 0.3],
+            "beta": [0.19, -1.5, 0.27, -1.1],
+        }
+    )
     fig = draw_scaling(series, baselines)
     first = fig.axes[1]  # best-of-n's β against judge parameters
     points = first.containers[0].lines[0]
     np.testing.assert_allclose(np.asarray(points.get_ydata(), float), 0.1 * np.log10([361, 1297, 4897, 19009]))
-    assert any(np.allclose(np.asarray(line.get_ydata(), float), 0.19) for line in first.get_lines())  # perfect proxy
+    levels = [np.asarray(line.get_ydata(), float) for line in first.get_lines()]
+    assert any(np.allclose(level, 0.19) for level in levels) and any(np.allclose(level, 0.27) for level in levels)
+    rl_beta = fig.axes[3]  # RL's β: both of its baselines, and no best-of-n one
+    rl_levels = [np.asarray(line.get_ydata(), float) for line in rl_beta.get_lines()]
+    assert any(np.allclose(level, -1.5) for level in rl_levels) and any(np.allclose(level, -1.1) for level in rl_levels)
+    assert not any(np.allclose(level, 0.19) for level in rl_levels)
+    assert {text.get_text() for text in fig.legends[0].get_texts()} >= {
+        "the perfect proxy (q*)",
+        "q* + random errors at the judges' alignment",
+    }
     _inside_canvas(fig)
     paths = _frontier().assign(kl=lambda t: t["d"] ** 2)
     paths = paths.assign(label=paths["optimizer"] + " " + paths["judge_size"].astype(str))

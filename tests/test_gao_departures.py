@@ -73,7 +73,7 @@ def test_the_section_words_every_cited_claim_and_leaves_out_the_rest() -> None:
     assert "- **falls stated** (Gao et al. 2022): agrees." in text
     assert "- **bends stated** (Gao et al. 2022): departs." in text
     assert "  - small: **contradicted** (effect -0.200 [-0.300, -0.100]; w3)" in text
-    assert text.count("The perfect proxy: q* ends higher.") == 2
+    assert text.count("Baselines: q* ends higher.") == 2
     assert "own stated" not in text
     uncited = GridSpec(conditions=(Condition(name="rl"),), claims=(_claim("own", ""),))
     alone = StudySpec(name="s", shapes=(Shape(name="small", grid=uncited),))
@@ -88,16 +88,18 @@ def test_roles_are_found_from_the_knobs() -> None:
         Condition(name="gold", knobs=judged.model_copy(update={"reward_from_q_star": True})),
         Condition(name="kl", knobs=judged.model_copy(update={"kl_penalty": 0.3})),
         Condition(name="gold-kl", knobs=judged.model_copy(update={"reward_from_q_star": True, "kl_penalty": 0.3})),
+        Condition(name="noisy", knobs=judged.model_copy(update={"reward_from_noisy_q_star": True})),
     )
     big = GridSpec(conditions=conditions)
     small = GridSpec(conditions=(conditions[0], conditions[3]))
     study = StudySpec(name="s", shapes=(Shape(name="small", grid=small), Shape(name="big", grid=big)))
     roles = study_roles(study)
-    assert (roles.reference, roles.base, roles.data, roles.perfect_proxy) == (
+    assert (roles.reference, roles.base, roles.data, roles.perfect_proxy, roles.noisy_proxy) == (
         "big",
         "base",
         ("base", "data-64"),
         "gold",
+        "noisy",
     )
 
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.engine.metrics import all_metrics
+from harness.grid.conditions import load_grid
+from harness.grid.layout import grid_metrics
+from tests.conftest import ROOT
 from tools.golden_diff import TOLERANCE  # (float32 training over 40 steps: why 1e-4, beside it)
 
-# Every registered metric; counts and the mode compare exactly (mode_quality is q* of the mode, so exact too).
-EXACT_METRICS = [m.name for m in all_metrics() if m.kind == "int"] + ["mode_quality"]
-FLOAT_METRICS = [m.name for m in all_metrics() if m.kind == "float" and m.name not in EXACT_METRICS]
+# Every metric of the smoke grid (the loop's and those of every mechanism its runs use); counts and the mode compare
+# exactly (mode_quality is q* of the mode, so exact too).
+SMOKE = grid_metrics(load_grid(ROOT / "conditions" / "smoke.toml"))
+EXACT_METRICS = [m.name for m in SMOKE if m.kind == "int"] + ["mode_quality"]
+FLOAT_METRICS = [m.name for m in SMOKE if m.kind == "float" and m.name not in EXACT_METRICS]
 
 
 def test_smoke_metrics_match_golden_file(smoke_metrics: pd.DataFrame, dataframe_regression) -> None:

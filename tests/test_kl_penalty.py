@@ -25,7 +25,7 @@ from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid
 from harness.grid.reward import run_policy_step
 from harness.grid.trainer import GridTrainer
 from harness.mechanisms import kl_penalty
-from tests.networks import init_judge, init_policy, perturbed
+from tests.networks import idle_run_states, init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
 K, L, B = TWO_POSITIONS["vocab_size"], TWO_POSITIONS["seq_len"], 16
@@ -64,6 +64,7 @@ def _step(policy, initial, judge, knobs: Knobs, mechanisms) -> jax.Array:
         _one_run(knobs),
         _row(initial),
         Q_STAR,
+        idle_run_states(K**L),
     )
     return np.asarray(after.params)
 

@@ -28,7 +28,7 @@ from harness.grid.batching import apply_where_due
 from harness.grid.knobs import Knobs, choices, stack_knobs
 from harness.grid.reward import run_policy_step
 from harness.mechanisms import anchor, ensemble, judge_ema, judge_update, meta_correction, pair_sources, referee, reset
-from tests.networks import init_judge, init_policy, perturbed
+from tests.networks import idle_run_states, init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
 K, L, B = TWO_POSITIONS["vocab_size"], TWO_POSITIONS["seq_len"], 16
@@ -99,9 +99,8 @@ def test_policy_step_is_reinforce_with_a_mean_baseline(policy_tree, judge_tree) 
     noise = sampling_noise("coevolab", key, B, K, L)
     step = jax.jit(POLICY_STEP)
     initial = _row(policy_tree)
-    after = step(
-        fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True]), noise, knobs, initial, Q_STAR
-    )
+    judges, members, states = _row(judge_tree)[None], jnp.array([True]), idle_run_states(K**L)
+    after = step(fresh_network(_row(policy_tree)), judges, members, noise, knobs, initial, Q_STAR, states)
 
     tokens, _ = learning.sample(_row(policy_tree), noise, K)
     rewards = Judge(K).apply(judge_tree, tokens)
@@ -173,11 +172,12 @@ def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(po
     policy, judges, members = fresh_network(_row(policy_tree)), _row(judge_tree)[None], jnp.array([True])
     lookahead = jax.jit(functools.partial(pair_sources.lookahead_side, vocab=K, mechanisms=BUILT_IN))
     initial = _row(policy_tree)
-    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs, initial, Q_STAR)
+    states = idle_run_states(K**L)
+    row = lookahead(policy.params, policy, judges, members, noise, jnp.int32(2), knobs, initial, Q_STAR, states)
 
     step = jax.jit(POLICY_STEP)
-    once = step(policy, judges, members, noise[0], knobs, initial, Q_STAR)
-    expected = step(once, judges, members, noise[1], knobs, initial, Q_STAR)
+    once = step(policy, judges, members, noise[0], knobs, initial, Q_STAR, states)
+    expected = step(once, judges, members, noise[1], knobs, initial, Q_STAR, states)
     np.testing.assert_allclose(np.asarray(row), np.asarray(expected.params), rtol=0, atol=1e-6)
     assert np.max(np.abs(np.asarray(row) - np.asarray(policy.params))) > LR / 2  # it did train
     np.testing.assert_array_equal(np.asarray(policy.params), np.asarray(_row(policy_tree)))

@@ -25,7 +25,7 @@ from harness.grid.contract import PolicyBatch
 from harness.grid.knobs import Knobs, stack_knobs
 from harness.grid.reward import run_policy_step
 from harness.mechanisms import entropy_regularization, gold_reward
-from tests.networks import init_judge, init_policy, perturbed
+from tests.networks import idle_run_states, init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
 K, L, B = TWO_POSITIONS["vocab_size"], TWO_POSITIONS["seq_len"], 16
@@ -61,7 +61,7 @@ def test_the_perfect_proxy_step_is_reinforce_on_q_star(policy_tree) -> None:
     step = jax.jit(functools.partial(run_policy_step, vocab=K, model=DEFAULT_MODEL, mechanisms=ALL))
     knobs = _one_run(Knobs(lr_policy=LR, entropy_bonus=0.0, reward_from_q_star=True))
     row = _row(policy_tree)
-    after = step(fresh_network(row), judge[None], jnp.array([True]), noise, knobs, row, Q_STAR)
+    after = step(fresh_network(row), judge[None], jnp.array([True]), noise, knobs, row, Q_STAR, idle_run_states(K**L))
 
     tokens, _ = learning.sample(row, noise, K)
     index = np.asarray(tokens) @ (K ** np.arange(L - 1, -1, -1))

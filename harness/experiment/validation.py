@@ -1,4 +1,4 @@
-"""Reading a metrics.csv back against the grid.json beside it: every run's rows exactly once, every value of its
+"""Reading a metrics.csv.gz back against the grid.json beside it: every run's rows exactly once, every value of its
 metric's kind, finite and in range where the metric says it must be (`harness.engine.metrics.ValidValues`; the
 grid's metrics are the loop's and its mechanisms', `harness.grid.registry.metric_columns`).
 
@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from harness.common.integrity import RunDirectoryError
+from harness.common.run_files import read_metrics_text
 from harness.engine.metrics import Metric
-from harness.grid import registry
-from harness.grid.layout import GridSpec
+from harness.grid.layout import GridSpec, grid_metrics
 
 KEY_COLUMNS = ("condition", "seed", "iteration")
 # Past a bound by float32 rounding (a Spearman of 1.0000001, a KL of −1e−7): still the bound.
@@ -135,7 +135,7 @@ def _check_rows(keys: pd.DataFrame, spec: GridSpec, where: Path, complete: bool)
 
 
 def validated_metrics(text: str, spec: GridSpec, where: Path, complete: bool = True) -> pd.DataFrame:
-    """metrics.csv's `text` as `pd.read_csv` reads it, once it has read back as the runs of `spec`.
+    """metrics.csv.gz's `text` as `pd.read_csv` reads it, once it has read back as the runs of `spec`.
 
     Args:
         where: the file's path, for the messages.
@@ -151,7 +151,7 @@ def validated_metrics(text: str, spec: GridSpec, where: Path, complete: bool = T
         table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).fillna("")
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise RunDirectoryError(f"{where}: not a metrics table ({str(error).strip().splitlines()[0]})") from None
-    metrics = registry.metric_columns(spec.active_mechanisms)  # the grid's, its mechanisms' included
+    metrics = grid_metrics(spec)  # the grid's, those of the mechanisms its runs use included
     required = [*KEY_COLUMNS, "boundary", "diverged", "finite"]
     if complete:
         required += [metric.name for metric in metrics]
@@ -196,13 +196,14 @@ def validated_metrics(text: str, spec: GridSpec, where: Path, complete: bool = T
 
 
 def read_metrics(path: Path, spec: GridSpec, complete: bool = True) -> pd.DataFrame:
-    """The metrics.csv at `path`, read back against `spec` (see `validated_metrics`).
+    """The metrics table at `path` (metrics.csv.gz, or an earlier coevolab's metrics.csv.gz), read back against `spec`
+    (see `validated_metrics`).
 
     Raises:
         RunDirectoryError: it is missing, unreadable, or does not read back as the runs of `spec`.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_metrics_text(Path(path))
     except FileNotFoundError:
         raise RunDirectoryError(f"{path}: missing (the run has not finished)") from None
     except (OSError, UnicodeDecodeError) as error:

@@ -219,7 +219,8 @@ class PolicyBatch:
     """One run's policy batch, as the reward hooks see it: tokens int32 (B, L); log_pi (B,) the policy's log π of
     each sample (no gradient flows through it); initial_policy (P,) the row of the run's π₀; q_star (N,) the world's
     q* of every output (`harness.engine.world.output_index` of the tokens indexes it); vocab and model (static), to
-    evaluate other rows on the tokens."""
+    evaluate other rows on the tokens; mechanisms: the run's own state of every mechanism that keeps one
+    (`RunState.mechanisms` without the run axis), so a reward hook can read what its mechanism carries."""
 
     tokens: jax.Array
     log_pi: jax.Array
@@ -227,6 +228,7 @@ class PolicyBatch:
     q_star: jax.Array
     vocab: int = flax.struct.field(pytree_node=False)
     model: Any = flax.struct.field(pytree_node=False)
+    mechanisms: dict[str, Any] = flax.struct.field(default_factory=dict)
 
 
 class DiagnosticsContext(NamedTuple):

@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.engine.architecture import ModelConfig
+from harness.engine.metrics import Metric
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid import registry
@@ -325,11 +326,23 @@ def used_by(mechanisms: Sequence[Mechanism], run_knobs: Sequence[Knobs]) -> tupl
     return tuple(m.name for m in mechanisms if m.uses is None or any(m.uses(knobs) for knobs in run_knobs))
 
 
-def grid_tables(spec: GridSpec) -> tuple[RunTable, ...]:
-    """The per-run tables a grid's runs record (`contract.RunTable`): those of the mechanisms they use."""
+def used_mechanisms(spec: GridSpec) -> tuple[Mechanism, ...]:
+    """The mechanisms some run of a grid uses (`Mechanism.uses`), in catalog order: what its program calls, and whose
+    metrics and tables its run directory holds."""
     mechanisms = spec.active_mechanisms
     used = used_by(mechanisms, [condition.knobs for condition in spec.conditions])
-    return registry.tables([m for m in mechanisms if m.name in used])
+    return tuple(m for m in mechanisms if m.name in used)
+
+
+def grid_tables(spec: GridSpec) -> tuple[RunTable, ...]:
+    """The per-run tables a grid's runs record (`contract.RunTable`): those of the mechanisms they use."""
+    return registry.tables(used_mechanisms(spec))
+
+
+def grid_metrics(spec: GridSpec) -> tuple[Metric, ...]:
+    """The metrics a grid's metrics table holds, in its column order: the loop's and those of the mechanisms its runs
+    use."""
+    return registry.metric_columns(used_mechanisms(spec))
 
 
 def layout_grid(spec: GridSpec) -> GridLayout:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -111,7 +112,10 @@ def policy_step(
     slot_scores = jax.vmap(judge_reward)(judges, tokens[constants.slot_run])
     rewards = run_rewards(shape, constants, knobs, slot_scores)
     q_star = jnp.broadcast_to(constants.q_star, (shape.n_runs, *constants.q_star.shape))
-    batches = PolicyBatch(tokens, jax.lax.stop_gradient(log_pi), constants.initial_policies, q_star, vocab, shape.model)
+    own_states = state.runs.mechanisms
+    batches = PolicyBatch(
+        tokens, jax.lax.stop_gradient(log_pi), constants.initial_policies, q_star, vocab, shape.model, own_states
+    )
     (grads,) = pullback(jax.vmap(partial(_loss_cotangent, mechanisms))(rewards, batches, knobs))
     learning_rate = jax.vmap(partial(policy_learning_rate, mechanisms))(knobs)
     policy = jax.vmap(adam_step)(policy, grads, learning_rate)
@@ -126,6 +130,7 @@ def run_policy_step(
     knobs: RunKnobs,
     initial_policy: jax.Array,
     q_star: jax.Array,
+    run_state: dict[str, Any],
     *,
     vocab: int,
     model: ModelConfig,
@@ -133,7 +138,8 @@ def run_policy_step(
 ) -> Network:
     """One REINFORCE step of one run, as `policy_step` takes it for every run: sample a batch with `noise`
     (L, B, K), reward it with the run's judges (rows (M, P), members marking the real ones) through the same hooks,
-    step Adam. initial_policy (P,): the run's π₀ row, and q_star (N,) the world's q*, for hooks that read them."""
+    step Adam. initial_policy (P,): the run's π₀ row, q_star (N,) the world's q*, and run_state the run's own state
+    of each mechanism that keeps one (`RunState.mechanisms` without the run axis), for hooks that read them."""
 
     def log_prob(row: jax.Array) -> tuple[jax.Array, jax.Array]:
         tokens, log_pi = learning.sample(row, noise, vocab, model)
@@ -142,6 +148,6 @@ def run_policy_step(
     log_pi, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
     scores = jax.vmap(learning.judge_reward, (0, None, None, None))(judges, tokens, vocab, model)
     rewards = _aggregate(mechanisms)(scores, members, knobs)
-    batch = PolicyBatch(tokens, jax.lax.stop_gradient(log_pi), initial_policy, q_star, vocab, model)
+    batch = PolicyBatch(tokens, jax.lax.stop_gradient(log_pi), initial_policy, q_star, vocab, model, run_state)
     (grads,) = pullback(_loss_cotangent(mechanisms, rewards, batch, knobs))
     return adam_step(policy, grads, policy_learning_rate(mechanisms, knobs))

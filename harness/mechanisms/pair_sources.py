@@ -109,6 +109,7 @@ def lookahead_side(
     knobs: RunKnobs,
     initial_policy: jax.Array,
     q_star: jax.Array,
+    run_state: dict[str, Any],
     *,
     vocab: int,
     model: ModelConfig = DEFAULT_MODEL,
@@ -123,7 +124,7 @@ def lookahead_side(
 
     def step(copy: Network, inputs: tuple[jax.Array, jax.Array]) -> tuple[Network, None]:
         index, step_noise = inputs
-        stepped = train(copy, judges, members, step_noise, knobs, initial_policy, q_star)
+        stepped = train(copy, judges, members, step_noise, knobs, initial_policy, q_star, run_state)
         return jax.tree.map(lambda new, old: jnp.where(index < steps, new, old), stepped, copy), None
 
     copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))
@@ -168,7 +169,9 @@ def _lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> t
     policies = take(step.state.runs.policy, runs)
     initial = step.constants.initial_policies[runs]
     q_star = jnp.broadcast_to(step.constants.q_star, (runs.shape[0], *step.constants.q_star.shape))
-    return policies, judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs, initial, q_star
+    # Each run's own mechanism states, for reward hooks that read them (what no hook reads, XLA drops).
+    run_state = jax.tree.map(lambda leaf: leaf[runs], step.state.runs.mechanisms)
+    return policies, judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs, initial, q_star, run_state
 
 
 def _rejected_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:

@@ -51,7 +51,7 @@ def _shape_lines(own: pd.DataFrame) -> list[str]:
 
 def _perfect_proxy_line(metric: str, baselines: dict[str, str]) -> list[str]:
     line = baselines.get(metric)
-    return [f"  - The perfect proxy: {line}"] if line else []
+    return [f"  - Baselines: {line}"] if line else []
 
 
 def perfect_proxy_baselines(points: pd.DataFrame, fits: pd.DataFrame, per_run: pd.DataFrame, roles: StudyRoles) -> dict:
@@ -71,15 +71,28 @@ def perfect_proxy_baselines(points: pd.DataFrame, fits: pd.DataFrame, per_run: p
             f"grows{beta}."
         )
         out[BEST_OF_N] = text
-    if roles.perfect_proxy and len(per_run):
-        proxy = per_run[(per_run["shape"] == roles.reference) & (per_run["condition"] == roles.perfect_proxy)]
-        base = per_run[(per_run["shape"] == roles.reference) & (per_run["condition"] == roles.base)]
+    own_runs = per_run[per_run["shape"] == roles.reference] if len(per_run) else per_run
+    proxies = [
+        (condition, how)
+        for condition, how in (
+            (roles.perfect_proxy, "by q* itself"),
+            (roles.noisy_proxy, "by q* plus random errors at its judge's alignment"),
+        )
+        if condition
+    ]
+    if proxies and len(own_runs):
+        base = own_runs[own_runs["condition"] == roles.base]
         for measure, what in (("gold_gain_at_kl_1", "gains in gold by KL = 1 nat"), ("policy_quality", "ends at")):
-            if measure in proxy and proxy[measure].notna().any():
+            said = [
+                f"RL rewarded {how} ({condition}, {roles.reference}) {what} {num(values.mean())}"
+                for condition, how in proxies
+                if measure in own_runs
+                and (values := own_runs.loc[own_runs["condition"] == condition, measure]).notna().any()
+            ]
+            if said:
                 out[measure] = (
-                    f"RL rewarded by q* itself ({roles.perfect_proxy}, {roles.reference}) {what} "
-                    f"{num(proxy[measure].mean())} (mean over seeds), against {num(base[measure].mean())} for RL "
-                    f"against the judge ({roles.base})."
+                    f"{'; '.join(said)} (means over seeds), against {num(base[measure].mean())} for RL against the "
+                    f"judge ({roles.base})."
                 )
     return out
 

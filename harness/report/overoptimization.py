@@ -3,7 +3,7 @@ against the perfect proxy; Gao's forms fitted per shape, condition and scorer wi
 compared with a quadratic by held-out error and by extrapolation; α and β against the judge's size and data; every
 RL condition's gold-vs-KL path beside best-of-n's; and where runs end.
 
-Each shape's run directory holds its metrics.csv and best-of-n table (best_of_n.parquet). Best-of-n's points are
+Each shape's run directory holds its metrics.csv.gz and best-of-n table (best_of_n.parquet). Best-of-n's points are
 iteration 0's curves from π₀ (n = 1 … 10⁶), scored by the pretrained judges, by q* (the perfect proxy) and by q* plus
 noise at the judges' alignment (`harness.mechanisms.best_of_n`); a run's RL points are its path over the iterations;
 both as gains since their start against d = √KL(· ‖ π₀) (`harness.inference.frontier_measures`). The fits are
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.common.run_files import METRICS_FILE
+from harness.common.run_files import metrics_file
 from harness.common.run_tables import read_run_table
 from harness.grid.study import StudySpec
 from harness.inference.frontier_measures import (
@@ -88,7 +88,7 @@ def study_frontier(
         if best_of_n is None:
             continue
         curves = scored_curves(best_of_n[best_of_n["iteration"] == best_of_n["iteration"].min()])
-        points = frontier_points(pd.read_csv(directory / METRICS_FILE), curves)
+        points = frontier_points(pd.read_csv(metrics_file(directory)), curves)
         examples = {c.name: pretraining_examples(shape.grid, c.name) for c in shape.grid.conditions}
         points = points.assign(shape=shape.name, **{PANEL: parameters[shape.name]})
         frames.append(points.assign(judge_examples=points["condition"].map(examples)))
@@ -161,12 +161,16 @@ def scaling_series(fits: pd.DataFrame, points: pd.DataFrame, roles: StudyRoles) 
 
 
 def perfect_proxy_fits(fits: pd.DataFrame, roles: StudyRoles) -> pd.DataFrame:
-    """The perfect proxy's fits in the reference shape: best-of-n against q* (the base condition's curves), RL
-    rewarded by q* (the perfect-proxy condition, where the study has one)."""
+    """The baselines' fits in the reference shape, each row's `baseline` "q_star" (the perfect proxy) or
+    "noisy_q_star" (q* plus random errors at the judges' alignment): best-of-n against each (the base condition's
+    curves), RL rewarded by each (the condition that is, where the study has one)."""
     own = fits[fits["shape"] == roles.reference]
-    best = own[(own["condition"] == roles.base) & (own["scorer"] == "q_star")]
-    rl = own[(own["condition"] == roles.perfect_proxy) & (own["optimizer"] == "rl")]
-    return pd.concat([best, rl], ignore_index=True)[["optimizer", "alpha", "beta"]]
+    rows = []
+    for baseline, condition in (("q_star", roles.perfect_proxy), ("noisy_q_star", roles.noisy_proxy)):
+        best = own[(own["condition"] == roles.base) & (own["scorer"] == baseline) & (own["optimizer"] == "best_of_n")]
+        rl = own[(own["condition"] == condition) & (own["optimizer"] == "rl")]
+        rows += [best.assign(baseline=baseline), rl.assign(baseline=baseline)]
+    return pd.concat(rows, ignore_index=True)[["optimizer", "baseline", "alpha", "beta"]]
 
 
 def overoptimization_section(
@@ -264,11 +268,12 @@ def _figure_lines(
         path = fig_scaling(series, perfect_proxy_fits(fits, roles), figures / "gao_scaling.png")
         lines += [f"![α and β against the judge's size and data]({path.relative_to(run_dir).as_posix()})", ""]
     own = points[points["shape"] == reference]
-    bon = own[(own["optimizer"] == "best_of_n") & (own["condition"] == roles.base) & (own["scorer"] != "noisy_q_star")]
+    bon = own[(own["optimizer"] == "best_of_n") & (own["condition"] == roles.base)]
     rl = own[own["optimizer"] == "rl"]
+    against = {"judges": "the judge", "q_star": "q*", "noisy_q_star": "q* + random errors at the judge's alignment"}
     paths = pd.concat(
         [
-            bon.assign(label="best-of-n against " + bon["scorer"].map({"judges": "the judge", "q_star": "q*"})),
+            bon.assign(label="best-of-n against " + bon["scorer"].map(against)),
             rl.assign(label="RL: " + rl["condition"]),
         ],
         ignore_index=True,
@@ -292,21 +297,30 @@ def _figure_lines(
 
 
 def _proxy_note(roles: StudyRoles) -> list[str]:
-    """Where a condition's RL is rewarded by q*, what its panel's dashed RL line is."""
-    if roles.perfect_proxy is None:
-        return []
-    return [
-        f"In the panel of {roles.perfect_proxy}, RL is rewarded by q* itself: its dashed line is still its judges' "
-        "score of the policy (what they would have rewarded), not the reward it climbed, which is its gold.",
-        "",
-    ]
+    """Where a condition's RL is rewarded by q* (or by q* plus noise), what its panel's dashed RL line is."""
+    lines = []
+    if roles.perfect_proxy is not None:
+        lines += [
+            f"In the panel of {roles.perfect_proxy}, RL is rewarded by q* itself: its dashed line is still its "
+            "judges' score of the policy (what they would have rewarded), not the reward it climbed, which is its "
+            "gold.",
+            "",
+        ]
+    if roles.noisy_proxy is not None:
+        lines += [
+            f"In the panel of {roles.noisy_proxy}, RL is rewarded by q* plus a fixed random error per output, as "
+            "aligned with q* (Pearson) as each run's pretrained judge: its dashed line too is its judges' score, not "
+            "the reward it climbed.",
+            "",
+        ]
+    return lines
 
 
 def _profile(study: StudySpec, shape_dirs: Callable[[str], Path]) -> pd.DataFrame:
     """Every run's real quality at its final iteration, labelled "shape: condition"."""
     frames = []
     for shape in study.shapes:
-        metrics = pd.read_csv(shape_dirs(shape.name) / METRICS_FILE)
+        metrics = pd.read_csv(metrics_file(shape_dirs(shape.name)))
         final = metrics[metrics["iteration"] == metrics["iteration"].max()]
         frames.append(final.assign(condition=shape.name + ": " + final["condition"])[["condition", "policy_quality"]])
     return performance_profile(pd.concat(frames, ignore_index=True), "policy_quality")

@@ -25,12 +25,15 @@ class StudyRoles:
     reference: the shape with the most conditions (the first such); base: the first condition every shape has that
     is rewarded by its judges; data: the reference shape's conditions whose knobs differ from the base's only in
     `judge_pretrain_examples` (the base among them); perfect_proxy: the reference shape's condition that differs from
-    the base only in being rewarded by q* (`reward_from_q_star`), or None."""
+    the base only in being rewarded by q* (`reward_from_q_star`), or None; noisy_proxy: the one that differs from the
+    base only in being rewarded by q* plus random errors at its judges' alignment (`reward_from_noisy_q_star`), or
+    None."""
 
     reference: str
     base: str
     data: tuple[str, ...]
     perfect_proxy: str | None
+    noisy_proxy: str | None = None
 
 
 def _knobs_apart_from(knobs: Knobs, *names: str) -> dict[str, object]:
@@ -43,7 +46,11 @@ def study_roles(study: StudySpec) -> StudyRoles:
     everywhere = set.intersection(*({c.name for c in shape.grid.conditions} for shape in study.shapes))
     own = {c.name: c.knobs for c in reference.grid.conditions}
     base = next(
-        (c.name for c in reference.grid.conditions if c.name in everywhere and not c.knobs.reward_from_q_star),
+        (
+            c.name
+            for c in reference.grid.conditions
+            if c.name in everywhere and not (c.knobs.reward_from_q_star or c.knobs.reward_from_noisy_q_star)
+        ),
         reference.grid.conditions[0].name,
     )
     data = tuple(
@@ -52,13 +59,21 @@ def study_roles(study: StudySpec) -> StudyRoles:
         if _knobs_apart_from(knobs, "judge_pretrain_examples")
         == _knobs_apart_from(own[base], "judge_pretrain_examples")
     )
-    proxy = next(
-        (
-            name
-            for name, knobs in own.items()
-            if knobs.reward_from_q_star
-            and _knobs_apart_from(knobs, "reward_from_q_star") == _knobs_apart_from(own[base], "reward_from_q_star")
-        ),
-        None,
+
+    def differing_only_in(knob: str) -> str | None:
+        return next(
+            (
+                name
+                for name, knobs in own.items()
+                if getattr(knobs, knob) and _knobs_apart_from(knobs, knob) == _knobs_apart_from(own[base], knob)
+            ),
+            None,
+        )
+
+    return StudyRoles(
+        reference.name,
+        base,
+        data,
+        differing_only_in("reward_from_q_star"),
+        differing_only_in("reward_from_noisy_q_star"),
     )
-    return StudyRoles(reference.name, base, data, proxy)

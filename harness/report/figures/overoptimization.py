@@ -20,6 +20,10 @@ OPTIMIZER_NAMES = {"best_of_n": "best-of-n", "rl": "RL"}
 # The perfect-proxy baselines: best-of-n from π₀ scored by q* itself and by q* plus noise of the judges' alignment.
 BASELINE_STYLES = {"q_star": ("#1a1a1a", "-"), "noisy_q_star": ("0.55", "-.")}
 BASELINE_NAMES = {"q_star": "best-of-n against q* (perfect proxy)", "noisy_q_star": "against q* + random noise"}
+SCALING_BASELINE_NAMES = {
+    "q_star": "the perfect proxy (q*)",
+    "noisy_q_star": "q* + random errors at the judges' alignment",
+}
 
 
 def _mean_curve(points: pd.DataFrame, step: str, columns: list[str]) -> pd.DataFrame:
@@ -111,11 +115,12 @@ SCALING_PANELS = (("best_of_n", "alpha"), ("best_of_n", "beta"), ("rl", "alpha")
 
 def draw_scaling(series: pd.DataFrame, baselines: pd.DataFrame) -> Figure:
     """α and β of each optimizer's Gao form against the judge's size and its pretraining data, with their 95%
-    seed-bootstrap intervals, and the perfect proxy's as a horizontal line.
+    seed-bootstrap intervals, and each baseline's as a horizontal line.
 
     series: rows of `fit_gao` (judges' curves) with columns axis (the row of panels: "judge parameters" or "judge
-    pretraining examples"), x (its value), optimizer, alpha, beta and their _low/_high. baselines: optimizer, alpha,
-    beta (the perfect proxy's fit: best-of-n against q*, RL rewarded by q*), drawn on every row where present.
+    pretraining examples"), x (its value), optimizer, alpha, beta and their _low/_high. baselines: optimizer,
+    baseline ("q_star": the perfect proxy; "noisy_q_star": q* plus random errors at the judges' alignment), alpha,
+    beta (best-of-n against it, RL rewarded by it), drawn on every row where present.
     """
     axes_names = list(dict.fromkeys(series["axis"]))
     fig = new_figure(14.0, 3.0 * max(len(axes_names), 1) + 0.8)
@@ -133,9 +138,10 @@ def draw_scaling(series: pd.DataFrame, baselines: pd.DataFrame) -> Figure:
                 ax.errorbar(
                     points["x"], points[coefficient], yerr=[low, high], color=colour, marker="o", ms=4, capsize=3
                 )
-            base = baselines[baselines["optimizer"] == optimizer]
-            if len(base) and np.isfinite(base[coefficient].iloc[0]):
-                ax.axhline(float(base[coefficient].iloc[0]), color="#1a1a1a", lw=1.0, ls="-")
+            for baseline, (colour, style) in BASELINE_STYLES.items():
+                base = baselines[(baselines["optimizer"] == optimizer) & (baselines["baseline"] == baseline)]
+                if len(base) and np.isfinite(base[coefficient].iloc[0]):
+                    ax.axhline(float(base[coefficient].iloc[0]), color=colour, lw=1.0, ls=style)
             ax.axhline(0.0, color="0.7", lw=0.6)
             ax.set_xscale("log")
             ax.set_title(f"{OPTIMIZER_NAMES[optimizer]}: {coefficient}", fontsize=9)
@@ -143,9 +149,13 @@ def draw_scaling(series: pd.DataFrame, baselines: pd.DataFrame) -> Figure:
             ax.tick_params(labelsize=8)
     handles = [
         Line2D([], [], color="0.3", marker="o", ms=4, label="against the judges: fit, 95% seed-bootstrap interval"),
-        Line2D([], [], color="#1a1a1a", lw=1.0, label="the perfect proxy (q*)"),
+        *(
+            Line2D([], [], color=colour, lw=1.0, ls=style, label=SCALING_BASELINE_NAMES[baseline])
+            for baseline, (colour, style) in BASELINE_STYLES.items()
+            if (baselines["baseline"] == baseline).any()
+        ),
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8, frameon=False)
     fig.suptitle("Gao's coefficients against the judge's size and data (best-of-n: d(α − β·d); RL: d(α − β·ln d))")
     return fig
 
