@@ -220,7 +220,8 @@ class GridResult:
         spec: the grid that ran.
         run_dir: its run directory (metrics.csv.gz, grid.json, manifest.json, summary, report.md, figures/).
         metrics: the tidy metrics table, one row per condition × seed × iteration (0 = before training), as read
-            from metrics.csv.gz; columns: condition, seed, iteration, every metric of `harness.engine.metrics`,
+            from metrics.csv.gz; columns: condition, seed, iteration, every metric of the grid (the loop's and those
+            of the mechanisms its runs use, `harness.grid.layout.grid_metrics`),
             mode_sequence, boundary, diverged.
         summary: one row per condition at the final iteration: mean, std and CI per headline metric, paired
             differences from the reference condition (the unrounded table behind summary.csv).

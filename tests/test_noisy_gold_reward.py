@@ -28,8 +28,13 @@ GRID = {
     "conditions": {
         "judged": {"freeze_judge": True},
         "noisy": {"freeze_judge": True, "reward_from_noisy_q_star": True},
+        # Three judges: the proxy matches their reward table, the mean of their scores.
+        "noisy-ensemble": {"freeze_judge": True, "reward_from_noisy_q_star": True, "n_judges": 3},
+        # Future-guided pairs: the look-ahead copy of the policy is rewarded by the run's proxy too.
+        "noisy-lookahead": {"reward_from_noisy_q_star": True, "chosen_from": "lookahead"},
     },
 }
+JUDGES = {"judged": 1, "noisy": 1, "noisy-ensemble": 3, "noisy-lookahead": 1}
 
 
 ON = Knobs(reward_from_noisy_q_star=True)
@@ -54,15 +59,19 @@ def test_the_proxy_is_q_star_plus_the_seeds_noise_at_the_pretrained_judges_align
     tables = np.asarray(state.runs.of(NAME).table, np.float64)
     made = np.asarray(state.runs.of(NAME).made)
     metrics = ran.metrics.set_index(["condition", "seed", "iteration"])["noisy_proxy_alignment"]
+    first_slot = np.cumsum([0, *(JUDGES[condition] for condition, _ in ran.run_labels)])
     for run, (condition, seed) in enumerate(ran.run_labels):
-        if condition != "noisy":
+        if condition == "judged":
             assert metrics.loc[condition, seed].isna().all()  # off: no proxy to measure
             continue
         assert made[run]
-        # Frozen, the run's one judge is still its pretrained judge: its score table is what the proxy matches.
-        judge = np.asarray(judge_score_table(unravel(state.slots.judge.params[run]), K, L), np.float64)
         table = tables[run]
-        np.testing.assert_allclose(pearson(table, q_star), pearson(judge, q_star), atol=2e-5)
+        if condition != "noisy-lookahead":
+            # Frozen, the run's judges are still its pretrained judges: their reward table (the mean of their
+            # scores) is what the proxy matches.
+            slots = state.slots.judge.params[first_slot[run] : first_slot[run + 1]]
+            judges = np.mean([np.asarray(judge_score_table(unravel(row), K, L), np.float64) for row in slots], axis=0)
+            np.testing.assert_allclose(pearson(table, q_star), pearson(judges, q_star), atol=2e-5)
         # The error is the seed's own standard-normal draw, centred and made orthogonal to q* (numpy, float64).
         draw = np.random.default_rng([0x0B0F, seed]).standard_normal(q_star.size)
         centred_q = q_star - q_star.mean()
@@ -100,3 +109,12 @@ def test_only_a_grid_that_uses_the_proxy_has_its_metric() -> None:
     with_proxy = harness.grid_from_dict(GRID)
     assert "noisy_proxy_alignment" not in [metric.name for metric in grid_metrics(without)]
     assert "noisy_proxy_alignment" in [metric.name for metric in grid_metrics(with_proxy)]
+
+
+def test_a_claim_on_the_proxys_metric_in_a_grid_that_does_not_record_it_is_refused_on_loading() -> None:
+    claim = {"statement": "aligned", "metric": "noisy_proxy_alignment", "condition": "judged", "direction": "above"}
+    claim["than_value"] = 0.5
+    document = {"world": TWO_POSITIONS, "conditions": {"judged": {}}, "claims": {"aligned": claim}}
+    with pytest.raises(harness.ConditionFileError, match="noisy_proxy_alignment, a metric of mechanism"):
+        harness.grid_from_dict(document)
+    harness.grid_from_dict({**document, "conditions": {"judged": {"reward_from_noisy_q_star": True}}})

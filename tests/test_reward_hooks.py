@@ -23,8 +23,9 @@ from harness.engine.world import enumerate_outputs
 from harness.grid import registry
 from harness.grid.contract import PolicyBatch
 from harness.grid.knobs import Knobs, stack_knobs
-from harness.grid.reward import run_policy_step
+from harness.grid.reward import run_policy_step, shaped_rewards
 from harness.mechanisms import entropy_regularization, gold_reward
+from harness.mechanisms.noisy_gold_reward import NoisyProxy
 from tests.networks import idle_run_states, init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
@@ -119,3 +120,18 @@ def test_entropy_regularisation_climbs_the_exact_entropy_and_the_original_bonus_
     bonus = np.asarray(_row(_expected_update(policy_tree, lambda log_pi: 0.0 * log_pi, loss_weight=w)))
     assert np.max(np.abs(w * flat_true)) > 1e-4  # what a bonus of weight w on the true entropy would move
     np.testing.assert_allclose(bonus, 0.0, atol=1e-7)
+
+
+@pytest.mark.parametrize("replacing", ["reward_from_q_star", "reward_from_noisy_q_star"])
+def test_a_replaced_reward_is_still_shaped_by_entropy_regularisation(policy_tree, replacing: str) -> None:
+    """Replacing the reward (by q*, or by the noisy proxy) comes before the hooks that shape it, whatever the
+    catalog's order: with τ on, each sample's reward is its replacement − τ·log π."""
+    tokens = enumerate_outputs(K, L)[jnp.array([3, 9, 40, 63])]
+    log_pi = jnp.array([-4.0, -2.5, -1.0, -3.0])
+    table = jnp.linspace(-1.0, 1.0, K**L)
+    states = {"noisy_gold_reward": NoisyProxy(table, jnp.array(True))}
+    batch = PolicyBatch(tokens, log_pi, _row(policy_tree), Q_STAR, K, DEFAULT_MODEL, states)
+    knobs = _one_run(Knobs(entropy_regularization=0.3, **{replacing: True}))
+    replaced = (Q_STAR if replacing == "reward_from_q_star" else table)[jnp.array([3, 9, 40, 63])]
+    shaped = shaped_rewards(ALL, jnp.zeros(4), batch, knobs)
+    np.testing.assert_allclose(shaped, replaced - 0.3 * log_pi, rtol=1e-6)

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.common.integrity import DIGEST_KEY, FILES_KEY, read_manifest, write_manifest
+from harness.common.run_files import LEGACY_METRICS_FILE, METRICS_FILE, read_metrics_text
 from harness.engine.world import WorldConfig
 from harness.experiment.blocks import BlockError
 from harness.experiment.merge import IN_PROCESS, run_in_blocks
@@ -20,6 +22,7 @@ from harness.grid.study import load_study, parse_study
 from harness.inference.across_shapes import AcrossClaim, across_table
 from harness.inference.run_measures import q_star_range, run_measures
 from harness.report.study import FIGURE, MODEL_COLUMNS, SHAPE_COLUMNS
+from tests.run_directories import in_process
 from tools.study_block import study_block
 
 TINY = {
@@ -119,6 +122,17 @@ def test_a_study_runs_every_shape_labelled_and_each_equals_its_grid_run_alone(tm
     run_study(None, tmp_path / "study")
     assert {name: (tmp_path / "study" / name).read_bytes() for name in before} == before
     assert study_block(tmp_path / "study").startswith("2 shapes × 2 conditions × 2 seeds (8 runs)")
+    # A study of coevolab 0.3 (a plain metrics.csv, listed by its manifest) is re-reported into the current form and
+    # still verifies.
+    earlier = shutil.copytree(tmp_path / "study", tmp_path / "earlier")
+    (earlier / LEGACY_METRICS_FILE).write_text(read_metrics_text(earlier / METRICS_FILE))
+    (earlier / METRICS_FILE).unlink()
+    write_manifest(earlier, {k: v for k, v in read_manifest(earlier).items() if k not in (FILES_KEY, DIGEST_KEY)})
+    assert LEGACY_METRICS_FILE in read_manifest(earlier)[FILES_KEY]
+    code, _, err = in_process("report", earlier, "--no-figures")
+    assert code == 0, err
+    assert in_process("verify", earlier)[0] == 0
+    assert not (earlier / LEGACY_METRICS_FILE).exists() and (earlier / METRICS_FILE).is_file()
     # A study of other grids in that directory is refused, before anything runs or is written.
     other = parse_study(_study(run={**TINY["run"], "steps_per_iteration": 6}), "study.toml", "study")
     written = (tmp_path / "study" / "study.json").read_bytes()

@@ -196,7 +196,6 @@ def _check_earlier_results(run_dir: Path) -> None:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    import pandas as pd
 
     from harness.common.run_files import metrics_file
     from harness.experiment.blocks import (
@@ -211,6 +210,7 @@ def command_run(args: argparse.Namespace) -> int:
     from harness.experiment.merge import IN_PROCESS, run_in_blocks
     from harness.experiment.ray_backend import RAY, RayBackend
     from harness.experiment.runner import diverged_runs, execute
+    from harness.experiment.validation import read_metrics_frame
     from harness.grid.layout import layout_grid
     from harness.grid.memory import check_fits
 
@@ -253,7 +253,7 @@ def command_run(args: argparse.Namespace) -> int:
                 run_block(spec, args.block, run_dir, progress, tensorboard=args.tensorboard)
                 progress.close()
                 done = block_dir(run_dir, args.block)
-                return done, diverged_runs(pd.read_csv(metrics_file(done)))
+                return done, diverged_runs(read_metrics_frame(metrics_file(done)))
             if in_blocks:
                 backend = (ray, RAY) if ray else ()
                 blocks = run_in_blocks(

@@ -28,6 +28,7 @@ import pandas as pd
 from harness.common.integrity import write_manifest
 from harness.common.run_files import (
     CLAIMS_FILE,
+    LEGACY_METRICS_FILE,
     MANIFEST_FILE,
     METRICS_FILE,
     atomic_write_text,
@@ -39,6 +40,7 @@ from harness.common.run_files import (
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
+from harness.experiment.validation import read_metrics_frame
 from harness.grid.study import StudySpec
 from harness.inference.across_shapes import across_table
 from harness.inference.run_measures import run_measures
@@ -53,7 +55,17 @@ RUNS_FILE = "runs.csv"
 ACROSS_FILE = "across.csv"
 # What a study's report (`write_study_files`) writes at its top, figures aside: `coevolab report` writes these anew and
 # verifies everything else (study.json, every shape's files) before reading it.
-STUDY_REPORT_FILES = (METRICS_FILE, RUNS_FILE, CLAIMS_FILE, ACROSS_FILE, REPORT_FILE, FITS_FILE, HELD_OUT_FILE)
+# The top metrics table is the shapes' joined: a report writes it anew, and removes the plain one of coevolab 0.3.
+STUDY_REPORT_FILES = (
+    METRICS_FILE,
+    LEGACY_METRICS_FILE,
+    RUNS_FILE,
+    CLAIMS_FILE,
+    ACROSS_FILE,
+    REPORT_FILE,
+    FITS_FILE,
+    HELD_OUT_FILE,
+)
 
 
 @dataclass
@@ -100,7 +112,7 @@ def write_study_files(study: StudySpec, run_dir: Path, how: str, figures: bool =
     """Merge the finished shapes of `study` in run_dir into its metrics.csv.gz, runs.csv, claims.csv, across.csv and
     report.md (the same bytes each time: `coevolab report DIR` re-renders a study with it). figures=False: the
     report's text alone."""
-    metrics = {s.name: pd.read_csv(metrics_file(shape_dir(run_dir, s.name))) for s in study.shapes}
+    metrics = {s.name: read_metrics_frame(metrics_file(shape_dir(run_dir, s.name))) for s in study.shapes}
     joined = {s.name: with_best_of_n_measures(shape_dir(run_dir, s.name), metrics[s.name]) for s in study.shapes}
     measures = {s.name: run_measures(joined[s.name], s.grid.world) for s in study.shapes}
     within_files = {s.name: shape_dir(run_dir, s.name) / CLAIMS_FILE for s in study.shapes if s.grid.claims}

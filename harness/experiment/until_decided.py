@@ -57,9 +57,11 @@ from harness.common.run_files import (
     remove_figures,
     write_metrics_text,
 )
+from harness.engine.metrics import all_metrics
 from harness.experiment.blocks import Backend, BlockError, in_process
 from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metrics_text, run_finished, run_in_blocks
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
+from harness.experiment.validation import read_metrics_frame
 from harness.grid.grid_file import write_grid_file
 from harness.grid.layout import GridSpec
 from harness.inference.anytime import anytime_table
@@ -245,11 +247,21 @@ def prepare(run_dir: Path, spec: GridSpec | None, max_seeds: int | None, spendin
 
 
 def merged_stages_text(spec: GridSpec, stages: int, run_dir: Path) -> str:
-    """The first `stages` stages' metrics.csv.gz joined, text as each wrote it, in the grid's condition order, then
-    seed, then iteration; the metrics every stage has (a grown run of an earlier version may lack newer ones)."""
-    tables = [pd.read_csv(metrics_file(stage_dir(run_dir, k)), dtype=str, keep_default_na=False) for k in range(stages)]
-    shared = [name for name in tables[0].columns if all(name in table.columns for table in tables)]
-    return ordered_metrics_text(spec, [table[shared] for table in tables])
+    """The first `stages` stages' metrics tables joined, text as each wrote it, in the grid's condition order, then
+    seed, then iteration. A metric is kept where every stage has it, or where it may be undefined for a run: a stage
+    none of whose conditions uses a mechanism has none of its metrics, and its rows are left empty there (what the
+    metric records for a run that does not use it). A grown run of an earlier version may lack a newer metric in its
+    early stages; that one is left out."""
+    tables = [
+        read_metrics_frame(metrics_file(stage_dir(run_dir, k)), dtype=str, keep_default_na=False) for k in range(stages)
+    ]
+    undefined = {metric.name for metric in all_metrics() if metric.valid.undefined}
+    columns = [
+        name
+        for name in dict.fromkeys(name for table in tables for name in table.columns)
+        if name in undefined or all(name in table.columns for table in tables)
+    ]
+    return ordered_metrics_text(spec, [table.reindex(columns=columns, fill_value="") for table in tables])
 
 
 def record_look(decided: pd.DataFrame | None, table: pd.DataFrame, look: int, level: float) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """Reading a metrics.csv.gz back against the grid.json beside it: every run's rows exactly once, every value of its
 metric's kind, finite and in range where the metric says it must be (`harness.engine.metrics.ValidValues`; the
-grid's metrics are the loop's and its mechanisms', `harness.grid.registry.metric_columns`).
+grid's metrics are the loop's and those of the mechanisms its runs use, `harness.grid.layout.grid_metrics`).
 
 What the manifest cannot vouch for (a directory written before manifests listed files, a block's table before it is
 merged) is caught here; what it can, this checks a second time, from the meaning of the numbers rather than their
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -195,8 +196,25 @@ def validated_metrics(text: str, spec: GridSpec, where: Path, complete: bool = T
     return pd.read_csv(io.StringIO(text))
 
 
+def read_metrics_frame(path: Path, **read_csv: Any) -> pd.DataFrame:
+    """The metrics table at `path` (metrics.csv.gz, or an earlier coevolab's metrics.csv) as `pd.read_csv` reads it
+    with `read_csv`'s options, not checked against a grid (`read_metrics` checks it).
+
+    Raises:
+        RunDirectoryError: it is missing, cannot be read (a compressed stream cut short, ...) or is not a table.
+    """
+    try:
+        return pd.read_csv(io.StringIO(read_metrics_text(Path(path))), **read_csv)
+    except FileNotFoundError:
+        raise RunDirectoryError(f"{path}: missing (the run has not finished)") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunDirectoryError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise RunDirectoryError(f"{path}: not a metrics table ({str(error).strip().splitlines()[0]})") from None
+
+
 def read_metrics(path: Path, spec: GridSpec, complete: bool = True) -> pd.DataFrame:
-    """The metrics table at `path` (metrics.csv.gz, or an earlier coevolab's metrics.csv.gz), read back against `spec`
+    """The metrics table at `path` (metrics.csv.gz, or an earlier coevolab's metrics.csv), read back against `spec`
     (see `validated_metrics`).
 
     Raises:

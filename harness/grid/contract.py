@@ -25,7 +25,8 @@ The inner step of every run, in order:
 
 Around the inner steps of an outer iteration: ``start_iteration`` before the first, ``end_iteration``
 after the last. A stage's rows run in the order the mechanisms were registered (built-ins first, in
-`harness.mechanisms.BUILT_IN` order), except where a mechanism's ``after`` / ``before`` say otherwise.
+`harness.mechanisms.BUILT_IN` order), except where a mechanism's ``after`` / ``before`` say otherwise; so do the
+hooks that any number of mechanisms take (``shape_reward``, ...).
 """
 
 from __future__ import annotations
@@ -327,7 +328,8 @@ class Mechanism:
             grid as it was); a field with json_schema_extra={HOST_ONLY: True} acts only before the program runs.
             Knob names are one namespace over all mechanisms.
         rows: its rows of the inner step (`StepRow`).
-        after / before: mechanisms whose rows, in a stage both have rows in, come before / after its own.
+        after / before: mechanisms whose rows, in a stage both have rows in, and whose hooks, for a hook both take,
+            come before / after its own.
     State (each mechanism's state exists once, in `CoevolutionState`'s per-run or per-judge part, by its name):
         run_state: (shape, one run's initial policy row (P,)) -> its per-run state for one run (no leading axis).
         slot_state: (shape, one judge's pretrained row (P,)) -> its per-judge state for one judge; also what a

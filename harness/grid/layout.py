@@ -235,6 +235,17 @@ class GridSpec(BaseModel):
                 f"{BEST_OF_N_TABLE!r}, which no condition of the grid records "
                 f"({knobs or 'its mechanism is not loaded'} on a condition records it)"
             )
+        # A mechanism's metric is a column only of a grid some run of which uses the mechanism.
+        recorded = {metric.name for metric in grid_metrics(self)}
+        owners = {metric.name: m for m in self.active_mechanisms for metric in m.metrics}
+        for claim in self.claims:
+            if claim.metric in owners and claim.metric not in recorded:
+                owner = owners[claim.metric]
+                raise ValueError(
+                    f"claim {claim.name!r} reads {claim.metric}, a metric of mechanism '{owner.name}', which no "
+                    f"condition of the grid uses (a condition that sets one of its knobs, "
+                    f"{', '.join(owner.knobs.model_fields) if owner.knobs else 'none'}, records it)"
+                )
         return self
 
     def condition(self, name: str) -> Condition:

@@ -336,8 +336,31 @@ def single_hook(mechanisms: Sequence[Mechanism], hook: str) -> Any:
 
 
 def hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[Any]:
-    """The functions of every mechanism that takes `hook`, in mechanism order."""
-    return [getattr(m, hook) for m in mechanisms if getattr(m, hook) is not None]
+    """The functions of every mechanism that takes `hook`, in mechanism order, except that a mechanism with `before`
+    comes just before the first of those it names (and after those its `after` names), as its rows do."""
+    return [getattr(m, hook) for m in _hook_order(tuple(mechanisms), hook)]
+
+
+@functools.cache
+def _hook_order(mechanisms: tuple[Mechanism, ...], hook: str) -> tuple[Mechanism, ...]:
+    return _ordered([m for m in mechanisms if getattr(m, hook) is not None], f"hook '{hook}'")
+
+
+def _ordered(mechanisms: Sequence[Mechanism], where: str) -> tuple[Mechanism, ...]:
+    """`mechanisms` in order: each, in mechanism order, joins at the end, or just before the first of those it must
+    come before; it must still come after those it names in `after` (each was registered before it, so is placed)."""
+    order: list[Mechanism] = []
+    for mechanism in mechanisms:
+        placed = [m.name for m in order]
+        earliest = max((placed.index(name) + 1 for name in mechanism.after if name in placed), default=0)
+        position = min((placed.index(name) for name in mechanism.before if name in placed), default=len(order))
+        if position < earliest:
+            raise MechanismError(
+                f"{where}: mechanism '{mechanism.name}' cannot come after {', '.join(mechanism.after)} and "
+                f"before {', '.join(mechanism.before)}, which run the other way"
+            )
+        order.insert(position, mechanism)
+    return tuple(order)
 
 
 def stage_rows(mechanisms: Sequence[Mechanism], stage: Stage) -> tuple[StepRow, ...]:
@@ -349,19 +372,7 @@ def stage_rows(mechanisms: Sequence[Mechanism], stage: Stage) -> tuple[StepRow, 
 @functools.cache
 def _stage_rows(mechanisms: tuple[Mechanism, ...], stage: Stage) -> tuple[StepRow, ...]:
     assert stage in STAGES, stage
-    # Each mechanism, in mechanism order, joins the stage at the end, or just before the first of those it must come
-    # before; it must still come after those it names in `after` (each was registered before it, so is placed).
-    order: list[Mechanism] = []
-    for mechanism in (m for m in mechanisms if any(row.stage == stage for row in m.rows)):
-        placed = [m.name for m in order]
-        earliest = max((placed.index(name) + 1 for name in mechanism.after if name in placed), default=0)
-        position = min((placed.index(name) for name in mechanism.before if name in placed), default=len(order))
-        if position < earliest:
-            raise MechanismError(
-                f"stage '{stage}': mechanism '{mechanism.name}' cannot come after {', '.join(mechanism.after)} and "
-                f"before {', '.join(mechanism.before)}, which run the other way"
-            )
-        order.insert(position, mechanism)
+    order = _ordered([m for m in mechanisms if any(row.stage == stage for row in m.rows)], f"stage '{stage}'")
     return tuple(row for m in order for row in m.rows if row.stage == stage)
 
 
@@ -383,3 +394,4 @@ def tables(mechanisms: Sequence[Mechanism]) -> tuple[RunTable, ...]:
 def _clear_caches() -> None:
     _active.cache_clear()
     _stage_rows.cache_clear()
+    _hook_order.cache_clear()

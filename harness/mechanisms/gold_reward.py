@@ -4,9 +4,9 @@ overoptimization is measured against.
 With `reward_from_q_star = true` each sample's reward is its q* (looked up in the world's table by the sample's output
 index), so RL climbs the true quality with the loop's own estimator, batch and learning rate. q* is bounded, so its
 gold-vs-KL path bends over too; what a judge's run does beyond that path is the judge's doing. The reward is replaced
-before the mechanisms after this one shape it (a KL penalty still applies), the judges are pretrained, updated and
-measured as usual (their alignment, judge-perceived quality and the best-of-n table's judges' curves still read the
-judges, not q*), and a run with the knob off is untouched.
+before any mechanism shapes it (entropy regularisation and a KL penalty still apply), the judges are pretrained,
+updated and measured as usual (their alignment, judge-perceived quality and the best-of-n table's judges' curves still
+read the judges, not q*), and a run with the knob off is untouched.
 """
 
 from __future__ import annotations
@@ -45,5 +45,7 @@ MECHANISM = Mechanism(
     summary="the policy rewarded by q* itself in place of its judges (the perfect proxy)",
     knobs=GoldRewardKnobs,
     uses=_uses,
+    # The reward is replaced before any mechanism shapes it (entropy regularisation's −τ·log π applies on top).
+    before=("entropy_regularization",),
     shape_reward=gold_rewards,
 )

@@ -5,7 +5,8 @@ run does beyond that; but a judge is also imperfect. This proxy separates the tw
 the judges' alignment. With `reward_from_noisy_q_star = true` each sample's reward is its value in a fixed table
 q* + s·e over the outputs: e is the run's own standard-normal draw per output (from its seed alone, the same draw as
 best-of-n's noisy curve: `harness.mechanisms.best_of_n.seed_noise`), made orthogonal to q*, and s sets the table's
-Pearson correlation with q* to that of the reward table of the run's pretrained judges (as aggregated). What a
+Pearson correlation with q* to that of the reward table of the run's pretrained judges (as aggregated; floored at
+0.01, so a judge that is not positively aligned, or whose table is constant, gets a proxy of alignment 0.01). What a
 judge's run loses against this run at equal KL is overoptimization of the judge's particular errors, beyond what
 random errors of the same size cost.
 
@@ -112,7 +113,9 @@ MECHANISM = Mechanism(
     summary="the policy rewarded by q* plus random noise at its pretrained judges' alignment (a randomly-erring proxy)",
     knobs=NoisyGoldRewardKnobs,
     uses=_uses,
+    # The reward is replaced after q*'s (this one wins where both are on) and before any mechanism shapes it.
     after=("gold_reward",),
+    before=("entropy_regularization",),
     run_state=_run_state,
     constants=seed_noise,
     start_iteration=_start_iteration,
@@ -123,7 +126,7 @@ MECHANISM = Mechanism(
             "noisy proxy's alignment",
             "Pearson",
             "the Pearson correlation of the run's randomly-erring proxy table with q* over every output: its "
-            "pretrained judges' (empty: off)",
+            "pretrained judges' (at least 0.01; empty: off)",
             lambda run: run.of(NAME),
             valid=ValidValues(-1.0, 1.0, undefined=True),
         ),

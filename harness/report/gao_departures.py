@@ -55,7 +55,8 @@ def _perfect_proxy_line(metric: str, baselines: dict[str, str]) -> list[str]:
 
 
 def perfect_proxy_baselines(points: pd.DataFrame, fits: pd.DataFrame, per_run: pd.DataFrame, roles: StudyRoles) -> dict:
-    """Sentences on what q* itself does, by the measure they sit beside, from the reference shape's data."""
+    """Sentences on what the baselines do (q* itself, and q* plus random errors at the judges' alignment), by the
+    measure they sit beside, from the reference shape's data."""
     own = points[(points["shape"] == roles.reference) & (points["condition"] == roles.base)]
     curve = own[(own["optimizer"] == "best_of_n") & (own["scorer"] == "q_star")]
     out: dict[str, str] = {}
@@ -70,6 +71,16 @@ def perfect_proxy_baselines(points: pd.DataFrame, fits: pd.DataFrame, per_run: p
             f"being {num(mean['gold_gain'].max())}: its proxy is its gold, whose expectation never falls as n "
             f"grows{beta}."
         )
+        noisy = own[(own["optimizer"] == "best_of_n") & (own["scorer"] == "noisy_q_star")]
+        if len(noisy):
+            gains = noisy.groupby("step")["gold_gain"].mean()
+            fit = fits[(fits["shape"] == roles.reference) & (fits["condition"] == roles.base)]
+            fit = fit[(fit["optimizer"] == "best_of_n") & (fit["scorer"] == "noisy_q_star")]
+            beta = f" (β {num(fit['beta'].iloc[0])})" if len(fit) else ""
+            text += (
+                f" Against q* plus random errors at the judge's alignment it gains {num(gains.iloc[-1])} by "
+                f"n = {int(gains.index[-1]):,}, {num(gains.max())} at most{beta}."
+            )
         out[BEST_OF_N] = text
     own_runs = per_run[per_run["shape"] == roles.reference] if len(per_run) else per_run
     proxies = [
@@ -153,9 +164,7 @@ def departures_section(
         return []
     counts = ", ".join(f"{word} {words.count(word)}" for word in (AGREES, DEPARTS, MIXED, UNDECIDED))
     best_of_n = (
-        [f"The perfect proxy, beside every best-of-n claim: {baselines[BEST_OF_N]}", ""]
-        if BEST_OF_N in baselines
-        else []
+        [f"The baselines, beside every best-of-n claim: {baselines[BEST_OF_N]}", ""] if BEST_OF_N in baselines else []
     )
     return [
         "## Where this world departs from the literature",

@@ -167,8 +167,8 @@ def fig_scaling(series: pd.DataFrame, baselines: pd.DataFrame, path: Path) -> Pa
 
 def draw_kl_paths(points: pd.DataFrame, title: str) -> Figure:
     """Gold gain against KL(· ‖ π₀) along the whole path, mean over seeds at every step: best-of-n from π₀ against the
-    judges and against q*, and every condition's RL path (points: `frontier_points` rows with a kl column and a
-    label column naming each curve)."""
+    judges, against q* and against q* plus random errors at the judges' alignment, and every condition's RL path
+    (points: `frontier_points` rows with a kl column and a label column naming each curve)."""
     fig = new_figure(9.0, 5.2)
     ax = fig.subplots()
     labels = list(dict.fromkeys(points["label"]))
