@@ -196,7 +196,6 @@ def _check_earlier_results(run_dir: Path) -> None:
 
 
 def command_run(args: argparse.Namespace) -> int:
-
     from harness.common.run_files import metrics_file
     from harness.experiment.blocks import (
         block_count,

@@ -26,7 +26,6 @@ from harness.common.run_files import (
     METRICS_FILE,
     manifest,
     metrics_file,
-    read_metrics_text,
     remove_figures,
     write_metrics_text,
 )
@@ -51,7 +50,7 @@ from harness.experiment.blocks import (
 )
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
-from harness.experiment.validation import validated_metrics
+from harness.experiment.validation import metrics_text, validated_metrics
 from harness.grid.grid_file import MECHANISMS_DIR, write_grid_file
 from harness.grid.layout import GridSpec, grid_tables
 
@@ -84,10 +83,7 @@ def merged_metrics_text(spec: GridSpec, run_dir: Path) -> str:
     tables = []
     for k in range(block_count(spec)):
         path = metrics_file(block_dir(run_dir, k))
-        try:
-            text = read_metrics_text(path)
-        except (OSError, UnicodeDecodeError) as error:
-            raise BlockError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+        text = metrics_text(path)
         validated_metrics(text, block_spec(spec, k), path)
         # Read as text, so that every value is written back exactly as its block wrote it.
         tables.append(pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))

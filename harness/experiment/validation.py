@@ -196,19 +196,30 @@ def validated_metrics(text: str, spec: GridSpec, where: Path, complete: bool = T
     return pd.read_csv(io.StringIO(text))
 
 
-def read_metrics_frame(path: Path, **read_csv: Any) -> pd.DataFrame:
-    """The metrics table at `path` (metrics.csv.gz, or an earlier coevolab's metrics.csv) as `pd.read_csv` reads it
-    with `read_csv`'s options, not checked against a grid (`read_metrics` checks it).
+def metrics_text(path: Path) -> str:
+    """The CSV text of the metrics table at `path` (metrics.csv.gz, or an earlier coevolab's metrics.csv).
 
     Raises:
-        RunDirectoryError: it is missing, cannot be read (a compressed stream cut short, ...) or is not a table.
+        RunDirectoryError: it is missing or cannot be read (a compressed stream cut short, ...), in one line.
     """
     try:
-        return pd.read_csv(io.StringIO(read_metrics_text(Path(path))), **read_csv)
+        return read_metrics_text(Path(path))
     except FileNotFoundError:
         raise RunDirectoryError(f"{path}: missing (the run has not finished)") from None
     except (OSError, UnicodeDecodeError) as error:
         raise RunDirectoryError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+
+
+def read_metrics_frame(path: Path, **read_csv: Any) -> pd.DataFrame:
+    """The metrics table at `path` as `pd.read_csv` reads it with `read_csv`'s options, not checked against a grid
+    (`read_metrics` checks it).
+
+    Raises:
+        RunDirectoryError: it is missing, cannot be read or is not a table.
+    """
+    text = metrics_text(path)
+    try:
+        return pd.read_csv(io.StringIO(text), **read_csv)
     except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise RunDirectoryError(f"{path}: not a metrics table ({str(error).strip().splitlines()[0]})") from None
 
@@ -220,10 +231,4 @@ def read_metrics(path: Path, spec: GridSpec, complete: bool = True) -> pd.DataFr
     Raises:
         RunDirectoryError: it is missing, unreadable, or does not read back as the runs of `spec`.
     """
-    try:
-        text = read_metrics_text(Path(path))
-    except FileNotFoundError:
-        raise RunDirectoryError(f"{path}: missing (the run has not finished)") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise RunDirectoryError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
-    return validated_metrics(text, spec, Path(path), complete)
+    return validated_metrics(metrics_text(path), spec, Path(path), complete)

@@ -59,18 +59,24 @@ def seed_noise(host: HostRuns) -> dict[str, np.ndarray]:
     return {"noise": np.asarray(draws, np.float32).reshape(len(host.seeds), n_outputs)}
 
 
+def alignment(q_star: jax.Array, table: jax.Array) -> jax.Array:
+    """The Pearson correlation of a table over the outputs (N,) with q* (NaN where the table is constant)."""
+    centred = q_star - jnp.mean(q_star)
+    table_centred = table - jnp.mean(table)
+    return jnp.mean(centred * table_centred) / (jnp.sqrt(jnp.mean(centred**2)) * jnp.sqrt(jnp.mean(table_centred**2)))
+
+
 def noisy_q_star(q_star: jax.Array, reward: jax.Array, noise: jax.Array) -> jax.Array:
     """q* + s·e over the outputs (N,), e the noise made orthogonal to q* (both centred), s such that the result's
     Pearson correlation with q* equals the reward table's (floored at 0.01: an anti-aligned judge, or a constant table
     whose correlation is undefined, is matched by noise alone at that correlation)."""
     centred = q_star - jnp.mean(q_star)
     spread = jnp.sqrt(jnp.mean(centred**2))
-    reward_centred = reward - jnp.mean(reward)
-    alignment = jnp.mean(centred * reward_centred) / (spread * jnp.sqrt(jnp.mean(reward_centred**2)))
-    alignment = jnp.clip(jnp.where(jnp.isfinite(alignment), alignment, 0.01), 0.01, 1.0)
+    matched = alignment(q_star, reward)
+    matched = jnp.clip(jnp.where(jnp.isfinite(matched), matched, 0.01), 0.01, 1.0)
     error = noise - jnp.mean(noise)
     error = error - centred * (jnp.mean(error * centred) / spread**2)
-    scale = spread / jnp.sqrt(jnp.mean(error**2)) * jnp.sqrt(1.0 / alignment**2 - 1.0)
+    scale = spread / jnp.sqrt(jnp.mean(error**2)) * jnp.sqrt(1.0 / matched**2 - 1.0)
     return q_star + scale * error
 
 

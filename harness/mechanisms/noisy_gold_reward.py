@@ -22,15 +22,14 @@ import jax
 import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.engine.flat_params import judge_layout
 from harness.engine.metrics import Metric, ValidValues
-from harness.engine.models import judge_score_table
 from harness.engine.state import CoevolutionState
 from harness.engine.world import output_index
 from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape, Mechanism, PolicyBatch
+from harness.grid.diagnostics import judge_score_tables
 from harness.grid.knobs import Knobs, RunKnobs
 from harness.grid.reward import run_rewards
-from harness.mechanisms.best_of_n import noisy_q_star, seed_noise
+from harness.mechanisms.best_of_n import alignment, noisy_q_star, seed_noise
 
 NAME = "noisy_gold_reward"
 
@@ -63,11 +62,7 @@ def _run_state(shape: GridShape, policy: jax.Array) -> NoisyProxy:
 def proxy_tables(shape: GridShape, constants: GridConstants, knobs: RunKnobs) -> jax.Array:
     """Every run's proxy table (R, N): q* plus its seed's noise at the alignment of its pretrained judges' reward
     table (their score tables aggregated as the run aggregates its judges)."""
-    unravel = judge_layout(shape.vocab_size, shape.seq_len, shape.model.judge).unravel
-    tables = jax.vmap(lambda row: judge_score_table(unravel(row), shape.vocab_size, shape.seq_len))(
-        constants.pretrained_judges
-    )
-    rewards = run_rewards(shape, constants, knobs, tables)
+    rewards = run_rewards(shape, constants, knobs, judge_score_tables(shape, constants.pretrained_judges))
     noisy = jax.vmap(noisy_q_star, in_axes=(None, 0, 0))(constants.q_star, rewards, constants.of(NAME)["noise"])
     return noisy.astype(jnp.float32)
 
@@ -98,9 +93,7 @@ def _view(context: DiagnosticsContext) -> jax.Array:
     proxy = context.state.runs.of(NAME)
     shape, constants, knobs = context.shape, context.constants, context.knobs
     table = jax.lax.cond(jnp.all(proxy.made), lambda: proxy.table, lambda: proxy_tables(shape, constants, knobs))
-    q_star = constants.q_star - jnp.mean(constants.q_star)
-    centred = table - jnp.mean(table, axis=1, keepdims=True)
-    pearson = (centred @ q_star) / jnp.sqrt(jnp.sum(centred**2, axis=1) * jnp.sum(q_star**2))
+    pearson = jax.vmap(alignment, in_axes=(None, 0))(constants.q_star, table)
     return jnp.where(knobs.reward_from_noisy_q_star, pearson, jnp.nan)
 
 
