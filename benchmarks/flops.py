@@ -28,7 +28,7 @@ def abstract(tree: Any) -> Any:
 
 
 def inner_step_flops(program: GridTrainer, state: Any) -> float:
-    """XLA's FLOPs of one inner step of every run: the scan body, compiled on its own."""
+    """XLA's FLOPs of one inner step of every run: the loop body, compiled on its own."""
     assert program.constants is not None
     compiled = (
         jax.jit(functools.partial(training_step.inner_step, program.shape))

@@ -58,7 +58,6 @@ class Sizes:
     rounds: int  # timed program.step() calls (after warm-up)
     warmup_rounds: int  # untimed calls first (the first call of an executable pays one-off costs)
     compile_rounds: int  # cold / warm compiles
-    loop_check: bool  # also compile steps_per_iteration=1 to show XLA counts the scan body once
     world: tuple[int, int] | None = None  # (vocab_size, seq_len) instead of the published world
     pretrain_judges: bool = True  # False: judges start from their initialisation (untimed mode only)
 
@@ -74,7 +73,6 @@ SMOKE = Sizes(
     rounds=1,
     warmup_rounds=0,
     compile_rounds=1,
-    loop_check=False,
     world=(2, 1),
     pretrain_judges=False,
 )
@@ -89,7 +87,6 @@ QUICK = Sizes(
     rounds=3,
     warmup_rounds=1,
     compile_rounds=1,
-    loop_check=True,
 )
 FULL = Sizes(
     mode="full",
@@ -102,7 +99,6 @@ FULL = Sizes(
     rounds=5,
     warmup_rounds=1,
     compile_rounds=3,
-    loop_check=True,
 )
 
 
@@ -280,7 +276,7 @@ class Stepper:
     @property
     def run_steps(self) -> int:
         """Run-steps per call: runs × inner steps per iteration."""
-        return self.program.shape.n_runs * self.program.shape.steps_per_iteration
+        return self.program.shape.n_runs * self.program.spec.run.steps_per_iteration
 
     def __call__(self) -> float:
         start = time.perf_counter()

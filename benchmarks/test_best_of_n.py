@@ -82,7 +82,7 @@ def test_best_of_n_table_per_iteration(benchmark, sizes, judge_pool, figures):
         jax.block_until_ready(program.diagnose(stepper.state))
         diagnostics.append(time.perf_counter() - start)
         iterations.append(stepper())
-    runs, steps = program.shape.n_runs, program.shape.steps_per_iteration
+    runs, steps = program.shape.n_runs, program.spec.run.steps_per_iteration
     note = f"{runs} runs of the published grid, {world.n_outputs:,} outputs, {len(N_GRID)} values of n × 2 bases"
     figures.add(benchmark, "best-of-n table: ms per iteration", 1e3 * table_seconds, "ms", note)
     figures.add(

@@ -83,7 +83,7 @@ def test_model_scale(benchmark, sizes, figures, world_size, model_name):
         f"model scale: µs per run-step, {case}",
         support.us_per_run_step(seconds, stepper.run_steps),
         "µs",
-        f"{program.shape.n_runs} baseline runs, steps_per_iteration={program.shape.steps_per_iteration}",
+        f"{program.shape.n_runs} baseline runs, steps_per_iteration={program.spec.run.steps_per_iteration}",
     )
     figures.add(
         benchmark,

@@ -36,7 +36,7 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
     stepper = support.Stepper(*support.started(spec, judge_pool))
     seconds = support.median(support.measure(benchmark, stepper, sizes))
     shape = stepper.program.shape
-    benchmark.extra_info["steps_per_iteration"] = shape.steps_per_iteration
+    benchmark.extra_info["steps_per_iteration"] = spec.run.steps_per_iteration
     diagnostics = _diagnostics_seconds(stepper, repeats=sizes.rounds)
     figures.add(
         benchmark,
@@ -44,9 +44,9 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
         support.us_per_run_step(seconds, stepper.run_steps),
         "µs",
         f"published grid: {shape.n_runs} runs ({support.plural(len(spec.conditions), 'condition')} × "
-        f"{support.plural(shape.n_seeds, 'seed')}), "
+        f"{support.plural(len(spec.run.seeds), 'seed')}), "
         f"{shape.n_slots} judge slots, {support.sharding(stepper.program)}; "
-        f"steps_per_iteration={shape.steps_per_iteration}; "
+        f"steps_per_iteration={spec.run.steps_per_iteration}; "
         f"median of {sizes.rounds} step() calls after {sizes.warmup_rounds} warm-up",
     )
     figures.add(
@@ -54,7 +54,7 @@ def test_grid_step(benchmark, sizes, judge_pool, figures):
         "grid: s per outer iteration",
         seconds,
         "s",
-        f"one program.step() at steps_per_iteration={shape.steps_per_iteration}, diagnostics included",
+        f"one program.step() at steps_per_iteration={spec.run.steps_per_iteration}, diagnostics included",
     )
     figures.add(
         benchmark,

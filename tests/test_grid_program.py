@@ -190,6 +190,21 @@ def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pre
         np.testing.assert_array_equal(np.asarray(got)[ensemble_slots], np.asarray(want)[ensemble_slots])
 
 
+def test_other_step_and_iteration_counts_share_the_program(trained: dict, pretrained: PretrainResult) -> None:
+    # Steps per iteration and the iteration count are values passed to the program, not sizes: a grid that differs
+    # only in them runs on the executable already compiled, with the new count taking effect.
+    first = trained["grid"]
+    run = RUN.model_copy(update={"steps_per_iteration": 13, "iterations": 1})
+    shorter = GridTrainer(MECHANISMS.model_copy(update={"run": run}), pieces=1)
+    with compile_log() as messages:
+        state, _ = shorter.start(pretrained=pretrained)
+        _, record = shorter.step(state, 0)
+    assert not any("jit(iterate)" in m or "jit(diagnose_shards)" in m for m in messages)
+    assert shorter._executable is first._executable
+    updates = dict(zip(shorter.layout.run_labels(), np.asarray(record["judge_updates"]).tolist(), strict=True))
+    assert updates[("baseline", 0)] == 13 and updates[("frozen", 0)] == 0
+
+
 def test_metrics_table(trained: dict) -> None:
     table = trained["table"]
     n_records = RUN.iterations + 1

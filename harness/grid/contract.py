@@ -94,16 +94,16 @@ class GridShape:
     model: the policy's and the judge's architecture (the grid's `[model]`), which decide every row's width.
     plugins: (name, source digest) of each mechanism the grid loads beside the built-in ones, so that a changed
     mechanism selects another program (the built-ins are covered by the package's source).
+    The seed count, the iteration count and the inner steps per iteration are not sizes: they are values the host
+    passes in, so grids that differ only in them share one program.
     """
 
     mechanisms: tuple[Mechanism, ...] = dataclasses.field(repr=False)
     n_runs: int
     n_slots: int
-    n_seeds: int
     max_members: int
     groups: tuple[WorkGroupShape, ...]
     batch_size: int
-    steps_per_iteration: int
     vocab_size: int
     seq_len: int
     streams: Streams = "coevolab"

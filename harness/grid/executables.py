@@ -30,8 +30,8 @@ from harness.grid.training_step import train_iteration
 def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Callable:
     """The jitted outer iteration for `n_shards` shards of one shape on n_shards / pieces devices side by side.
 
-    (constants, knobs, state, iteration) -> state after the iteration; every input but the
-    iteration carries a leading shard axis (S,), split over the devices; each device runs
+    (constants, knobs, state, iteration, steps) -> state after the iteration of `steps` inner steps; every input but
+    the iteration and the step count carries a leading shard axis (S,), split over the devices; each device runs
     its `pieces` shards one after another (see `harness.grid.sharding`). Knob values,
     keys and parameters are arguments, so every grid of this shape reuses one
     executable; a second trace would mean something static leaked into the inputs.
@@ -42,7 +42,7 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
     traces = 0
 
     def iterate(
-        constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+        constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array, steps: jax.Array
     ) -> CoevolutionState:
         nonlocal traces
         traces += 1
@@ -50,14 +50,17 @@ def iteration_program(shape: GridShape, n_shards: int, pieces: int = 1) -> Calla
             raise AssertionError(f"the iteration program of {shape} was traced again: an input changed shape or dtype")
 
         def one_shard(shard: tuple[GridConstants, RunKnobs, CoevolutionState]) -> CoevolutionState:
-            return train_iteration(shape, *shard, iteration)
+            return train_iteration(shape, *shard, iteration, steps)
 
         return each_shard(one_shard, pieces, (constants, knobs, state))
 
     sharded = P(SHARD_AXIS)
     return jax.jit(
         jax.shard_map(
-            iterate, mesh=shard_mesh(n_shards // pieces), in_specs=(sharded, sharded, sharded, P()), out_specs=sharded
+            iterate,
+            mesh=shard_mesh(n_shards // pieces),
+            in_specs=(sharded, sharded, sharded, P(), P()),
+            out_specs=sharded,
         )
     )
 
@@ -85,7 +88,10 @@ def shard_diagnostics_program(shape: GridShape, n_shards: int, pieces: int = 1) 
 
 
 def compile_iteration(
-    shape: GridShape, n_shards: int, pieces: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array]
+    shape: GridShape,
+    n_shards: int,
+    pieces: int,
+    args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array, jax.Array],
 ) -> Executable:
     """`iteration_program(shape, n_shards, pieces)` compiled for `args` (once per process; traced and lowered once
     per cache). The state's buffers are donated: each step() passes a fresh copy of the shards."""

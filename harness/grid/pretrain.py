@@ -101,11 +101,14 @@ def _program_key(
     network: NetworkConfig,
     features: DataFeatures,
 ) -> tuple:
-    """What a pretraining program depends on (`_pretrain_program`'s arguments): the step cap is an argument of the
-    program, so the settings' cap is set to its default."""
+    """What a pretraining program depends on (`_pretrain_program`'s arguments): the step cap and the targets are
+    arguments of the program, so the settings' cap and target are set to their defaults."""
     if streams == "original" and (features.dataset_size or features.corrupts):
         raise ValueError("the original lab's pretraining streams draw fresh, uncorrupted batches only")
-    uncapped = settings.model_copy(update={"max_steps": PretrainSettings.model_fields["max_steps"].default})
+    fields = PretrainSettings.model_fields
+    uncapped = settings.model_copy(
+        update={"max_steps": fields["max_steps"].default, "target_spearman": fields["target_spearman"].default}
+    )
     return world.config, uncapped, n_shards, streams, network, features
 
 

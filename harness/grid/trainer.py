@@ -113,6 +113,11 @@ class GridTrainer:
         return self.layout.shape
 
     @property
+    def _steps(self) -> jax.Array:
+        """Inner steps per outer iteration, an argument of the iteration program (so any count shares it)."""
+        return jnp.int32(self.spec.run.steps_per_iteration)
+
+    @property
     def shard_shape(self) -> GridShape:
         """The shape of each shard: what selects the compiled iteration program."""
         return self.plan.shape
@@ -273,7 +278,7 @@ class GridTrainer:
             compiled = beside.submit(self._compile_diagnostics, shards)
             if not side_by_side:
                 compiled.result()
-            args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0))
+            args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0), self._steps)
             self._executable = compile_iteration(*program, args)
             self._diagnostics = compiled.result()
         self.times.compile = time.perf_counter() - start
@@ -300,7 +305,7 @@ class GridTrainer:
         assert self._executable is not None, "call start() first"
         start = time.perf_counter()
         shards = self._executable(
-            self._shard_constants, self._shard_knobs, self.shard_state(state), jnp.int32(iteration)
+            self._shard_constants, self._shard_knobs, self.shard_state(state), jnp.int32(iteration), self._steps
         )
         state, diagnostics = self.unshard_state(shards), self._diagnose_shards(shards)
         self.times.train += time.perf_counter() - start

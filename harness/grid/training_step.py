@@ -90,16 +90,24 @@ def inner_step(
 
 
 def train_iteration(
-    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
+    shape: GridShape,
+    constants: GridConstants,
+    knobs: RunKnobs,
+    state: CoevolutionState,
+    iteration: jax.Array,
+    steps: jax.Array,
 ) -> CoevolutionState:
-    """Outer iteration `iteration` (0-based): the mechanisms' start hooks, all inner steps, their end hooks."""
+    """Outer iteration `iteration` (0-based) of `steps` inner steps (int32 scalars): the mechanisms' start hooks, the
+    inner steps, their end hooks. The step count is a value, not a size: one compiled program serves every count."""
     for hook in registry.hooks(shape.used_mechanisms, "start_iteration"):
         state = hook(shape, constants, knobs, state, iteration)
 
-    def body(carry: CoevolutionState, step_in_iteration: jax.Array) -> tuple[CoevolutionState, None]:
-        return inner_step(shape, constants, knobs, carry, step_in_iteration), None
+    def body(step_in_iteration: jax.Array, carry: CoevolutionState) -> CoevolutionState:
+        return inner_step(shape, constants, knobs, carry, step_in_iteration)
 
-    state, _ = jax.lax.scan(body, state, jnp.arange(shape.steps_per_iteration, dtype=jnp.int32))
+    # A loop with a run-time trip count (XLA's while) rather than a scan of a fixed length: one program serves every
+    # step count, and the published grid's metrics are byte for byte those the fixed-length scan gave.
+    state = jax.lax.fori_loop(jnp.int32(0), steps, body, state)
     for hook in registry.hooks(shape.used_mechanisms, "end_iteration"):
         state = hook(shape, constants, knobs, state, iteration)
     return state
