@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import pytest
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, which every grid uses)
 from benchmarks import machine, support
 from harness.common.run_files import PACKAGES
 from harness.grid.pretrain import PretrainResult

@@ -68,10 +68,15 @@ _HOMES = {name: "harness.api" for name in __all__} | {
     "load_study": "harness.grid.study",  # a file of several shapes; run_study(study, run_dir) runs it
     "run_study": "harness.experiment.study",
 }
+# Every name but use_every_cpu_core reads grids, whose knobs and metrics the built-in mechanisms declare: their package
+# is imported first, which registers them (harness.api imports it too).
+_NEEDS_BUILT_INS = set(__all__) - {"use_every_cpu_core"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _HOMES:
+        if name in _NEEDS_BUILT_INS:
+            importlib.import_module("harness.mechanisms")
         value = getattr(importlib.import_module(_HOMES[name]), name)
         globals()[name] = value  # later lookups skip this function
         return value

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, which every grid uses)
 from harness.grid.compile_cache import CACHE_DIR_ENV, enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.sharding import use_every_cpu_core

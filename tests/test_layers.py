@@ -1,12 +1,15 @@
 """The package's folders are its layers: every import points down the order below, and no modules import in a circle.
 
 Read from the source with `ast`, so an import inside a function or under TYPE_CHECKING counts as much as one at the
-top of a module.
+top of a module, and so does a string that names a module of the package (what `importlib.import_module` would be
+given to reach a module without an import statement).
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,10 +31,13 @@ def layer_of(module: str) -> str:
 
 
 def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """The harness modules `path` imports (`from harness.x import name` counts module harness.x.name if it is one)."""
+    """The harness modules `path` imports (`from harness.x import name` counts module harness.x.name if it is one), or
+    names in a string constant (an import by name)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known - {"harness"}:
+            found.add(node.value)  # the bare package name is also a word of the condition files ("harness" streams)
+        elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("harness")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness") and node.level == 0:
             for alias in node.names:
@@ -97,3 +103,34 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     known = {"harness.report", "harness.report.tables", "harness.engine.world"}
     assert imported_modules(source, known) == {"harness.report.tables", "harness.engine.world"}
     assert LAYERS.index(layer_of("harness.report.tables")) > LAYERS.index(layer_of("harness.engine.world"))
+
+
+def test_a_module_named_in_a_string_counts_as_imported(tmp_path: Path) -> None:
+    # Positive control for the string rule: the way the mechanism catalog once reached its built-ins from below.
+    source = tmp_path / "registry.py"
+    source.write_text('import importlib\n\ndef load():\n    return importlib.import_module("harness.mechanisms")\n')
+    assert imported_modules(source, {"harness.mechanisms", "harness.grid"}) == {"harness.mechanisms"}
+
+
+def test_the_grid_layer_reads_built_ins_only_once_their_package_registered_them() -> None:
+    # The catalog no longer imports the mechanisms' package from below: importing that package registers them. A
+    # fresh interpreter that reads a grid from the grid layer alone is refused in one line naming the fix; after
+    # `import harness.mechanisms` the same call reads the grid with every built-in knob.
+    read = "from harness.grid.conditions import load_grid; print(len(load_grid('conditions/paper.toml').conditions))"
+    root = PACKAGE.parent
+    alone = subprocess.run([sys.executable, "-c", read], cwd=root, capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 1
+    assert alone.stderr.strip().splitlines()[-1] == (
+        "harness.engine.metrics.BuiltInMechanismsMissing: the built-in mechanisms are not registered: import "
+        "harness.mechanisms first (harness.api, the command line and the harness.experiment and harness.report "
+        "packages import it)"
+    )
+    registered = subprocess.run(
+        [sys.executable, "-c", f"import harness.mechanisms; {read}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert registered.returncode == 0, registered.stderr
+    assert int(registered.stdout) > 10

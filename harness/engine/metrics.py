@@ -16,7 +16,6 @@ counts (int and bool metrics), and whether the run stayed finite.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -206,9 +205,27 @@ QUALITY_RESOLUTION = 0.01
 
 # Metrics that mechanisms declared, by mechanism, in the order the mechanisms were registered.
 _MECHANISM_METRICS: dict[str, tuple[Metric, ...]] = {}
+_BUILT_IN_OWNERS: set[str] = set()
 
 
-def register_metrics(mechanism: str, metrics: tuple[Metric, ...]) -> None:
+class BuiltInMechanismsMissing(RuntimeError):
+    """The registries were read before the built-in mechanisms registered themselves (importing `harness.mechanisms`
+    registers them; the API, the command line, the report and the experiment packages import it)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the built-in mechanisms are not registered: import harness.mechanisms first (harness.api, the command "
+            "line and the harness.experiment and harness.report packages import it)"
+        )
+
+
+def require_built_ins(registered: bool) -> None:
+    """Raise `BuiltInMechanismsMissing` unless `registered` (some built-in mechanism is in the caller's registry)."""
+    if not registered:
+        raise BuiltInMechanismsMissing
+
+
+def register_metrics(mechanism: str, metrics: tuple[Metric, ...], builtin: bool = False) -> None:
     """Add `mechanism`'s metrics to the registry (as registering the mechanism does). Raises ValueError naming the
     clash if one of their names is taken by another metric."""
     taken = {metric.name: owner for owner, own in _MECHANISM_METRICS.items() for metric in own if owner != mechanism}
@@ -222,6 +239,8 @@ def register_metrics(mechanism: str, metrics: tuple[Metric, ...]) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"mechanism '{mechanism}' declares a metric twice: {names}")
     _MECHANISM_METRICS[mechanism] = metrics
+    if builtin:
+        _BUILT_IN_OWNERS.add(mechanism)
 
 
 def unregister_metrics(mechanism: str) -> None:
@@ -241,7 +260,7 @@ def columns(mechanisms: Sequence[str] | None = None) -> tuple[Metric, ...]:
 
 def all_metrics() -> tuple[Metric, ...]:
     """Every registered metric, in column order (the metrics of a grid of every registered mechanism)."""
-    _load_built_in_mechanisms()
+    require_built_ins(bool(_BUILT_IN_OWNERS))
     return columns()
 
 
@@ -292,9 +311,3 @@ def evaluate(run: RunView, metrics: Sequence[Metric]) -> dict[str, jax.Array]:
                 "not one number: its compute must reduce the run's view to a scalar"
             )
     return values
-
-
-def _load_built_in_mechanisms() -> None:
-    """The built-in mechanisms register their metrics when the mechanism catalog is first read. The catalog sits
-    above this layer (it holds whole mechanisms), so it is reached by name."""
-    importlib.import_module("harness.grid.registry").catalog()

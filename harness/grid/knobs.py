@@ -9,7 +9,6 @@ knob values share one compiled executable.
 
 from __future__ import annotations
 
-import importlib
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -21,6 +20,8 @@ import numpy as np
 from pydantic import BaseModel, GetCoreSchemaHandler
 from pydantic.fields import FieldInfo
 from pydantic_core import core_schema
+
+from harness.engine.metrics import require_built_ins
 
 # A knob whose field has json_schema_extra[HOST_ONLY] = True acts on the host only, before the compiled program runs
 # (e.g. how far its judges are pretrained). It is kept out of `RunKnobs`: an unused input would still be an argument
@@ -51,9 +52,8 @@ def unregister_knobs(mechanism: str) -> None:
 
 
 def _models() -> dict[str, _KnobModel]:
-    # The built-in mechanisms are registered when the mechanism catalog is first read; the catalog sits above this
-    # module (it holds whole mechanisms), so it is reached by name.
-    importlib.import_module("harness.grid.registry").catalog()
+    # The built-in mechanisms register their knobs when `harness.mechanisms` is imported (the layer above this one).
+    require_built_ins(any(entry.builtin for entry in _MODELS.values()))
     return _MODELS
 
 

@@ -1,7 +1,8 @@
 """The mechanisms a grid can use, by name: the built-in ones and those a lab loads from its own modules.
 
-The catalog is filled on first use with the built-in mechanisms (the package `harness.mechanisms`, found by name: the
-grid's code imports no mechanism), then with every mechanism registered later, by `register` (Python) or `load` (a
+The built-in mechanisms enter the catalog first: the package `harness.mechanisms`, one layer above this one, registers
+them when it is imported (`register_built_ins`; the grid's code imports no mechanism, and reading the catalog before
+that import is refused in one line). Every mechanism registered later follows, by `register` (Python) or `load` (a
 module name or a file, as a condition file's `[mechanisms] modules` gives it). A grid uses the built-in mechanisms
 and the ones it names (`GridSpec.mechanisms`); what the grid's program is built from (its knobs, state, rows, hooks
 and metrics) follows from that list, in catalog order (`active`).
@@ -35,8 +36,6 @@ from harness.grid.plugin_imports import outside_imports
 CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
 # Stems of a run directory's own files, which no mechanism's table (`RunTable`, written as <name>.csv) may take.
 RESERVED_TABLE_NAMES = ("metrics", "summary", "claims", "attractors", "frontier", "runs", "across", "looks", "grid")
-# The package of the built-in mechanisms; its BUILT_IN lists them in order.
-BUILT_IN_PACKAGE = "harness.mechanisms"
 # Modules loaded from files are imported under names of this prefix, their stem and digest: two files of one name do
 # not collide.
 LOADED_PREFIX = "coevolab_mechanism_"
@@ -60,28 +59,25 @@ class Registered:
 
 
 _CATALOG: dict[str, Registered] = {}
-_LOADING = False
 
 
-def _ensure_built_ins() -> None:
-    global _LOADING
-    if any(entry.builtin for entry in _CATALOG.values()):
+def _has_built_ins() -> bool:
+    return any(entry.builtin for entry in _CATALOG.values())
+
+
+def register_built_ins(mechanisms: Sequence[Mechanism], module: str) -> None:
+    """Register the built-in mechanisms, in order (what importing `harness.mechanisms` does, once). They come before
+    any other: `register` refuses a lab's mechanism until they are in."""
+    if _has_built_ins():
         return
-    if _LOADING:
-        raise MechanismError("a built-in mechanism module reads the mechanism catalog while it is being imported")
-    _LOADING = True
-    try:
-        package = importlib.import_module(BUILT_IN_PACKAGE)
-        for mechanism in package.BUILT_IN:
-            register(mechanism, builtin=True, module=BUILT_IN_PACKAGE)
-    finally:
-        _LOADING = False
+    for mechanism in mechanisms:
+        register(mechanism, builtin=True, module=module)
 
 
 def catalog() -> dict[str, Registered]:
     """Every registered mechanism by name: built-ins first (in `harness.mechanisms.BUILT_IN` order), then the others
     in the order they were registered."""
-    _ensure_built_ins()
+    metric_registry.require_built_ins(_has_built_ins())
     return dict(_CATALOG)
 
 
@@ -148,7 +144,7 @@ def register(
     if not isinstance(mechanism, Mechanism):
         raise MechanismError(f"{module or 'register'}: expected a harness.grid.contract.Mechanism, got {mechanism!r}")
     if not builtin:
-        _ensure_built_ins()
+        metric_registry.require_built_ins(_has_built_ins())
     previous = _CATALOG.get(mechanism.name)
     if previous is not None and (previous.mechanism is mechanism or (digest and previous.digest == digest)):
         return
@@ -158,7 +154,7 @@ def register(
         where = f" ({module})" if module else ""
         raise MechanismError(f"mechanism '{mechanism.name}'{where}: {problem}")
     try:
-        metric_registry.register_metrics(mechanism.name, mechanism.metrics)
+        metric_registry.register_metrics(mechanism.name, mechanism.metrics, builtin)
     except ValueError as error:
         raise MechanismError(str(error)) from None
     if mechanism.knobs is not None:

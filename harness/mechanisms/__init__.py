@@ -7,6 +7,7 @@ their metrics' columns. A mechanism of a lab's own is a module of the same form,
 
 from __future__ import annotations
 
+from harness.grid.registry import register_built_ins
 from harness.mechanisms import (
     anchor,
     best_of_n,
@@ -48,3 +49,6 @@ BUILT_IN = (
     judge_data.MECHANISM,
     best_of_n.MECHANISM,
 )
+
+# Importing this package is what puts the built-ins in the catalog, first and in this order.
+register_built_ins(BUILT_IN, __name__)

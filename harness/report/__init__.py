@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+# A report reads metrics and knobs that the built-in mechanisms declare: importing them registers them.
+import harness.mechanisms  # noqa: F401
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, atomic_write_bytes
 from harness.common.run_tables import read_run_table
 from harness.common.wording import plural
