@@ -5,8 +5,7 @@ compiled executable; knob values, keys and parameters are arguments. Both are ex
 and reloaded (`harness.grid.compile_cache.compile_exported`) so a rerun skips tracing.
 
 They are two programs, not one: the diagnostics measure the state before the first iteration
-as well as after each, so as a program of their own they are compiled once (beside the
-iteration program, on a second thread) instead of twice.
+as well as after each, so as a program of their own they are compiled once instead of twice.
 """
 
 from __future__ import annotations

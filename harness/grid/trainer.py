@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import chex
@@ -23,7 +22,7 @@ from harness.engine.flat_params import judge_layout, policy_layout, ravel_rows, 
 from harness.engine.models import Params, policy_log_prob_tables
 from harness.engine.state import CoevolutionState
 from harness.engine.state import initial_state as initial_run_states
-from harness.engine.world import LARGE_WORLD_OUTPUTS, World
+from harness.engine.world import World
 from harness.grid import registry
 from harness.grid.contract import GridConstants, HostRuns, PretrainData
 from harness.grid.diagnostics import Diagnostics
@@ -267,20 +266,15 @@ class GridTrainer:
         """
         state = self.initial_state(pretrained)
         # The diagnostics are a program of their own, over the same shards as the iteration program's (so memory
-        # follows a shard, not the grid), compiled before they run on the initial state. The two compiles run side by
-        # side, so that a cold start does not wait for them in turn, except in a large world, where one compile's
-        # working memory on top of the other's sets the run's peak (8^6 smoke grid: 2.2 against 1.8 GB).
-        program = (self.shard_shape, self.plan.n_shards, self.plan.pieces)
+        # follows a shard, not the grid), compiled before they run on the initial state. The two compiles run one
+        # after the other: side by side on two threads, a cold start of the published grid was no faster here (25-26 s
+        # against 21-24 s on 2 cores), and JAX writing one program to its persistent cache while XLA compiled the
+        # other crashed a test process once (a segmentation fault in the cache write).
         shards = self.shard_state(state)
-        side_by_side = self.world.config.n_outputs <= LARGE_WORLD_OUTPUTS
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=1) as beside:
-            compiled = beside.submit(self._compile_diagnostics, shards)
-            if not side_by_side:
-                compiled.result()
-            args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0), self._steps)
-            self._executable = compile_iteration(*program, args)
-            self._diagnostics = compiled.result()
+        self._diagnostics = self._compile_diagnostics(shards)
+        args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0), self._steps)
+        self._executable = compile_iteration(self.shard_shape, self.plan.n_shards, self.plan.pieces, args)
         self.times.compile = time.perf_counter() - start
         return state, jax.block_until_ready(self._diagnose_shards(shards))
 
