@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import jax
@@ -17,6 +14,7 @@ from harness.grid.executables import iteration_program
 from harness.grid.layout import GridSpec, layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.trainer import GridTrainer
+from tests.jax_logs import compile_log
 from tests.mechanisms_grid import MECHANISMS, RETUNED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,25 +24,6 @@ RUN = MECHANISMS.run
 # rather than one per condition: each is a compile, and these cover every difference of shape one per condition did.
 ELSEWHERE = (("baseline", "meta", "frozen"), ("ensemble", "anchor"))
 ALONE = tuple(name for names in ELSEWHERE for name in names)
-
-
-@contextlib.contextmanager
-def compile_log() -> Iterator[list[str]]:
-    """Messages of JAX's compile log ("Compiling jit(f) ...") while the block runs."""
-    messages: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
-
-    handler = Collect(level=logging.DEBUG)
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles(True):
-            yield messages
-    finally:
-        logger.removeHandler(handler)
 
 
 def _compiled_iterate(messages: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ from harness.grid.contract import Mechanism, StepRow
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, MechanismSource, layout_grid
 from harness.mechanisms import BUILT_IN
+from tests.jax_logs import compile_log
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mechanisms" / "judge_tether.py"
@@ -421,3 +422,72 @@ def test_a_metric_of_the_wrong_shape_is_one_line_before_anything_compiles(
         "coevolab: error: metric 'spread' of mechanism 'spread_out' computes shape (16,) for one run, not one "
         "number: its compute must reduce the run's view to a scalar"
     )
+
+
+WRONG_ROW = """import jax.numpy as jnp
+
+from harness.grid.contract import Mechanism, StepRow
+from harness.grid.step_table import with_judge_update
+
+
+def shrink(judge):
+    return judge.replace(params=judge.params[:-1])  # one parameter short
+
+
+MECHANISM = Mechanism(
+    "shrinking",
+    "a row that returns a judge of another shape",
+    rows=(
+        StepRow(
+            name="shrink",
+            stage="updates",
+            schedule=lambda knobs, n_outputs: "every_step",
+            replaces="judge",
+            unit=lambda step: shrink,
+            arguments=lambda step, group, slots: (),
+            due=with_judge_update,
+        ),
+    ),
+)
+"""
+
+WRONG_HOOK = """import jax.numpy as jnp
+
+from harness.grid.contract import Mechanism
+
+
+def restart(shape, constants, knobs, state, iteration):
+    return state.replace(step=state.step.astype(jnp.float32))  # the step counter as a float
+
+
+MECHANISM = Mechanism("restarting", "an iteration hook that changes the state's dtype", start_iteration=restart)
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        (
+            "shrink.py",
+            WRONG_ROW,
+            "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink') returns '.params' as (4832,) float32, not the "
+            "(4833,) float32 it was given",
+        ),
+        (
+            "restart.py",
+            WRONG_HOOK,
+            "mechanism 'restarting' ({file}:6, in restart; hook 'start_iteration') returns '.step' as () float32, "
+            "not the () int32 it was given",
+        ),
+    ],
+)
+def test_a_row_or_hook_returning_another_shape_is_one_line_before_anything_compiles(
+    tmp_path: Path, capsys: pytest.CaptureFixture, name: str, source: str, expected: str
+) -> None:
+    # Checked on the traced values: the line comes before XLA compiles the iteration, instead of a broadcasting or
+    # loop-carry error from inside the grid's code.
+    with compile_log() as messages:
+        code, line = _run_with_module(tmp_path, name, source, capsys)
+    assert code == 2
+    assert line == "coevolab: error: " + expected.format(file=tmp_path / name)
+    assert not any("jit(iterate)" in message for message in messages)

@@ -21,7 +21,7 @@ import importlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
 from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, RunTable, Stage, StepRow
+from harness.grid.contract_checks import checked
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
 
@@ -335,6 +336,17 @@ def hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[Any]:
     """The functions of every mechanism that takes `hook`, in mechanism order, except that a mechanism with `before`
     comes just before the first of those it names (and after those its `after` names), as its rows do."""
     return [getattr(m, hook) for m in _hook_order(tuple(mechanisms), hook)]
+
+
+def checked_hooks(mechanisms: Sequence[Mechanism], hook: str, given_at: int) -> list[Callable]:
+    """`hooks`, each checked while traced to return what it was given at argument `given_at` (the state, the rewards)
+    in structure, shapes and dtypes (`contract_checks.checked`)."""
+    return [checked(getattr(m, hook), given_at, m.name, f"hook '{hook}'") for m in _hook_order(tuple(mechanisms), hook)]
+
+
+def row_owners(mechanisms: Sequence[Mechanism]) -> dict[str, str]:
+    """Every row's name -> the name of the mechanism that declares it."""
+    return {row.name: m.name for m in mechanisms for row in m.rows}
 
 
 @functools.cache

@@ -58,7 +58,7 @@ def shaped_rewards(
     mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs
 ) -> jax.Array:
     """One run's rewards (B,) after every `shape_reward` hook, in mechanism order."""
-    for hook in registry.hooks(mechanisms, "shape_reward"):
+    for hook in registry.checked_hooks(mechanisms, "shape_reward", given_at=0):
         rewards = hook(rewards, batch, knobs)
     return rewards
 

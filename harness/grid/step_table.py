@@ -28,6 +28,7 @@ from harness.grid.contract import (
     Stage,
     StepContext,
 )
+from harness.grid.contract_checks import checked
 
 
 def run_judge_slots(shape: GridShape, constants: GridConstants) -> tuple[jax.Array, jax.Array]:
@@ -76,8 +77,11 @@ def apply_rows(stage: Stage, step: StepContext, networks: PairSides | SlotState)
     Returns the networks and, by row name, every group the row was applied to with its members' due mask.
     """
     applied: dict[str, tuple[tuple[Group, jax.Array], ...]] = {}
+    owners = registry.row_owners(step.shape.mechanisms)
     for row in registry.stage_rows(step.shape.mechanisms, stage):
-        unit = row.unit(step)
+        # The row's function of one network, checked while traced to return that network's kind (one line, not an
+        # error deep in the batching, where its output is merged back).
+        unit = checked(row.unit(step), 0, owners[row.name], f"row '{row.name}'")
         for index in step.shape.groups_of(row.name):
             group = Group(step.constants.groups[index], step.shape.groups[index])
             ids = group.ids.run_ids if STAGE_MEMBERS[stage] == "run" else group.ids.slot_ids

@@ -84,7 +84,7 @@ def inner_step(
     keys = step_keys(shape, knobs, state, update_due)
     state = policy_step(shape, constants, knobs, state, keys.policy)
     state, step, applied = judge_stages(StepContext(shape, constants, knobs, state, keys, counter, update_due))
-    for hook in registry.hooks(shape.used_mechanisms, "after_step"):
+    for hook in registry.checked_hooks(shape.used_mechanisms, "after_step", given_at=1):
         state = hook(step, state, applied)
     return state.replace(step=state.step + 1, runs=state.runs.replace(stream_key=keys.next))
 
@@ -99,7 +99,7 @@ def train_iteration(
 ) -> CoevolutionState:
     """Outer iteration `iteration` (0-based) of `steps` inner steps (int32 scalars): the mechanisms' start hooks, the
     inner steps, their end hooks. The step count is a value, not a size: one compiled program serves every count."""
-    for hook in registry.hooks(shape.used_mechanisms, "start_iteration"):
+    for hook in registry.checked_hooks(shape.used_mechanisms, "start_iteration", given_at=3):
         state = hook(shape, constants, knobs, state, iteration)
 
     def body(step_in_iteration: jax.Array, carry: CoevolutionState) -> CoevolutionState:
@@ -108,6 +108,6 @@ def train_iteration(
     # A loop with a run-time trip count (XLA's while) rather than a scan of a fixed length: one program serves every
     # step count, and the published grid's metrics are byte for byte those the fixed-length scan gave.
     state = jax.lax.fori_loop(jnp.int32(0), steps, body, state)
-    for hook in registry.hooks(shape.used_mechanisms, "end_iteration"):
+    for hook in registry.checked_hooks(shape.used_mechanisms, "end_iteration", given_at=3):
         state = hook(shape, constants, knobs, state, iteration)
     return state
