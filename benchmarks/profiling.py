@@ -14,7 +14,7 @@ import gzip
 import json
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import jax
@@ -73,3 +73,27 @@ def profile_call(call: Callable[[], object]) -> KernelProfile:
         finally:
             jax.profiler.stop_trace()
         return read_trace(Path(directory))
+
+
+# The loop's own parts of the inner step, named by scopes in harness.grid.training_step.
+LOOP_SCOPES = ("policy_step", "judge_stages")
+
+
+def hlo_sources(hlo_text: str, mechanisms: Collection[str]) -> collections.Counter:
+    """Instructions of an optimised HLO text by where they come from, read from each instruction's op_name metadata
+    (the named scopes the grid traces under): the innermost mechanism named in its path, else the loop's part
+    (`LOOP_SCOPES`), else "loop (other)"; "no metadata" for instructions XLA made without any (copies, tuples,
+    parameters)."""
+    found: collections.Counter = collections.Counter()
+    for line in hlo_text.splitlines():
+        if " = " not in line or line.lstrip().startswith("//"):
+            continue
+        named = re.search(r'op_name="([^"]*)"', line)
+        if named is None:
+            found["no metadata"] += 1
+            continue
+        path = named.group(1).split("/")
+        owners = [part for part in path if part in mechanisms]
+        parts = [part for part in path if part in LOOP_SCOPES]
+        found[owners[-1] if owners else parts[0] if parts else "loop (other)"] += 1
+    return found

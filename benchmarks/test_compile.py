@@ -8,7 +8,7 @@ are cleared (`harness.grid.executables.clear_program_caches()`).
 
 from __future__ import annotations
 
-from benchmarks import support
+from benchmarks import profiling, support
 from harness.grid.layout import GridSpec
 from harness.grid.pretrain import PretrainResult
 
@@ -63,3 +63,31 @@ def test_compile_warm(benchmark, sizes, judge_pool, figures, tmp_path):
     cold = figures.figures.get("compile: cold")
     if cold is not None and warm > 0:
         figures.add(benchmark, "compile: cold / warm", cold.value / warm, "×", "speedup from the persistent cache")
+
+
+def test_program_size(benchmark, sizes, judge_pool, figures):
+    """Where the published grid's compiled programs come from: optimised HLO instructions of the iteration and the
+    diagnostics programs, the iteration's by the mechanism (or part of the loop) whose traced code made them
+    (`profiling.hlo_sources`, from the named scopes the grid traces under)."""
+    spec = support.published_grid(sizes)
+    program, _ = support.started(spec, judge_pool)
+    names = [m.name for m in program.shape.mechanisms]
+
+    def count() -> tuple:
+        return program._executable.as_text(), program._diagnostics.as_text()
+
+    iteration, diagnostics = support.measure(benchmark, count, sizes, rounds=1, warmup=0)[0]
+    where = f"published grid ({_describe(spec)}), one shard's program"
+    for name, text in (("iteration", iteration), ("diagnostics", diagnostics)):
+        instructions = sum(profiling.hlo_sources(text, names).values())
+        figures.add(benchmark, f"program size: {name} program, HLO instructions", instructions, "", where)
+    sources = profiling.hlo_sources(iteration, names)
+    total = sum(sources.values()) or 1
+    for source, lines in sources.most_common(8):
+        figures.add(
+            benchmark,
+            f"program size: iteration, share from {source}",
+            100 * lines / total,
+            "%",
+            f"{lines:,} of {total:,} optimised HLO instructions; {where}",
+        )

@@ -60,10 +60,13 @@ def check_returns_like(given: Any, returned: Any, mechanism: str, where: str, fu
 
 
 def checked(function: Callable, given_at: int, mechanism: str, where: str) -> Callable:
-    """`function` whose result is checked (`check_returns_like`) against its argument at position `given_at`."""
+    """`function` whose result is checked (`check_returns_like`) against its argument at position `given_at`, its
+    operations traced under the mechanism's name (`jax.named_scope`: the compiled program's metadata says which
+    mechanism each instruction comes from)."""
 
     def call(*arguments: Any) -> Any:
-        returned = function(*arguments)
+        with jax.named_scope(mechanism):
+            returned = function(*arguments)
         check_returns_like(arguments[given_at], returned, mechanism, where, function)
         return returned
 

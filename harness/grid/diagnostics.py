@@ -10,6 +10,7 @@ computed from the same context, beside the metrics.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,7 @@ from harness.engine.metrics import MechanismShapeError, RunView, evaluate
 from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.engine.state import CoevolutionState
 from harness.grid import registry
-from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape
+from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape, Mechanism
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import reward_judges, run_rewards
 from harness.grid.step_table import run_judge_slots
@@ -41,6 +42,11 @@ def judge_score_tables(shape: GridShape, rows: jax.Array) -> jax.Array:
     """Every judge row's (J, P) score of every output of the grid's world, (J, N)."""
     unravel = judge_layout(shape.vocab_size, shape.seq_len, shape.model.judge).unravel
     return jax.vmap(lambda row: judge_score_table(unravel(row), shape.vocab_size, shape.seq_len))(rows)
+
+
+def _view(mechanism: Mechanism, context: DiagnosticsContext) -> Any:
+    with jax.named_scope(mechanism.name):  # the compiled program's metadata names the view's mechanism
+        return mechanism.view(context)
 
 
 def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
@@ -69,7 +75,7 @@ def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state:
         log_pi_initial=constants.initial_log_pi,
         reward=reward,
         finite=_all_finite(policies) & judges_finite,
-        mechanisms={m.name: m.view(context) for m in shape.used_mechanisms if m.view is not None},
+        mechanisms={m.name: _view(m, context) for m in shape.used_mechanisms if m.view is not None},
     )
     per_run = jax.tree.map(lambda _: 0, runs).replace(q_star=None)  # q* is shared by every run
     metrics = registry.metric_columns(shape.used_mechanisms)

@@ -85,9 +85,10 @@ def apply_rows(stage: Stage, step: StepContext, networks: PairSides | SlotState)
         for index in step.shape.groups_of(row.name):
             group = Group(step.constants.groups[index], step.shape.groups[index])
             ids = group.ids.run_ids if STAGE_MEMBERS[stage] == "run" else group.ids.slot_ids
-            due = row.due(step, group, networks)
-            arguments = partial(row.arguments, step, group, networks)
-            new = apply_where_due(unit, stage_field(networks, row.replaces), ids, due, arguments)
+            with jax.named_scope(owners[row.name]):  # the row's gathers, arguments and merge are its mechanism's too
+                due = row.due(step, group, networks)
+                arguments = partial(row.arguments, step, group, networks)
+                new = apply_where_due(unit, stage_field(networks, row.replaces), ids, due, arguments)
             networks = with_stage_field(networks, row.replaces, new)
             applied[row.name] = (*applied.get(row.name, ()), (group, due))
     return networks, applied

@@ -82,8 +82,11 @@ def inner_step(
     counter = step_in_iteration + 1
     update_due = judge_update_due(shape, knobs, counter)
     keys = step_keys(shape, knobs, state, update_due)
-    state = policy_step(shape, constants, knobs, state, keys.policy)
-    state, step, applied = judge_stages(StepContext(shape, constants, knobs, state, keys, counter, update_due))
+    # Named scopes mark where the compiled program's instructions come from (benchmarks/test_program_size.py).
+    with jax.named_scope("policy_step"):
+        state = policy_step(shape, constants, knobs, state, keys.policy)
+    with jax.named_scope("judge_stages"):
+        state, step, applied = judge_stages(StepContext(shape, constants, knobs, state, keys, counter, update_due))
     for hook in registry.checked_hooks(shape.used_mechanisms, "after_step", given_at=1):
         state = hook(step, state, applied)
     return state.replace(step=state.step + 1, runs=state.runs.replace(stream_key=keys.next))
