@@ -122,8 +122,8 @@ def test_the_grid_layer_reads_built_ins_only_once_their_package_registered_them(
     assert alone.returncode == 1
     assert alone.stderr.strip().splitlines()[-1] == (
         "harness.engine.metrics.BuiltInMechanismsMissing: the built-in mechanisms are not registered: import "
-        "harness.mechanisms first (harness.api, the command line and the harness.experiment and harness.report "
-        "packages import it)"
+        "harness.mechanisms first (harness.api, the command line, harness.report and harness.experiment.runner "
+        "import it)"
     )
     registered = subprocess.run(
         [sys.executable, "-c", f"import harness.mechanisms; {read}"],

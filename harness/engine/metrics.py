@@ -210,12 +210,12 @@ _BUILT_IN_OWNERS: set[str] = set()
 
 class BuiltInMechanismsMissing(RuntimeError):
     """The registries were read before the built-in mechanisms registered themselves (importing `harness.mechanisms`
-    registers them; the API, the command line, the report and the experiment packages import it)."""
+    registers them; the API, the command line, the report package and the experiment's runner import it)."""
 
     def __init__(self) -> None:
         super().__init__(
             "the built-in mechanisms are not registered: import harness.mechanisms first (harness.api, the command "
-            "line and the harness.experiment and harness.report packages import it)"
+            "line, harness.report and harness.experiment.runner import it)"
         )
 
 

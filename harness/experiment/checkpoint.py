@@ -21,6 +21,7 @@ import flax.serialization
 import jax
 import numpy as np
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, whose knobs and metrics it reads)
 from harness.common.run_files import CHECKPOINT_FILE, atomic_write_bytes
 from harness.engine.state import LAYOUT_VERSION, CoevolutionState
 from harness.grid.diagnostics import Diagnostics

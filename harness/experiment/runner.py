@@ -15,6 +15,7 @@ from typing import Protocol
 import pandas as pd
 from pydantic import ValidationError
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, whose knobs and metrics it reads)
 from harness.common.integrity import RunDirectoryError, write_manifest
 from harness.common.run_files import (
     CHECKPOINT_FILE,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, whose knobs and metrics it reads)
 from harness.common.integrity import RunDirectoryError
 from harness.common.run_files import read_metrics_text
 from harness.engine.metrics import Metric
