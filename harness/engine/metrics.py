@@ -203,7 +203,9 @@ HEALTH: tuple[Metric, ...] = (
 # states q*'s range across outputs beside it).
 QUALITY_RESOLUTION = 0.01
 
-# Metrics that mechanisms declared, by mechanism, in the order the mechanisms were registered.
+# Metrics that mechanisms declared, by mechanism, in the order the mechanisms were registered. Registering a mechanism
+# registers its metrics first (`harness.grid.registry.register`), even none, so the built-ins' names here also say,
+# for the knob registry and the catalog too, whether the built-in mechanisms are in.
 _MECHANISM_METRICS: dict[str, tuple[Metric, ...]] = {}
 _BUILT_IN_OWNERS: set[str] = set()
 
@@ -219,9 +221,14 @@ class BuiltInMechanismsMissing(RuntimeError):
         )
 
 
-def require_built_ins(registered: bool) -> None:
-    """Raise `BuiltInMechanismsMissing` unless `registered` (some built-in mechanism is in the caller's registry)."""
-    if not registered:
+def built_ins_registered() -> bool:
+    """Whether the built-in mechanisms have registered themselves (importing `harness.mechanisms` does)."""
+    return bool(_BUILT_IN_OWNERS)
+
+
+def require_built_ins() -> None:
+    """Raise `BuiltInMechanismsMissing` unless the built-in mechanisms have registered themselves."""
+    if not built_ins_registered():
         raise BuiltInMechanismsMissing
 
 
@@ -260,7 +267,7 @@ def columns(mechanisms: Sequence[str] | None = None) -> tuple[Metric, ...]:
 
 def all_metrics() -> tuple[Metric, ...]:
     """Every registered metric, in column order (the metrics of a grid of every registered mechanism)."""
-    require_built_ins(bool(_BUILT_IN_OWNERS))
+    require_built_ins()
     return columns()
 
 

@@ -62,14 +62,10 @@ class Registered:
 _CATALOG: dict[str, Registered] = {}
 
 
-def _has_built_ins() -> bool:
-    return any(entry.builtin for entry in _CATALOG.values())
-
-
 def register_built_ins(mechanisms: Sequence[Mechanism], module: str) -> None:
     """Register the built-in mechanisms, in order (what importing `harness.mechanisms` does, once). They come before
     any other: `register` refuses a lab's mechanism until they are in."""
-    if _has_built_ins():
+    if metric_registry.built_ins_registered():
         return
     for mechanism in mechanisms:
         register(mechanism, builtin=True, module=module)
@@ -78,7 +74,7 @@ def register_built_ins(mechanisms: Sequence[Mechanism], module: str) -> None:
 def catalog() -> dict[str, Registered]:
     """Every registered mechanism by name: built-ins first (in `harness.mechanisms.BUILT_IN` order), then the others
     in the order they were registered."""
-    metric_registry.require_built_ins(_has_built_ins())
+    metric_registry.require_built_ins()
     return dict(_CATALOG)
 
 
@@ -145,7 +141,7 @@ def register(
     if not isinstance(mechanism, Mechanism):
         raise MechanismError(f"{module or 'register'}: expected a harness.grid.contract.Mechanism, got {mechanism!r}")
     if not builtin:
-        metric_registry.require_built_ins(_has_built_ins())
+        metric_registry.require_built_ins()
     previous = _CATALOG.get(mechanism.name)
     if previous is not None and (previous.mechanism is mechanism or (digest and previous.digest == digest)):
         return
