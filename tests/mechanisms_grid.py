@@ -1,8 +1,8 @@
 """A grid of every judge mechanism's kind that two test files share: test_grid_program (each condition alone and in
 the grid, knob values that never recompile) and test_sharding (results independent of the split). Three seeds give
 every kind an odd run count, so a split into shards needs fillers. `make test` runs the two files in one process
-(tests/conftest.py), test_grid_program first: its split, one shard per device, is compiled once for both; RETUNED
-has MECHANISMS's shape, so it runs on that program too.
+(tests/conftest.py), test_grid_program first: its split, a seed per shard on each device, is compiled once for both;
+RETUNED has MECHANISMS's shape, so it runs on that program too.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from harness import cli
 from harness.common.run_files import CHECKPOINT_FILE, stale_temporaries
 from harness.experiment.checkpoint import read_checkpoint
 from harness.grid.compile_cache import CACHE_DIR_ENV
+from harness.grid.sharding import usable_cores
 from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,6 +245,40 @@ def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path, capsys: py
     error = capsys.readouterr().err
     assert "GiB" in error and "fewer seeds" in error
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(usable_cores() != 2, reason="the seed counts are chosen for two devices (one per core)")
+def test_another_seed_and_iteration_count_of_one_shard_shape_compiles_nothing(
+    first_run: FirstRun, tmp_path: Path
+) -> None:
+    # 3 and 4 seeds on two devices: two seeds per shard, one turn, two judges per device to pretrain, policies
+    # initialised in one bucket of 4. The second grid loads the training, diagnostics, pretraining and initialisation
+    # programs from the compile cache the first filled: none is written to it again. (What still compiles is small:
+    # the initial policies' log-probability tables, whose rounding follows their count, and single operations on
+    # arrays of 3 seeds' runs; 0.4 s and 0.1 s here.) A copy of the first run's cache, which other tests read as that
+    # run left it.
+    cache = Path(shutil.copytree(first_run.cache, tmp_path / "compile-cache"))
+    programs = ("jit_iterate", "jit_diagnose_shards", "jit_pretrain_shard", "jit_scan")
+
+    def run(*argv: str) -> Path:
+        out = tmp_path / argv[1]
+        env = {**os.environ, CACHE_DIR_ENV: str(cache)}
+        result = coevolab("run", str(first_run.grid), *argv, "--out", str(out), "--quiet", "--no-figures", env=env)
+        assert result.returncode == 0, result.stderr
+        return out
+
+    def grid_programs() -> set[Path]:
+        """The cache's files of the grid's programs: their executables and traced (exported) forms."""
+        files = {path for path in cache.rglob("*") if path.is_file()}
+        return {path for path in files if path.parent.name == "exported" or path.name.split("-")[0] in programs}
+
+    run("--seeds", "4")
+    cached = grid_programs()
+    assert {name for name in programs if any(path.name.startswith(f"{name}-") for path in cached)} == set(programs)
+    three = run("--seeds", "3", "--set", "run.iterations=3")
+    assert grid_programs() == cached
+    metrics = pd.read_csv(three / "metrics.csv.gz")
+    assert (metrics["seed"].nunique(), metrics["iteration"].max()) == (3, 3)
 
 
 def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Path) -> None:

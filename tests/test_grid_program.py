@@ -33,12 +33,12 @@ def _compiled_iterate(messages: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def pretrained() -> PretrainResult:
     """Judges (seed, member) for seeds 0..2 and members 0..2, shared by every grid here."""
-    return GridTrainer(MECHANISMS, pieces=1).pretrain()
+    return GridTrainer(MECHANISMS).pretrain()
 
 
 @pytest.fixture(scope="module")
 def trained(pretrained: PretrainResult) -> dict:
-    grid = GridTrainer(MECHANISMS, pieces=1)  # one shard per device: the split test_sharding compares
+    grid = GridTrainer(MECHANISMS)  # a seed per shard, two turns of two devices: test_sharding's split too
     with compile_log() as messages:
         state, record = grid.start(pretrained=pretrained)
     records = [record]
@@ -140,7 +140,7 @@ def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pre
     # it in the same process), so its first start did compile, and the log shows it.
     assert len(_compiled_iterate(trained["compiled"])) == 1
 
-    retuned = GridTrainer(RETUNED, pieces=1)
+    retuned = GridTrainer(RETUNED)
     with compile_log() as messages:
         # iteration_program raises here if its program is traced again.
         state, _ = retuned.start(pretrained=pretrained)
@@ -151,8 +151,8 @@ def test_changing_knob_values_within_a_shape_never_recompiles(trained: dict, pre
     assert _compiled_iterate(messages) == []
     assert not any("jit(iterate)" in m for m in messages)
     assert retuned.shard_shape == first.shard_shape
-    assert iteration_program(retuned.shard_shape, retuned.plan.n_shards, retuned.plan.pieces) is iteration_program(
-        first.shard_shape, first.plan.n_shards, first.plan.pieces
+    assert iteration_program(retuned.shard_shape, retuned.plan.devices) is iteration_program(
+        first.shard_shape, first.plan.devices
     )
     assert retuned._executable is first._executable
 
@@ -174,7 +174,7 @@ def test_other_step_and_iteration_counts_share_the_program(trained: dict, pretra
     # only in them runs on the executable already compiled, with the new count taking effect.
     first = trained["grid"]
     run = RUN.model_copy(update={"steps_per_iteration": 13, "iterations": 1})
-    shorter = GridTrainer(MECHANISMS.model_copy(update={"run": run}), pieces=1)
+    shorter = GridTrainer(MECHANISMS.model_copy(update={"run": run}))
     with compile_log() as messages:
         state, _ = shorter.start(pretrained=pretrained)
         _, record = shorter.step(state, 0)
@@ -182,6 +182,25 @@ def test_other_step_and_iteration_counts_share_the_program(trained: dict, pretra
     assert shorter._executable is first._executable
     updates = dict(zip(shorter.layout.run_labels(), np.asarray(record["judge_updates"]).tolist(), strict=True))
     assert updates[("baseline", 0)] == 13 and updates[("frozen", 0)] == 0
+
+
+def test_another_seed_count_shares_the_program_and_each_seed_its_bits(
+    trained: dict, pretrained: PretrainResult
+) -> None:
+    # A shard holds whole seeds (one seed of every condition here), so a grid of two of the three seeds runs on the
+    # same programs, in one turn instead of two, and each of its runs computes exactly what it did beside a third.
+    first = trained["grid"]
+    fewer = GridTrainer(MECHANISMS.model_copy(update={"run": RUN.model_copy(update={"seeds": (0, 1)})}))
+    assert fewer.plan.pieces == 1 and first.plan.pieces == 2
+    # Sources are (seed, member), seed-major: the first two seeds' judges.
+    sources = len(fewer.origins.judge_sources)
+    fewer.pretrained = jax.tree.map(lambda leaf: leaf[:sources], pretrained)
+    with compile_log() as messages:
+        table = fewer.run()
+    assert not any("jit(iterate)" in m or "jit(diagnose_shards)" in m for m in messages)
+    assert fewer._executable is first._executable
+    together = trained["table"].query("seed in (0, 1)").reset_index(drop=True)
+    pd.testing.assert_frame_equal(table, together)
 
 
 def test_metrics_table(trained: dict) -> None:

@@ -18,7 +18,17 @@ from harness.grid.conditions import load_grid
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings, group_membership, layout_grid
 from harness.grid.pretrain import pretrain_program
-from harness.grid.sharding import PIECE_OVERHEAD, PIECE_WORK, SHARD_AXIS, deal_runs, plan_shards, shard_mesh
+from harness.grid.sharding import (
+    PIECE_OVERHEAD,
+    PIECE_WORK,
+    SEED_PADDING,
+    SEEDS_PER_SHARD,
+    SHARD_AXIS,
+    deal_runs,
+    plan_shards,
+    seeds_per_shard,
+    shard_mesh,
+)
 from harness.grid.trainer import GridTrainer
 from tests.mechanisms_grid import MECHANISMS, RETUNED
 
@@ -49,18 +59,30 @@ def test_published_grid_on_two_shards() -> None:
     assert planned.n_shards * (planned.shape.n_runs + planned.shape.n_slots) <= PIECE_OVERHEAD * 2 * (47 + 65)
 
 
-@pytest.mark.parametrize("n_runs", [1, 20, 90, 360, 1800])
-def test_pieces_stay_small_as_the_grid_grows(n_runs: int) -> None:
-    layout = layout_grid(_grid(Knobs(), seeds=n_runs))
+@pytest.mark.parametrize("n_seeds", [1, 2, 5, 20, 90, 360, 1800])
+def test_shards_hold_whole_seeds_and_stay_small_as_the_grid_grows(n_seeds: int) -> None:
+    layout = layout_grid(_grid(Knobs(), seeds=n_seeds))  # one baseline run per seed: two networks
     plan = plan_shards(layout, 2)
-    assert plan.devices == min(2, n_runs)
+    assert plan.devices == min(2, n_seeds)
     assert plan.n_shards == plan.devices * plan.pieces
-    # A piece is within a factor 2 of PIECE_WORK networks (baseline run: policy + judge) when the grid allows it.
-    work = plan.shape.n_runs + plan.shape.n_slots
-    assert work <= 2 * PIECE_WORK or plan.pieces == n_runs // plan.devices
-    assert work >= PIECE_WORK / 2 or plan.pieces == 1
-    assert plan.fillers <= (PIECE_OVERHEAD - 1) * n_runs
+    seeds = plan.shape.n_runs
+    assert seeds in SEEDS_PER_SHARD and 2 * seeds <= PIECE_WORK
+    assert n_seeds + plan.fillers <= max(SEED_PADDING * n_seeds, plan.devices * seeds)
+    # Each shard computes whole seeds: the first shards are the grid's runs in order, fillers come last.
+    computed = plan.shard_runs.reshape(-1)
+    np.testing.assert_array_equal(computed[:n_seeds], np.arange(n_seeds))
     assert plan_shards(layout, 2, pieces=1).pieces == 1
+
+
+def test_grids_of_many_seed_counts_share_a_few_shard_shapes() -> None:
+    # From 16 seeds on two devices up, the shard's size comes from the conditions (here a baseline and a frozen run
+    # per seed, 4 networks: 4 seeds, PIECE_WORK networks), stepped down only where padding to it would cost more
+    # than SEED_PADDING.
+    rungs = [seeds_per_shard(n, 2, 4) for n in range(16, 1001)]
+    assert len(set(rungs)) <= 3 and rungs.count(4) >= 0.8 * len(rungs)
+    plans = [plan_shards(layout_grid(_grid(Knobs(), Knobs(freeze_judge=True), seeds=n)), 2) for n in (16, 50, 200)]
+    assert all(plan.shape == plans[0].shape for plan in plans) and plans[0].shape.n_runs == 2 * 4
+    assert [plan.pieces for plan in plans] == [2, 7, 25]
 
 
 @pytest.mark.parametrize("n_shards", [1, 2, 3, 4, 7])
@@ -114,11 +136,11 @@ def test_plan_takes_fewer_shards_when_more_would_only_add_fillers() -> None:
 @pytest.fixture(scope="module")
 def split_runs() -> dict[int, tuple[GridTrainer, pd.DataFrame]]:
     """tests/mechanisms_grid.py's RETUNED grid (judge updates on a cadence, resets, meta-correction on every check)
-    run on one device in two shards one after another (`lax.map`), and as two shards on two devices side by side (the
-    program test_grid_program compiled for its shape). Every kind has an odd run count, so both splits have
-    fillers."""
+    run on one device in two shards of half the runs one after another, and on two devices side by side in shards
+    of one seed each, two turns (the program test_grid_program compiled for its shape). Every kind has an odd run
+    count, so both splits have fillers."""
     programs = {}
-    for max_shards, pieces in ((1, 2), (2, 1)):
+    for max_shards, pieces in ((1, 2), (2, None)):
         program = GridTrainer(RETUNED, max_shards=max_shards, pieces=pieces)
         programs[max_shards] = program, program.run()
     return programs
@@ -128,7 +150,7 @@ def split_runs() -> dict[int, tuple[GridTrainer, pd.DataFrame]]:
 def test_results_do_not_depend_on_the_split(split_runs: dict[int, tuple[GridTrainer, pd.DataFrame]]) -> None:
     (whole, whole_table), (split, split_table) = split_runs[1], split_runs[2]
     assert (whole.plan.devices, whole.plan.n_shards) == (1, 2) and whole.plan.fillers > 0
-    assert (split.plan.devices, split.plan.n_shards) == (2, 2) and split.plan.fillers > 0
+    assert (split.plan.devices, split.plan.n_shards) == (2, 4) and split.plan.fillers > 0
     # The anchor counts (3 and 16 pairs) were padded to one width across the shards.
     assert split.shard_shape.size("anchor_pairs") == 16
     numeric = whole_table.select_dtypes("number").columns

@@ -17,8 +17,10 @@ corruption trains on other examples); conditions with equal choices share them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -154,12 +156,13 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
                 key=_judge_order,
             )
         )
-        seed_ids = jnp.asarray([s.seed for s in judges], jnp.int32)
-        init_keys, data_keys = keys.judge_keys_batch(seed_ids, jnp.asarray([s.member for s in judges]))
+        seed_ids = np.asarray([s.seed for s in judges], np.int32)
+        init_keys, data_keys = in_buckets(keys.judge_keys_batch, seed_ids, np.asarray([s.member for s in judges]))
         policies = tuple((None, seed, None) for seed in seeds)
-        seed_array = jnp.asarray(seeds, jnp.int32)
-        policy_params = init_policies(jax.vmap(keys.policy_init_key)(seed_array), vocab, seq_len, spec.model.policy)
-        stream_keys = jax.vmap(keys.training_key)(seed_array)
+        seed_array = np.asarray(seeds, np.int32)
+        policy_keys = in_buckets(jax.vmap(keys.policy_init_key), seed_array)
+        policy_params = in_buckets(lambda k: init_policies(k, vocab, seq_len, spec.model.policy), policy_keys)
+        stream_keys = in_buckets(jax.vmap(keys.training_key), seed_array)
         return GridOrigins(spec, judges, init_keys, data_keys, _targets(judges), policies, policy_params, stream_keys)
 
     conditions = [(c.original_script, judges_per_run(c.knobs, mechanisms), _choices(spec, c)) for c in spec.conditions]
@@ -186,9 +189,22 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
         jnp.stack([judge_keys[s][1] for s in judges]),
         _targets(judges),
         tuple(runs),
-        original_streams.init_original_policies(jnp.stack(policy_keys), vocab, seq_len),
+        in_buckets(lambda k: original_streams.init_original_policies(k, vocab, seq_len), jnp.stack(policy_keys)),
         jnp.stack(stream_keys),
     )
+
+
+def in_buckets(function: Callable[..., chex.ArrayTree], *rows: chex.Array) -> chex.ArrayTree:
+    """`function` of arrays with a leading axis of n rows, called on them padded to the next power of two rows (copies
+    of the first) and its outputs cut back to n: one program serves grids of any seed count up to the bucket.
+
+    Only for functions that compute each row alone (key derivations, `lax.map` initialisations), so padding changes
+    no bit; a vmapped network would round differently at another batch width.
+    """
+    n = rows[0].shape[0]
+    index = np.minimum(np.arange(1 << max(0, (n - 1).bit_length())), n - 1)
+    padded = function(*(np.asarray(row)[index] for row in rows))
+    return jax.tree.map(lambda leaf: jnp.asarray(np.asarray(leaf)[:n]), padded)
 
 
 def _targets(judges: tuple[JudgeSource, ...]) -> jax.Array:

@@ -8,7 +8,9 @@ and `shard_map` runs the same per-shard program on every device at once.
 
 Shards need identical shapes. Runs are dealt to shards kind by kind (`GroupMembership`: runs of
 one kind are interchangeable for shape), and a shard that is short of a run of some kind
-gets a filler: a copy of a real run of that kind, computed alongside and then ignored.
+gets a filler: a copy of a real run of that kind, computed alongside and then ignored. Where the
+grid has a seed per device or more, a shard holds whole seeds (`seeds_per_shard`), so its shape, and
+the program compiled for it, does not depend on the grid's seed count.
 The static sizes mechanisms declare (pair counts, a history's depth, a look-ahead's length) are
 padded to the largest shard's, as within a grid.
 """
@@ -21,6 +23,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 
 import chex
 import jax
@@ -101,6 +104,11 @@ class ShardPlan:
         """Shards per device, run one after another by each device."""
         return self.n_shards // self.devices
 
+    def piece(self, piece: int) -> np.ndarray:
+        """The shards that run in turn `piece` (one per device, in device order): device d runs shards
+        d * pieces ... (d + 1) * pieces - 1, one per turn."""
+        return np.arange(self.devices) * self.pieces + piece
+
     @property
     def fillers(self) -> int:
         """Runs computed only to pad shards to one shape."""
@@ -117,8 +125,11 @@ def _runs_of_kind(layout: GridLayout) -> dict[GroupMembership, list[int]]:
     return runs_of_kind
 
 
-# Pieces: a device runs its shards one after another (`lax.map`), each through the whole
-# iteration, so that one shard's working set stays in cache. Measured on 2 cores (baseline
+# Pieces: a device runs its shards one after another, each through the whole iteration, so that one
+# shard's working set stays in cache. The turns are calls of one program made by the host
+# (`to_pieces`), so the program depends on the shard's shape and the device count, never on how
+# many shards the grid has: measured bit for bit the same metrics as a `lax.map` over a device's
+# shards inside one program (the published grid, 3 turns). Measured on 2 cores (baseline
 # runs, 100 steps): 360 runs in shards of 5 cost 347 µs per run-step against 674 µs as two
 # shards of 180; at 90 runs shards of 3-9 runs are within noise of one another. A shard's
 # work is counted in networks (runs + judge slots); a baseline run is 2.
@@ -126,19 +137,51 @@ PIECE_WORK = 16  # networks per shard the piece count aims at (about 8 baseline 
 PIECE_OVERHEAD = 1.15  # the most total work (fillers included) that more pieces may add
 
 
+# Seeds per shard, where a grid has at least as many seeds as devices: each shard holds this many seeds' worth of
+# runs of every kind, so grids of one set of conditions share their shard shape (and so their programs) whatever
+# their seed count, beyond a few seeds per device.
+SEEDS_PER_SHARD = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per seed of the grid, above one per device
+
+
+def seeds_per_shard(n_seeds: int, devices: int, seed_work: int) -> int:
+    """The rung of `SEEDS_PER_SHARD` for a grid of `n_seeds` seeds on `devices` devices whose runs of one seed are
+    `seed_work` networks: the largest rung whose shard is at most `PIECE_WORK` networks (at least 1) and no more
+    than the smallest rung that holds the grid in one turn of the devices, stepped down while the fillers would be
+    more than `SEED_PADDING` allows."""
+
+    def padded(rung: int) -> int:
+        """Seeds' worth of runs computed, fillers included."""
+        return devices * rung * math.ceil(n_seeds / (devices * rung))
+
+    one_turn = next((rung for rung in SEEDS_PER_SHARD if rung * devices >= n_seeds), SEEDS_PER_SHARD[-1])
+    rungs = [rung for rung in SEEDS_PER_SHARD if rung <= one_turn and (rung == 1 or rung * seed_work <= PIECE_WORK)]
+    within = [rung for rung in rungs if rung == 1 or padded(rung) <= max(SEED_PADDING * n_seeds, devices * rung)]
+    return within[-1]
+
+
 def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) -> ShardPlan:
     """Split `layout` into shards: at most `max_shards` devices side by side, each running `pieces` shards in turn.
 
-    Devices: the split whose busiest device has the least work (runs plus judge slots,
-    fillers included); ties go to fewer devices. Pieces (None: chosen here): shards near
-    `PIECE_WORK` networks each, as long as the fillers that more, smaller shards need add
-    at most `PIECE_OVERHEAD` to the total work. Costs follow from the run counts per kind,
-    so only the chosen split is laid out.
+    Where the grid has at least `max_shards` seeds (and `pieces` is None), by seeds: every device is used and each
+    shard holds `seeds_per_shard` seeds' worth of runs of every kind, so that the shard's shape depends on the
+    grid's conditions and not on its seed count. Otherwise by work: the device count whose busiest device has the
+    least work (runs plus judge slots, fillers included; ties go to fewer devices), then pieces (None: chosen here)
+    that make shards near `PIECE_WORK` networks each, as long as the fillers that more, smaller shards need add at
+    most `PIECE_OVERHEAD` to the total work. Costs follow from the run counts per kind, so only the chosen split is
+    laid out.
     """
     if max_shards < 1:
         raise ValueError(f"max_shards must be at least 1, got {max_shards}")
     runs_of_kind = _runs_of_kind(layout)
     n_runs = layout.shape.n_runs
+    n_seeds = len(np.unique(layout.run_seed_index))
+    if pieces is None and n_seeds >= max_shards:
+        per_seed = {kind: math.ceil(len(runs) / n_seeds) for kind, runs in runs_of_kind.items()}
+        seeds = seeds_per_shard(n_seeds, max_shards, sum(c * (1 + n_judges) for (n_judges, _), c in per_seed.items()))
+        turns = math.ceil(n_seeds / (seeds * max_shards))
+        shard_kinds = {kind: count * seeds for kind, count in per_seed.items()}
+        return deal_runs(layout, max_shards * turns, devices=max_shards, per_shard=shard_kinds)
 
     def cost(n_shards: int) -> int:
         """Networks per shard when the grid is dealt into n_shards shards."""
@@ -155,10 +198,17 @@ def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) 
     return deal_runs(layout, devices * pieces, devices=devices)
 
 
-def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> ShardPlan:
+def deal_runs(
+    layout: GridLayout,
+    n_shards: int,
+    devices: int | None = None,
+    per_shard: Mapping[GroupMembership, int] | None = None,
+) -> ShardPlan:
     """Split `layout` into `n_shards` shards of one shape: each kind's runs in equal blocks, short blocks filled.
 
     devices: the devices the shards are spread over, n_shards / devices consecutive shards each (default: one each).
+    per_shard: runs of each kind per shard (default: as few as hold the kind's runs); later shards of a kind get
+    only fillers where this is more than that.
     """
     devices = n_shards if devices is None else devices
     assert n_shards % devices == 0, f"{n_shards} shards do not split evenly over {devices} devices"
@@ -166,14 +216,15 @@ def deal_runs(layout: GridLayout, n_shards: int, devices: int | None = None) -> 
     runs_of_kind = _runs_of_kind(layout)
     shard_runs: list[list[int]] = [[] for _ in range(n_shards)]
     placed_at: dict[int, tuple[int, int]] = {}  # grid run -> (shard, position in shard)
-    for runs in runs_of_kind.values():
-        per_shard = math.ceil(len(runs) / n_shards)
+    for kind, runs in runs_of_kind.items():
+        count = math.ceil(len(runs) / n_shards) if per_shard is None else per_shard[kind]
+        assert count * n_shards >= len(runs), f"{count} runs per shard cannot hold {len(runs)} in {n_shards} shards"
         for shard in range(n_shards):
-            own = runs[shard * per_shard : (shard + 1) * per_shard]
+            own = runs[shard * count : (shard + 1) * count]
             for run in own:
                 placed_at[run] = (shard, len(shard_runs[shard]))
                 shard_runs[shard].append(run)
-            shard_runs[shard].extend([runs[0]] * (per_shard - len(own)))  # fillers
+            shard_runs[shard].extend([runs[0]] * (count - len(own)))  # fillers
 
     runs = np.asarray(shard_runs, dtype=np.int64)  # (S, Rs): every shard got the same count
     shards = [layout_runs(spec, layout.run_condition[ids], layout.run_seed_index[ids]) for ids in runs]
@@ -232,6 +283,23 @@ def to_shards(tree: chex.ArrayTree, index: np.ndarray, devices: int | None = Non
     """Leaves with a leading axis -> leaf[index] with index int (S, per shard), split over `devices` (default S)."""
     sharding = NamedSharding(shard_mesh(index.shape[0] if devices is None else devices), P(SHARD_AXIS))
     return jax.device_put(jax.tree.map(lambda leaf: np.asarray(leaf)[index], tree), sharding)
+
+
+def to_pieces(tree: chex.ArrayTree, index: np.ndarray, plan: ShardPlan) -> tuple[chex.ArrayTree, ...]:
+    """Leaves with a leading axis -> one tree per turn (`ShardPlan.piece`): leaf[index[the turn's shards]], with a
+    leading axis of one shard per device, split over the devices. index int (S, per shard) as `to_shards`'s."""
+    return tuple(to_shards(tree, index[plan.piece(piece)]) for piece in range(plan.pieces))
+
+
+def from_pieces(pieces: Sequence[chex.ArrayTree], at: np.ndarray, plan: ShardPlan) -> chex.ArrayTree:
+    """`to_pieces`'s inverse for leaves (devices, per shard, ...): the entries at flattened positions `at` (into
+    S * per shard, shards in plan order), on one device."""
+
+    def whole(*turns: jax.Array) -> np.ndarray:
+        by_device = np.stack([np.asarray(turn) for turn in turns], axis=1)  # (devices, pieces, per shard, ...)
+        return by_device.reshape(plan.n_shards, *by_device.shape[2:])  # shard d * pieces + p
+
+    return from_shards(jax.tree.map(whole, *pieces), at)
 
 
 def from_shards(tree: chex.ArrayTree, at: np.ndarray) -> chex.ArrayTree:

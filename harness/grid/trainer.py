@@ -32,7 +32,7 @@ from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.origins import GridOrigins, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
-from harness.grid.sharding import ShardPlan, from_shards, plan_shards, to_shards
+from harness.grid.sharding import ShardPlan, from_pieces, plan_shards, to_pieces
 from harness.grid.training_step import mechanism_states
 
 
@@ -103,8 +103,8 @@ class GridTrainer:
         self.constants: GridConstants | None = None
         self._executable: Executable | None = None
         self._diagnostics: Executable | None = None
-        self._shard_constants: GridConstants | None = None
-        self._shard_knobs: RunKnobs | None = None
+        self._shard_constants: tuple[GridConstants, ...] | None = None
+        self._shard_knobs: tuple[RunKnobs, ...] | None = None
 
     @property
     def shape(self) -> GridShape:
@@ -121,34 +121,22 @@ class GridTrainer:
         """The shape of each shard: what selects the compiled iteration program."""
         return self.plan.shape
 
-    @staticmethod
-    def _regroup(
-        state: CoevolutionState,
-        by_run: Callable[[chex.ArrayTree], chex.ArrayTree],
-        by_slot: Callable[[chex.ArrayTree], chex.ArrayTree],
-        step: jax.Array,
-    ) -> CoevolutionState:
-        """The state with its per-run part passed through `by_run`, its per-slot part through `by_slot`."""
-        return CoevolutionState(runs=by_run(state.runs), slots=by_slot(state.slots), step=step)
-
-    def shard_state(self, state: CoevolutionState) -> CoevolutionState:
-        """The grid's state -> the shards' (leading axis S, split over the devices)."""
+    def shard_state(self, state: CoevolutionState) -> tuple[CoevolutionState, ...]:
+        """The grid's state -> the shards', one state per turn (`ShardPlan.piece`: leading axis of one shard per
+        device, split over the devices)."""
         plan = self.plan
-        return self._regroup(
-            state,
-            lambda tree: to_shards(tree, plan.shard_runs, plan.devices),
-            lambda tree: to_shards(tree, plan.shard_slots, plan.devices),
-            to_shards(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards), plan.devices),
-        )
+        runs = to_pieces(state.runs, plan.shard_runs, plan)
+        slots = to_pieces(state.slots, plan.shard_slots, plan)
+        steps = to_pieces(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards), plan)
+        return tuple(map(CoevolutionState, runs, slots, steps))
 
-    def unshard_state(self, state: CoevolutionState) -> CoevolutionState:
-        """The shards' state -> the grid's, fillers dropped."""
+    def unshard_state(self, pieces: tuple[CoevolutionState, ...]) -> CoevolutionState:
+        """The shards' state (one per turn) -> the grid's, fillers dropped."""
         plan = self.plan
-        return self._regroup(
-            state,
-            lambda tree: from_shards(tree, plan.run_at),
-            lambda tree: from_shards(tree, plan.slot_at),
-            jnp.asarray(np.asarray(state.step)[0]),
+        return CoevolutionState(
+            runs=from_pieces([piece.runs for piece in pieces], plan.run_at, plan),
+            slots=from_pieces([piece.slots for piece in pieces], plan.slot_at, plan),
+            step=jnp.asarray(np.asarray(pieces[0].step)[0]),
         )
 
     def policy_params(self, state: CoevolutionState) -> Params:
@@ -242,12 +230,10 @@ class GridTrainer:
         judges = self.pretrained.params
         self.constants = grid_constants(layout, world, origins, judges, log_pi)
         shard_constants = [grid_constants(shard, world, origins, judges, log_pi) for shard in self.plan.shards]
-        self._shard_constants = to_shards(
-            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_constants),
-            np.arange(self.plan.n_shards),
-            self.plan.devices,
+        self._shard_constants = to_pieces(
+            jax.tree.map(lambda *leaves: np.stack(leaves), *shard_constants), np.arange(self.plan.n_shards), self.plan
         )
-        self._shard_knobs = to_shards(self.layout.knobs, self.plan.shard_runs, self.plan.devices)
+        self._shard_knobs = to_pieces(self.layout.knobs, self.plan.shard_runs, self.plan)
         run_policy = origins.run_policy(layout)
         policies, judges_rows = self.constants.initial_policies, self.constants.pretrained_judges
         # Each mechanism's state sized by the shards' shape (its static sizes padded to the largest shard's).
@@ -273,22 +259,25 @@ class GridTrainer:
         shards = self.shard_state(state)
         start = time.perf_counter()
         self._diagnostics = self._compile_diagnostics(shards)
-        args = (self._shard_constants, self._shard_knobs, shards, jnp.int32(0), self._steps)
-        self._executable = compile_iteration(self.shard_shape, self.plan.n_shards, self.plan.pieces, args)
+        args = (self._shard_constants[0], self._shard_knobs[0], shards[0], jnp.int32(0), self._steps)
+        self._executable = compile_iteration(self.shard_shape, self.plan.devices, args)
         self.times.compile = time.perf_counter() - start
         return state, jax.block_until_ready(self._diagnose_shards(shards))
 
-    def _diagnose_shards(self, shards: CoevolutionState) -> Diagnostics:
+    def _diagnose_shards(self, shards: tuple[CoevolutionState, ...]) -> Diagnostics:
         """Every metric of every run of a state laid out in shards (`shard_state`'s layout)."""
-        assert self._shard_constants is not None, "call start() or initial_state() first"
+        assert self._shard_constants is not None and self._shard_knobs is not None, "call start() or initial_state()"
         if self._diagnostics is None:  # measured before start() compiled the programs
             self._diagnostics = self._compile_diagnostics(shards)
-        return from_shards(self._diagnostics(self._shard_constants, self._shard_knobs, shards), self.plan.run_at)
+        diagnose = self._diagnostics
+        turns = [diagnose(*turn) for turn in zip(self._shard_constants, self._shard_knobs, shards, strict=True)]
+        return from_pieces(turns, self.plan.run_at, self.plan)
 
-    def _compile_diagnostics(self, shards: CoevolutionState) -> Executable:
+    def _compile_diagnostics(self, shards: tuple[CoevolutionState, ...]) -> Executable:
         """The diagnostics program of this grid's shards, compiled for `shards` (`shard_state`'s layout)."""
-        args = (self._shard_constants, self._shard_knobs, shards)
-        return compile_diagnostics(self.shard_shape, self.plan.n_shards, self.plan.pieces, args)
+        assert self._shard_constants is not None and self._shard_knobs is not None, "call start() or initial_state()"
+        args = (self._shard_constants[0], self._shard_knobs[0], shards[0])
+        return compile_diagnostics(self.shard_shape, self.plan.devices, args)
 
     def diagnose(self, state: CoevolutionState) -> Diagnostics:
         """Every metric of every run of `state`: what `step` measures after its iteration."""
@@ -298,8 +287,14 @@ class GridTrainer:
         """Train outer iteration `iteration` (0-based) of every run; returns the new state and its diagnostics."""
         assert self._executable is not None, "call start() first"
         start = time.perf_counter()
-        shards = self._executable(
-            self._shard_constants, self._shard_knobs, self.shard_state(state), jnp.int32(iteration), self._steps
+        assert self._shard_constants is not None and self._shard_knobs is not None
+        # One call per turn: a device runs its shards one after another (dispatched without waiting).
+        iterate, turn = self._executable, (jnp.int32(iteration), self._steps)
+        shards = tuple(
+            iterate(constants, knobs, piece, *turn)
+            for constants, knobs, piece in zip(
+                self._shard_constants, self._shard_knobs, self.shard_state(state), strict=True
+            )
         )
         state, diagnostics = self.unshard_state(shards), self._diagnose_shards(shards)
         self.times.train += time.perf_counter() - start
