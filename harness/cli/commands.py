@@ -135,12 +135,13 @@ def command_list(args: argparse.Namespace) -> int:
 
     spec = grid_and_warnings(conditions_path(args.conditions), overrides=args.overrides)
     if args.all:
-        # Resolved: an unset pretraining target is shown as the grid's own.
+        # Every knob as set, then the Spearman target each condition's judges are pretrained to, resolved (the grid's
+        # own where no mechanism sets another).
         rows = [
             {
                 "condition": c.name,
                 **c.knobs.model_dump(),
-                "judge_pretrain_target": spec.judge_target(c),
+                "pretrain_target": spec.judge_target(c),
                 "boundary": c.boundary,
             }
             for c in spec.conditions
