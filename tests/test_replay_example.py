@@ -169,6 +169,9 @@ def test_the_api_runs_the_buffer_to_the_command_lines_numbers(replayed, tmp_path
     pd.testing.assert_frame_equal(result.metrics[columns], metrics[columns])
 
 
+# In make test-all only: test_plugins runs a lab's mechanism as seed-block processes (the tether), and the buffer's
+# state across iterations is checked in process above.
+@pytest.mark.heavy
 def test_seed_blocks_run_the_buffer_in_their_own_processes(replayed, tmp_path: Path) -> None:
     """4 seeds as two `coevolab run --block` processes of 2 seeds, merged: the 20-seed run's numbers for those seeds
     (to float rounding: a block batches fewer runs together)."""
