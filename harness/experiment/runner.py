@@ -174,8 +174,8 @@ def execute(
         "compile",
         f"{plural(program.shape.n_runs, 'run')}, {plural(program.shape.n_slots, 'judge')}, one program"
         + (
-            f" over {plural(plan.devices, 'device')}, {plural(plan.pieces, 'shard')} of "
-            f"{plural(plan.shape.n_runs, 'run')} each"
+            f" for shards of {plural(plan.shape.n_runs, 'run')}, one per device on {plural(plan.devices, 'device')}"
+            f" side by side, {plural(plan.pieces, 'turn')}"
             if plan.n_shards > 1
             else ""
         ),
