@@ -147,8 +147,8 @@ SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per see
 def seeds_per_shard(n_seeds: int, devices: int, seed_work: int) -> int:
     """The rung of `SEEDS_PER_SHARD` for a grid of `n_seeds` seeds on `devices` devices whose runs of one seed are
     `seed_work` networks: the largest rung whose shard is at most `PIECE_WORK` networks (at least 1) and no more
-    than the smallest rung that holds the grid in one turn of the devices, stepped down while the fillers would be
-    more than `SEED_PADDING` allows."""
+    than the smallest rung that holds the grid in one turn of the devices, stepped down while the seeds' worth of
+    runs computed (fillers included) would be more than `SEED_PADDING` times the grid's and more than one turn."""
 
     def padded(rung: int) -> int:
         """Seeds' worth of runs computed, fillers included."""
