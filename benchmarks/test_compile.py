@@ -1,6 +1,6 @@
 """Compile time of the grid program, cold and warm from JAX's persistent compilation cache.
 
-The figure is GridTrainer.times.compile: `iteration_program(shape).lower(...).compile()`,
+The figure is GridTrainer.times.compile: `iteration_program(shape, devices).lower(...).compile()`,
 i.e. tracing + lowering + XLA compilation (cold) or tracing + lowering + loading the
 executable from the cache (warm). Before every compile the process's in-memory caches
 are cleared (`harness.grid.executables.clear_program_caches()`).

@@ -87,7 +87,8 @@ def test_shards_vs_one_device(benchmark, sizes, judge_pool, figures):
 
 
 def test_pieces_vs_one_shard_per_device(benchmark, sizes, judge_pool, figures):
-    """A large scaling grid in planned pieces (lax.map on each device) vs one shard per device, back to back.
+    """A large scaling grid in planned turns (a device's shards one after another, one call each) vs one shard per
+    device, back to back.
 
     The second-largest size: the largest (1,800 runs) would spend a quarter of an hour on this comparison alone."""
     spec = support.baseline_grid(sizes, sorted(sizes.scaling_runs)[-2])

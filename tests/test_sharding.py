@@ -51,8 +51,8 @@ def test_published_grid_on_two_shards() -> None:
     assert plan.shape.n_runs == 8 + 3 + 3 + 5 + 5 + 5 + 10 + 8 == 47
     assert plan.shape.n_slots == 8 + 3 * 3 + 3 * 5 + 5 + 5 + 5 + 10 + 8 == 65
     assert plan.fillers == 2 * 47 - 90 == 4  # one per kind with an odd count
-    # Planned: both devices, each running three shards of 18 runs in turn (fillers: the
-    # ensembles of 5 runs need 6 copies, one per shard), 12% more work than two shards.
+    # Planned by seeds: both devices, each running three shards of 18 runs in turn, a seed's worth of every kind
+    # each; the sixth shard is all fillers (5 seeds in 6 seed-shards), 12% more work than two shards.
     planned = plan_shards(layout_grid(PAPER), 2)
     assert (planned.devices, planned.pieces, planned.shape.n_runs) == (2, 3, 18)
     assert planned.fillers == 6 * 18 - 90

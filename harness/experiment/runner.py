@@ -174,8 +174,8 @@ def execute(
         "compile",
         f"{plural(program.shape.n_runs, 'run')}, {plural(program.shape.n_slots, 'judge')}, one program"
         + (
-            f" for shards of {plural(plan.shape.n_runs, 'run')}, one per device on {plural(plan.devices, 'device')}"
-            f" side by side, {plural(plan.pieces, 'turn')}"
+            f" for shards of {plural(plan.shape.n_runs, 'run')}: {plural(plan.pieces, 'turn')} of "
+            f"{plural(plan.devices, 'device')} side by side, one shard each"
             if plan.n_shards > 1
             else ""
         ),

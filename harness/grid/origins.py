@@ -157,7 +157,8 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
             )
         )
         seed_ids = np.asarray([s.seed for s in judges], np.int32)
-        init_keys, data_keys = in_buckets(keys.judge_keys_batch, seed_ids, np.asarray([s.member for s in judges]))
+        members = np.asarray([s.member for s in judges], np.int32)
+        init_keys, data_keys = in_buckets(keys.judge_keys_batch, seed_ids, members)
         policies = tuple((None, seed, None) for seed in seeds)
         seed_array = np.asarray(seeds, np.int32)
         policy_keys = in_buckets(jax.vmap(keys.policy_init_key), seed_array)
@@ -196,7 +197,7 @@ def grid_origins(spec: GridSpec) -> GridOrigins:
 
 def in_buckets(function: Callable[..., chex.ArrayTree], *rows: chex.Array) -> chex.ArrayTree:
     """`function` of arrays with a leading axis of n rows, called on them padded to the next power of two rows (copies
-    of the first) and its outputs cut back to n: one program serves grids of any seed count up to the bucket.
+    of the last) and its outputs cut back to n: one program serves grids of any seed count up to the bucket.
 
     Only for functions that compute each row alone (key derivations, `lax.map` initialisations), so padding changes
     no bit; a vmapped network would round differently at another batch width.

@@ -80,9 +80,9 @@ class GridTrainer:
     """A grid ready to run. Call `pretrain()`, then `start()`, then `step()` per iteration (or `run()`); to measure
     states without training them, `initial_state()` and `diagnose()`.
 
-    The state passed in and out is the whole grid's (runs and slots in layout order);
-    inside `step()` the runs are split into `plan.n_shards` shards (see `harness.grid.sharding`),
-    at most `max_shards`, by default one per device.
+    The state passed in and out is the whole grid's (runs and slots in layout order); inside `step()` the runs are
+    split into `plan.n_shards` shards (see `harness.grid.sharding`): one per device side by side, on at most
+    `max_shards` devices (default: every device), in `plan.pieces` turns.
     """
 
     spec: GridSpec
@@ -288,7 +288,7 @@ class GridTrainer:
         assert self._executable is not None, "call start() first"
         start = time.perf_counter()
         assert self._shard_constants is not None and self._shard_knobs is not None
-        # One call per turn: a device runs its shards one after another (dispatched without waiting).
+        # One call per turn, dispatched in order without waiting for the previous turn's results.
         iterate, turn = self._executable, (jnp.int32(iteration), self._steps)
         shards = tuple(
             iterate(constants, knobs, piece, *turn)

@@ -186,7 +186,7 @@ def rival_tests(
             # A spread needs two seeds: with fewer the effect is unknown (and the claim untested), not a warning.
             effect = float(np.std(side, ddof=1) - np.std(rival, ddof=1)) if len(side) > 1 else np.nan
             found = swap_test(side, rival, streams(index, "swap"), draws)
-            favours = (effect > 0) == (claim.direction == "above") and effect != 0
+            favours = not np.isnan(effect) and (effect > 0) == (claim.direction == "above") and effect != 0
             tests.append(RivalTest(effect, favours, found, "pair-swap permutation", None))
             continue
         differences = data.differences(index, r)
