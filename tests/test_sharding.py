@@ -74,6 +74,15 @@ def test_shards_hold_whole_seeds_and_stay_small_as_the_grid_grows(n_seeds: int) 
     assert plan_shards(layout, 2, pieces=1).pieces == 1
 
 
+def test_few_seeds_on_many_devices_are_split_by_work() -> None:
+    # The published grid's 5 seeds on 4 devices: a seed per shard (one seed's runs are 44 networks) would compute 8
+    # seeds' worth in two turns, more than SEED_PADDING allows, so the split by work takes over with fewer fillers.
+    # Light seeds may take one turn whatever its padding (5 seeds of 2 networks: 2 per shard, every device busy).
+    assert seeds_per_shard(5, 4, 44) is None and seeds_per_shard(8, 4, 44) == 1 and seeds_per_shard(5, 4, 2) == 2
+    planned = plan_shards(layout_grid(PAPER), 4)
+    assert planned.fillers < 8 * 18 - 90
+
+
 def test_grids_of_many_seed_counts_share_a_few_shard_shapes() -> None:
     # From 16 seeds on two devices up, the shard's size comes from the conditions (here a baseline and a frozen run
     # per seed, 4 networks: 4 seeds, PIECE_WORK networks), stepped down only where padding to it would cost more
