@@ -131,7 +131,7 @@ def _runs_of_kind(layout: GridLayout) -> dict[GroupMembership, list[int]]:
 # dispatched in order without waiting, so the program depends on the shard's shape and the device count, never on
 # how many shards the grid has. Measured against the `lax.map` over a device's shards inside one program that it
 # replaced: the published grid's metrics bit for bit the same (3 turns), its training time within this machine's
-# run-to-run spread (83-96 s over five runs, against 87-89 s over three before), its peak memory 1.34 GB against 1.42.
+# run-to-run spread (83-96 s over seven runs, against 87-89 s over three before), its peak memory 1.34 GB against 1.42.
 # Measured on 2 cores (baseline runs, 100 steps, with that `lax.map`): 360 runs in shards of 5 cost 347 µs per
 # run-step against 674 µs as two shards of 180; at 90 runs shards of 3-9 runs are within noise of one another. A
 # shard's work is counted in networks (runs + judge slots); a baseline run is 2.
