@@ -297,7 +297,8 @@ def to_shards(tree: chex.ArrayTree, index: np.ndarray, devices: int | None = Non
 def to_pieces(tree: chex.ArrayTree, index: np.ndarray, plan: ShardPlan) -> tuple[chex.ArrayTree, ...]:
     """Leaves with a leading axis -> one tree per turn (`ShardPlan.piece`): leaf[index[the turn's shards]], with a
     leading axis of one shard per device, split over the devices. index int (S, per shard) as `to_shards`'s."""
-    return tuple(to_shards(tree, index[plan.piece(piece)]) for piece in range(plan.pieces))
+    host = jax.tree.map(np.asarray, tree)  # read back from the device once, not once per turn
+    return tuple(to_shards(host, index[plan.piece(piece)]) for piece in range(plan.pieces))
 
 
 def from_pieces(pieces: Sequence[chex.ArrayTree], at: np.ndarray, plan: ShardPlan) -> chex.ArrayTree:

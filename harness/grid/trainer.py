@@ -127,7 +127,7 @@ class GridTrainer:
         plan = self.plan
         runs = to_pieces(state.runs, plan.shard_runs, plan)
         slots = to_pieces(state.slots, plan.shard_slots, plan)
-        steps = to_pieces(jnp.full((plan.n_shards,), state.step), np.arange(plan.n_shards), plan)
+        steps = to_pieces(np.full((plan.n_shards,), np.asarray(state.step)), np.arange(plan.n_shards), plan)
         return tuple(map(CoevolutionState, runs, slots, steps))
 
     def unshard_state(self, pieces: tuple[CoevolutionState, ...]) -> CoevolutionState:
