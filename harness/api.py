@@ -277,7 +277,7 @@ class GridResult:
             keys: which of FIGURE_KEYS to draw.
 
         Returns:
-            {key: Figure}; saved as PNG (`harness.report.figures.common.save`), each gives the bytes of its file in
+            {key: Figure}; saved as PNG (`harness.rendering.figure_parts.save`), each gives the bytes of its file in
             `figure_files`.
         """
         return draw_figures(self.metrics, self.spec.name, keys)

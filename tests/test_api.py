@@ -20,8 +20,8 @@ from harness import cli
 from harness.common.run_files import MANIFEST_FILE, METRICS_FILE
 from harness.grid.conditions import ConditionFileError, load_grid
 from harness.grid.sharding import usable_cores
+from harness.rendering.figure_parts import save
 from harness.report.figures import draw_figures
-from harness.report.figures.common import save
 from tests.compile_cache_settings import compile_cache_settings_restored
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +158,8 @@ def test_a_saved_result_loads_back_with_the_same_tables(ran: tuple[harness.GridR
 
 
 def test_figures_are_the_report_pngs(ran: tuple[harness.GridResult, list], tmp_path: Path) -> None:
-    """The Figure objects, saved as the report saves them (`figures.common.save`), are the PNG files' bytes."""
+    """The Figure objects, saved as the report saves them (`harness.rendering.figure_parts.save`), are the PNG
+    files' bytes."""
     result, _ = ran
     figures = result.figures()
     assert list(figures) == list(harness.FIGURE_KEYS)

@@ -9,8 +9,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from harness.inference.overoptimization import FORMS, fit_gao, gains_since_start
-from harness.report.figures.bands import bootstrap_bands, performance_profile
-from harness.report.figures.common import fitted, mean_band, new_figure, save
+from harness.rendering.bands import bootstrap_bands, performance_profile
+from harness.rendering.figure_parts import fitted, mean_band, new_figure, save
 from harness.report.figures.overoptimization import (
     draw_gao_frontier,
     draw_kl_paths,

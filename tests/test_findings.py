@@ -13,10 +13,10 @@ import scipy.stats
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.inference.claims import Claim
+from harness.rendering.metrics_table import GridFacts
 from harness.report import attractors, write_report
 from harness.report.attractors import escape_table
 from harness.report.frontier import fit_frontier, frontier_points, gao_curve
-from harness.report.metrics_table import GridFacts
 from harness.report.tables import mode_shares, modes_markdown
 
 MODES = {"↑ ↑ ↑ ↑": 1.748, "↑ ↑ ↑ ↗": 1.999, "↓ ↑ ↑ ↑": 1.419}

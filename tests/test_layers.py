@@ -16,7 +16,18 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 # Lowest first. A module of harness/ itself (the public API) and the command line's package are the top layer.
-LAYERS = ("common", "engine", "original", "inference", "grid", "mechanisms", "report", "experiment", "<top>")
+LAYERS = (
+    "common",
+    "engine",
+    "original",
+    "inference",
+    "grid",
+    "rendering",
+    "mechanisms",
+    "report",
+    "experiment",
+    "<top>",
+)
 TOP_PACKAGES = ("cli",)
 
 

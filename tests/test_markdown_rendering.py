@@ -9,7 +9,7 @@ from pathlib import Path
 import markdown
 import pytest
 
-from harness.report.markdown import literal_stars
+from harness.rendering.markdown import literal_stars
 
 ROOT = Path(__file__).resolve().parents[1]
 # The site's Markdown extensions that change how emphasis and blocks parse (mkdocs.yml).

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
+from harness.grid.report_section import ReportInputs
+from harness.mechanisms.meta_correction_report import ends_with_twin, meta_section, meta_table, meta_twins
+from harness.rendering.metrics_table import prepare
 from harness.report.identical import explain, identical_groups
-from harness.report.meta_correction import ends_with_twin, meta_section, meta_table, meta_twins
-from harness.report.metrics_table import prepare
 
 SLOW = Knobs(judge_update_every=10)
 GRID = GridSpec(
@@ -63,11 +66,11 @@ def _metrics() -> pd.DataFrame:
 
 
 def test_each_meta_condition_is_set_beside_its_twin_without_meta() -> None:
-    assert meta_twins(GRID) == {"slow-meta": "slow", "slow-meta-draw": "slow", "orphan-meta": None}
+    assert meta_twins(GRID.condition_knobs) == {"slow-meta": "slow", "slow-meta-draw": "slow", "orphan-meta": None}
 
 
 def test_meta_table_counts_corrections_and_pairs_the_change_by_seed() -> None:
-    table = meta_table(prepare(_metrics()), GRID).set_index("condition")
+    table = meta_table(prepare(_metrics()), GRID.condition_knobs).set_index("condition")
     assert table.loc["slow-meta", "corrections_per_run"] == pytest.approx(21.5)
     assert table.loc["slow-meta", "runs_corrected"] == 2
     assert table.loc["slow-meta", "holdout_accuracy_start"] == pytest.approx(0.71)
@@ -79,11 +82,17 @@ def test_meta_table_counts_corrections_and_pairs_the_change_by_seed() -> None:
     assert np.isnan(table.loc["orphan-meta", "quality_change_from_twin"])
 
 
+def _inputs(prepared: pd.DataFrame) -> ReportInputs:
+    return ReportInputs(
+        table=prepared, knobs=GRID.condition_knobs, world=GRID.world, out_dir=Path("unused"), figures=False
+    )
+
+
 def test_meta_section_says_where_it_never_fired() -> None:
-    text = "\n".join(meta_section(prepare(_metrics()), GRID))
+    text = "\n".join(meta_section(_inputs(prepare(_metrics()))))
     assert "It never fired in 1 condition." in text
     assert "| `slow-meta-draw` " in text and "none in the grid" in text
-    assert meta_section(prepare(_metrics()), None) == []
+    assert meta_section(_inputs(prepare(_metrics()).drop(columns=["meta_corrections"]))) == []
 
 
 def test_a_rarely_firing_condition_that_ends_with_its_twin_is_explained_with_its_count() -> None:
@@ -98,7 +107,7 @@ def test_a_rarely_firing_condition_that_ends_with_its_twin_is_explained_with_its
     m = prepare(m)
     assert identical_groups(m) == []
     assert ends_with_twin(m, "slow-meta-draw", "slow") and not ends_with_twin(m, "slow-meta", "slow")
-    text = "\n".join(meta_section(m, GRID))
+    text = "\n".join(meta_section(_inputs(m)))
     assert "1 condition ends where the twin ends" in text
     assert (
         "- `slow-meta-draw` ends where `slow` ends: meta-correction fired in 1 of 2 runs of `slow-meta-draw` "

@@ -10,7 +10,9 @@ import pandas as pd
 from harness.engine.world import WorldConfig
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec
-from harness.report.pairs import FIGURE, pair_section, pair_source, pair_table
+from harness.grid.report_section import ReportInputs
+from harness.mechanisms.pair_audit_report import FIGURE, pair_section, pair_source, pair_table
+from harness.report import mechanism_sections
 
 CONDITIONS = {
     "baseline": Knobs(),
@@ -48,6 +50,10 @@ def _metrics() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _inputs(table: pd.DataFrame, grid: GridSpec, out_dir: Path, figures: bool = True) -> ReportInputs:
+    return ReportInputs(table=table, knobs=grid.condition_knobs, world=grid.world, out_dir=out_dir, figures=figures)
+
+
 def test_pair_sources_in_words() -> None:
     assert pair_source(Knobs()) == "policy vs policy, judge-labelled"
     assert pair_source(Knobs(rejected_from="past", temporal_gap=2)) == "policy > checkpoint 2 back"
@@ -58,7 +64,7 @@ def test_pair_sources_in_words() -> None:
 
 
 def test_table_gives_each_audit_with_its_interval() -> None:
-    table = pair_table(_metrics(), GRID).set_index("condition")
+    table = pair_table(_metrics(), GRID.condition_knobs).set_index("condition")
     assert table.loc["temporal", "label error, a ≠ b @2"] == "0.400 [0.400, 0.400]"
     assert table.loc["anchored", "q* gap @2"] == "2.000 [2.000, 2.000]"
     assert table.loc["referee", "referee error @2"] == "0.250 [0.250, 0.250]"
@@ -66,7 +72,7 @@ def test_table_gives_each_audit_with_its_interval() -> None:
 
 
 def test_readings_answer_the_three_questions(tmp_path: Path) -> None:
-    lines = "\n".join(pair_section(_metrics(), GRID, tmp_path))
+    lines = "\n".join(pair_section(_inputs(_metrics(), GRID, tmp_path)))
     assert "wrong on 0.300 [0.300, 0.300] after iteration 1, and 0.400 [0.400, 0.400] at iteration 2" in lines
     assert "0.500 [0.500, 0.500] of all pairs at the end" in lines
     assert "`anchored`: E|q*(chosen) − q*(rejected)| at iteration 2 is 2.000" in lines
@@ -82,11 +88,11 @@ def test_the_section_counts_the_pairs_of_its_own_world(tmp_path: Path) -> None:
     figure: 16² for a world of 4 tokens × 2 positions, 65,536² for 16 × 4."""
     for vocab, length, pairs in ((8, 4, "4,096²"), (4, 2, "16²"), (16, 4, "65,536²")):
         grid = GRID.model_copy(update={"world": WorldConfig(vocab_size=vocab, seq_len=length)})
-        lines = "\n".join(pair_section(_metrics(), grid, tmp_path, figures=False))
+        lines = "\n".join(pair_section(_inputs(_metrics(), grid, tmp_path, figures=False)))
         assert f"an exact sum over all {pairs} pairs" in lines and lines.count("²") == 1
 
 
 def test_no_section_for_a_table_without_audits(tmp_path: Path) -> None:
     old = _metrics().drop(columns=["pair_label_error", "pair_label_error_distinct", "pair_identical"])
-    assert pair_section(old, GRID, tmp_path) == []
-    assert pair_section(_metrics(), None, tmp_path) == []
+    assert pair_section(_inputs(old, GRID, tmp_path)) == []
+    assert mechanism_sections(_metrics(), None, tmp_path, figures=True) == []  # no grid, no mechanism sections

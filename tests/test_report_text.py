@@ -20,11 +20,12 @@ from harness.engine.world import World
 from harness.grid import registry as mechanism_registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec
+from harness.grid.layout import Condition, GridSpec, MechanismSource
+from harness.grid.report_section import MechanismReport, ReportInputs
+from harness.rendering.metrics_table import belief_gap, prepare
 from harness.report import mode_shares, summarize, write_report
 from harness.report.figures import boundaries_title
 from harness.report.identical import explain, identical_groups
-from harness.report.metrics_table import belief_gap, prepare
 from harness.report.readings import reading_modes
 from harness.report.tables import descriptive_rule
 
@@ -125,6 +126,49 @@ def test_a_new_headline_metric_appears_everywhere(same_end: pd.DataFrame, tmp_pa
     assert "**KL to the initial policy** (nats; column `kl_initial`): KL(π ‖ π₀) over all outputs." in report
     assert "KL to the initial policy (nats) 0.000 → 0.500" in report  # the headline reading
     assert "kl_initial_mean" in pd.read_csv(tmp_path / "summary.csv").columns
+
+
+def test_a_labs_mechanism_brings_its_own_report_section(same_end: pd.DataFrame, tmp_path: Path) -> None:
+    """A mechanism registered from outside the package gets what a built-in gets (`MechanismReport`): its section in
+    report.md after the conditions with identical results, given the prepared table, each condition's knobs and the
+    world, and its word on why two conditions coincide; a grid that does not load it has neither."""
+    seen: list[ReportInputs] = []
+
+    def section(inputs: ReportInputs) -> list[str]:
+        seen.append(inputs)
+        return ["## The probe's own section", "", f"{len(inputs.table)} rows over {len(inputs.knobs)} conditions.", ""]
+
+    def why_identical(table: pd.DataFrame, condition: str, knobs: object) -> str | None:
+        return f"the probe never acted in `{condition}`" if condition == "twin" else None
+
+    twin = same_end[same_end["condition"] == "baseline"].assign(condition="twin")
+    metrics = pd.concat([same_end, twin], ignore_index=True)
+    probe = Mechanism(name="probe", summary="reports itself", report=MechanismReport(section, why_identical))
+    names = ("baseline", "noise", "better", "twin")
+    with mechanism_registry.restored_catalog():
+        mechanism_registry.register(probe, module="probe.py", path="probe.py", digest="0" * 64)
+        loaded = GridSpec(
+            name="tiny",
+            mechanisms=(MechanismSource(name="probe", module="probe.py", digest="0" * 64),),
+            conditions=(*(Condition(name=n) for n in names[:3]), Condition(name="twin", knobs=Knobs(lr_judge=0.5))),
+        )
+        write_report(metrics, tmp_path / "loaded", grid_name="tiny", grid=loaded, figures=False)
+        write_report(
+            metrics,
+            tmp_path / "not",
+            grid_name="tiny",
+            grid=loaded.model_copy(update={"mechanisms": ()}),
+            figures=False,
+        )
+    report = (tmp_path / "loaded" / "report.md").read_text()
+    assert report.index("### Conditions with identical results") < report.index("## The probe's own section")
+    assert report.index("## The probe's own section") < report.index("## Where runs end")
+    assert f"{len(metrics)} rows over 4 conditions." in report
+    assert "`twin`: they differ only in `lr_judge` (0.0003 vs 0.5); the probe never acted in `twin`." in report
+    (inputs,) = seen
+    assert list(inputs.knobs) == list(names) and inputs.world == loaded.world and not inputs.figures
+    assert inputs.out_dir == tmp_path / "loaded"
+    assert "probe" not in (tmp_path / "not" / "report.md").read_text()
 
 
 def test_a_report_without_figures_is_the_report_less_its_figures(

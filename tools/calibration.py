@@ -31,7 +31,7 @@ from harness.inference.run_measures import metric_ranges
 from harness.inference.seeds_needed import TARGET, seeds_needed
 from harness.inference.sequential import ANYTIME, SPENDING_FUNCTIONS, SPENDING_NAMES, anytime_looks, planned_looks
 from harness.inference.verdicts import judged
-from harness.report.markdown import markdown_table
+from harness.rendering.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "artifacts" / "reference" / "paper-100"

@@ -23,8 +23,8 @@ from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
 from harness.inference.rule import MIN_SEEDS, VERDICTS
 from harness.inference.sequential import SPENDING_NAMES
-from harness.report.markdown import literal_stars
-from harness.report.pairs import pair_source
+from harness.mechanisms.pair_audit_report import pair_source
+from harness.rendering.markdown import literal_stars
 from tools.published import PUBLISHED, original_records, published_row
 from tools.study_block import conditions_per_shape
 

@@ -12,8 +12,8 @@ import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE
 from harness.common.wording import plural
+from harness.rendering.markdown import literal_stars, markdown_table
 from harness.report.findings import p_text
-from harness.report.markdown import literal_stars, markdown_table
 from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE
 from tools.study_block import conditions_per_shape
 

@@ -26,9 +26,9 @@ from harness.common.wording import plural
 from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.layout import GridSpec
 from harness.inference.sequential import SPENDING_NAMES
+from harness.mechanisms.pair_audit_report import pair_source
+from harness.rendering.markdown import markdown_table
 from harness.report.findings import p_text, seeds_needed_text
-from harness.report.markdown import markdown_table
-from harness.report.pairs import pair_source
 from tools.block_files import replace_block
 from tools.findings_block import FINDINGS_END, FINDINGS_START, findings_block, verdict_tally
 from tools.overoptimization_block import OVEROPTIMIZATION_END, OVEROPTIMIZATION_START, overoptimization_block

@@ -22,12 +22,13 @@ from pathlib import Path
 import annotated_types
 from pydantic.fields import FieldInfo
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, whose knobs the pages list)
 from harness.cli.arguments import BUILTIN_GRIDS
 from harness.cli.dispatch import build_parser
 from harness.engine.metrics import all_metrics
 from harness.grid import registry
 from harness.grid.knobs import HOST_ONLY, UNIT
-from harness.report.markdown import markdown_table
+from harness.rendering.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

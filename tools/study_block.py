@@ -11,8 +11,8 @@ import pandas as pd
 
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE
 from harness.common.wording import plural
+from harness.rendering.markdown import markdown_table
 from harness.report.findings import p_text
-from harness.report.markdown import markdown_table
 
 SCALE_START, SCALE_END = "<!-- scale:start -->", "<!-- scale:end -->"
 

@@ -282,6 +282,14 @@ def loop_headline_metrics() -> tuple[Metric, ...]:
     return tuple(metric for metric in LOOP_MEASURES if metric.headline)
 
 
+def loop_metric(name: str) -> Metric:
+    """The loop's own metric called `name` (every grid records it): readable before any mechanism registers."""
+    for candidate in LOOP_MEASURES:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"no metric {name!r} of the loop's own; they are: {', '.join(m.name for m in LOOP_MEASURES)}")
+
+
 def metric(name: str) -> Metric:
     """The registered metric called `name`."""
     registered = all_metrics()

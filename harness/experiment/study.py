@@ -44,8 +44,8 @@ from harness.experiment.validation import read_metrics_frame
 from harness.grid.study import StudySpec
 from harness.inference.across_shapes import across_table
 from harness.inference.run_measures import run_measures
+from harness.rendering.metrics_table import CSV_FLOAT_FORMAT
 from harness.report import REPORT_FILE, with_best_of_n_measures
-from harness.report.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE
 from harness.report.study import MODEL_COLUMNS, SHAPE_COLUMNS, shape_table, study_report
 

@@ -69,9 +69,9 @@ from harness.inference.claims import Claim
 from harness.inference.run_measures import metric_ranges
 from harness.inference.sequential import ANYTIME, Spending, anytime_looks, look_levels, planned_looks
 from harness.inference.verdicts import DECISIONS, MIN_SEEDS, verdict_table
+from harness.rendering.markdown import literal_stars
+from harness.rendering.metrics_table import CSV_FLOAT_FORMAT
 from harness.report import write_run_report
-from harness.report.markdown import literal_stars
-from harness.report.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.sequential import sequential_section
 
 PLAN_FILE = "sequential.json"

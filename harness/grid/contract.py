@@ -48,6 +48,7 @@ from harness.engine.streams import Streams
 from harness.engine.world import World
 from harness.grid.batching import WorkGroup
 from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.report_section import MechanismReport
 
 Cadence = Literal["every_step", "slower"]
 CADENCES: tuple[Cadence, ...] = ("every_step", "slower")
@@ -363,6 +364,9 @@ class Mechanism:
             computed for the run.
         view: (`DiagnosticsContext`) -> a pytree with a leading run axis (R, ...), computed inside the program.
         tables: its per-run tables (`RunTable`), each a vector per run and iteration, written as `<name>.csv`.
+    Report:
+        report: its own section of a run's report and its word on conditions with identical results
+            (`MechanismReport`), written with the report's parts (`harness.rendering`).
     """
 
     name: str
@@ -393,6 +397,7 @@ class Mechanism:
     metrics: tuple[Metric, ...] = ()
     view: Callable[[DiagnosticsContext], Any] | None = None
     tables: tuple[RunTable, ...] = ()
+    report: MechanismReport | None = None
 
 
 # The hooks at most one mechanism takes (`Mechanism`'s docstring).

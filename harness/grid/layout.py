@@ -248,6 +248,11 @@ class GridSpec(BaseModel):
                 )
         return self
 
+    @property
+    def condition_knobs(self) -> dict[str, Knobs]:
+        """Each condition's knobs by its name, in the grid's order."""
+        return {condition.name: condition.knobs for condition in self.conditions}
+
     def condition(self, name: str) -> Condition:
         return next(c for c in self.conditions if c.name == name)
 

@@ -36,6 +36,7 @@ from harness.grid.contract import (
 )
 from harness.grid.knobs import INNER_STEPS, UNIT, Knobs, RunKnobs
 from harness.grid.memory import FLOAT_BYTES, activation_width
+from harness.mechanisms.meta_correction_report import REPORT
 from harness.original import streams as original_streams
 
 ROW = "meta_correction"
@@ -266,4 +267,5 @@ MECHANISM = Mechanism(
         ),
     ),
     view=_view,
+    report=REPORT,
 )

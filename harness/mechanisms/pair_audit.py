@@ -21,6 +21,7 @@ from harness.engine.pair_audits import PairAudit, audit_pairs
 from harness.grid.contract import DiagnosticsContext, Mechanism, StepContext
 from harness.grid.training_step import pair_sides, step_keys
 from harness.mechanisms import pair_sources, referee
+from harness.mechanisms.pair_audit_report import REPORT
 
 
 def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -112,4 +113,5 @@ MECHANISM = Mechanism(
         ),
     ),
     view=audit_view,
+    report=REPORT,
 )

@@ -21,15 +21,14 @@ from harness.common.run_tables import read_run_table
 from harness.common.wording import plural
 from harness.grid.grid_file import read_grid_file
 from harness.grid.layout import GridSpec
+from harness.grid.report_section import ReportInputs
 from harness.inference.frontier_measures import BEST_OF_N_TABLE, with_frontier_measures
 from harness.inference.run_measures import metric_ranges
+from harness.rendering.markdown import literal_stars, markdown_table
+from harness.rendering.metrics_table import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
 from harness.report.figures import FIGURE_KEYS, make_figures
 from harness.report.findings import findings_sections
 from harness.report.identical import identical_groups, identical_section
-from harness.report.markdown import literal_stars, markdown_table
-from harness.report.meta_correction import meta_section
-from harness.report.metrics_table import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
-from harness.report.pairs import pair_section
 from harness.report.readings import (
     how_to_read,
     reading_all_conditions,
@@ -102,8 +101,9 @@ def write_report(
     report.md holds the title, a line on the grid, "How to read this", the summary table, the conditions with
     identical results, the end-mode table and every figure (relative link) with one line of reading derived from the
     data. grid_name names the grid in headings. grid (the run's grid.json), when given, adds q*'s scale, each
-    mechanism's description, the knobs the grid sets and the knob differences of identical conditions, and the
-    grid's claims (harness.inference.claims) a verdicts section and claims.csv; it must describe the table's conditions.
+    mechanism's description, the knobs the grid sets and the knob differences of identical conditions, the sections
+    of the grid's mechanisms (`MechanismReport.section`, after the identical conditions), and the grid's claims
+    (harness.inference.claims) a verdicts section and claims.csv; it must describe the table's conditions.
     Attractors (attractors.csv) and, where the table has KL, the overoptimization frontier (frontier.csv) follow
     the end modes. how_run: one line on how the grid was run (its seed blocks), after the line on the grid. The output
     depends only on the arguments (same inputs, same bytes). metrics.csv.gz is never written. figures=False: the text
@@ -156,8 +156,7 @@ def write_report(
     ]
     if identical:
         lines += ["### Conditions with identical results", "", *identical]
-    lines += meta_section(prepared, grid)
-    lines += pair_section(prepared, grid, out_dir, figures)
+    lines += mechanism_sections(prepared, grid, out_dir, figures)
     if not shares.empty:
         lines += [
             "## Where runs end",
@@ -185,6 +184,17 @@ def write_report(
         relative = path.relative_to(out_dir).as_posix()
         lines += [f"### {FIGURE_TITLES[key]}", "", f"![{FIGURE_TITLES[key]}]({relative})", "", readings[key], ""]
     _write(out_dir, REPORT_FILE, "\n".join(lines))
+
+
+def mechanism_sections(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, figures: bool) -> list[str]:
+    """The sections of the grid's mechanisms (`MechanismReport.section`), in catalog order; none without a grid."""
+    if grid is None:
+        return []
+    inputs = ReportInputs(
+        table=prepared, knobs=grid.condition_knobs, world=grid.world, out_dir=out_dir, figures=figures
+    )
+    sections = [m.report.section for m in grid.active_mechanisms if m.report and m.report.section]
+    return [line for section in sections for line in section(inputs)]
 
 
 def report_title(grid_name: str) -> str:

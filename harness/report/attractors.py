@@ -17,10 +17,10 @@ import seaborn as sns
 
 from harness.common.wording import plural
 from harness.engine.metrics import QUALITY_RESOLUTION
-from harness.report.figures.common import new_figure, save
+from harness.rendering.figure_parts import new_figure, save
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import GridFacts, conditions, num
 from harness.report.identical import distinct
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import GridFacts, conditions, num
 from harness.report.tables import mode_label, split_modes
 
 ESCAPE_COLUMNS = [

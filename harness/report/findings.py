@@ -18,10 +18,10 @@ from harness.inference.claims import Claim
 from harness.inference.intervals import BOOTSTRAP_RESAMPLES
 from harness.inference.seeds_needed import LADDER_TOP, SIMULATED_DATASETS, TARGET
 from harness.inference.verdicts import DECISIONS, MIN_SEEDS, VERDICTS, verdict_table
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 from harness.report.attractors import attractor_figure, attractor_reading, escape_markdown, escape_table
 from harness.report.frontier import KL, fit_frontier, fits_markdown, frontier_figure, frontier_points, frontier_reading
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import CSV_FLOAT_FORMAT, GridFacts, conditions, num, reference
 
 MEAN_CI = f"a BCa bootstrap over seeds (scipy.stats.bootstrap, {BOOTSTRAP_RESAMPLES:,} paired resamples)"
 

@@ -21,9 +21,9 @@ from harness.engine.metrics import metric
 from harness.inference.overoptimization import fit_form
 from harness.inference.overoptimization import rl_gold as gao_curve
 from harness.inference.rule import MIN_SEEDS
-from harness.report.figures.common import new_figure, panels, save, wrap
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import QUALITY, GridFacts, conditions, live, num
+from harness.rendering.figure_parts import new_figure, panels, save, wrap
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import QUALITY, GridFacts, conditions, live, num
 
 KL = metric("kl_from_initial")
 PERCEIVED = metric("judge_perceived_quality")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from harness.grid.study import StudySpec
-from harness.report.metrics_table import num
+from harness.rendering.metrics_table import num
 from harness.report.study_roles import StudyRoles
 
 AGREES, DEPARTS, MIXED, UNDECIDED = "agrees", "departs", "mixed", "undecided"

@@ -15,7 +15,7 @@ from harness.common.wording import plural
 from harness.engine.world import World
 from harness.grid.knobs import Knobs, knob_fields, knob_unit
 from harness.grid.layout import GridSpec
-from harness.report.metrics_table import num
+from harness.rendering.metrics_table import num
 
 DEFAULTS = Knobs()
 

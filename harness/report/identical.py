@@ -2,7 +2,9 @@
 
 Two conditions are identical when they have the same seeds and iterations, the same diverged flags and end modes,
 and every registered metric that both record agrees to IDENTICAL_TOLERANCE at every seed and iteration. A metric that
-one of them never records (held-out accuracy without meta-correction) is left out of the comparison.
+one of them never records (held-out accuracy without meta-correction) is left out of the comparison. Why two
+conditions coincide is read from the knobs they differ in and from each mechanism's own word on it
+(`MechanismReport.why_identical`: e.g. that it never acted).
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ import pandas as pd
 
 from harness.common.wording import plural
 from harness.engine import metrics as registry
+from harness.grid import registry as mechanism_registry
+from harness.grid.contract import Mechanism
 from harness.grid.layout import GridSpec
+from harness.rendering.metrics_table import conditions, power_of_ten
 from harness.report.grid_info import knob_value
-from harness.report.meta_correction import CORRECTIONS, corrections, fired_phrase
-from harness.report.metrics_table import conditions, num, power_of_ten
 
 # Relative and absolute: the same computation at another position of a batched program may round differently in
 # float32 (about 1e-7 relative); anything a mechanism changes moves far more than this.
 IDENTICAL_TOLERANCE = 1e-5
-HOLDOUT = "meta_accuracy"
 
 
 def _columns(prepared: pd.DataFrame) -> list[str]:
@@ -80,19 +82,17 @@ def counted_once(names: list[str], groups: list[tuple[str, ...]]) -> str:
     return "`" + "`, `".join(listed) + "` counted once"
 
 
-def _meta_fired(prepared: pd.DataFrame, condition: str, grid: GridSpec | None) -> str | None:
-    """Why a condition with meta-correction matches one without, as far as the data show it: whether and how often
-    the correction fired (with the count; if never, also how low its held-out accuracy got). None without held-out
-    pairs."""
-    rows = prepared[prepared["condition"] == condition]
-    if HOLDOUT not in rows or CORRECTIONS not in rows or rows[HOLDOUT].isna().all():
-        return None
-    if corrections(prepared, condition).sum() != 0:
-        return f"{fired_phrase(prepared, condition)}, without moving any metric beyond the tolerance"
-    lowest = float(rows[HOLDOUT].min())
-    threshold = f", threshold {grid.condition(condition).knobs.meta_accuracy_threshold:g}" if grid else ""
-    accuracy = f"its held-out accuracy at iteration ends is never below {num(lowest)}{threshold}"
-    return fired_phrase(prepared, condition, accuracy)
+def _mechanisms(grid: GridSpec | None) -> tuple[Mechanism, ...]:
+    """The mechanisms whose word on identical conditions counts: the grid's, or the built-in ones without a grid."""
+    return grid.active_mechanisms if grid is not None else mechanism_registry.active()
+
+
+def _why(prepared: pd.DataFrame, condition: str, grid: GridSpec | None) -> list[str]:
+    """Each mechanism's phrase on why `condition` may match another (`MechanismReport.why_identical`), in catalog
+    order; none where no mechanism has one."""
+    explainers = [m.report.why_identical for m in _mechanisms(grid) if m.report and m.report.why_identical]
+    knobs = grid.condition_knobs if grid is not None else None
+    return [reason for explain in explainers if (reason := explain(prepared, condition, knobs))]
 
 
 def _knob_difference(grid: GridSpec, a: str, b: str) -> str:
@@ -112,8 +112,8 @@ def explain(prepared: pd.DataFrame, group: tuple[str, ...], grid: GridSpec | Non
     for other in rest:
         parts = [_knob_difference(grid, first, other)] if grid else []
         if not grid or grid.condition(first).knobs != grid.condition(other).knobs:
-            fired = [r for c in (first, other) if (r := _meta_fired(prepared, c, grid))]
-            parts += fired or ["the metrics do not show why"]
+            said = [reason for c in (first, other) for reason in _why(prepared, c, grid)]
+            parts += said or ["the metrics do not show why"]
         reasons.append(f"`{other}`: " + "; ".join(parts) if len(rest) > 1 else "; ".join(parts))
     names = " = ".join(f"`{c}`" for c in group)
     return f"- {names}: " + " / ".join(reasons) + "."

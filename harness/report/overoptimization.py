@@ -30,7 +30,8 @@ from harness.inference.frontier_measures import (
     scored_curves,
 )
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
-from harness.report.figures.bands import performance_profile
+from harness.rendering.bands import performance_profile
+from harness.rendering.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.figures.overoptimization import (
     fig_gao_frontier,
     fig_kl_paths,
@@ -38,7 +39,6 @@ from harness.report.figures.overoptimization import (
     fig_scaling,
 )
 from harness.report.gao_departures import departures_section, perfect_proxy_baselines
-from harness.report.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.overoptimization_tables import (
     best_of_n_markdown,
     extrapolation_markdown,

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 
 from harness.inference.frontier_measures import KL_LEVELS
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import num
 from harness.report.figures.overoptimization import OPTIMIZER_NAMES
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import num
 
 
 def interval(row: pd.Series | None, name: str) -> str:

@@ -7,10 +7,7 @@ import pandas as pd
 from harness.engine import metrics as registry
 from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.grid.layout import GridSpec
-from harness.report.figures import boundaries_title, shown_in_boundaries_figure
-from harness.report.grid_info import condition_lines, knob_lines, q_star_line
-from harness.report.identical import counted_once, distinct
-from harness.report.metrics_table import (
+from harness.rendering.metrics_table import (
     ALIGNMENT,
     PERCEIVED,
     QUALITY,
@@ -22,6 +19,9 @@ from harness.report.metrics_table import (
     plural,
     series,
 )
+from harness.report.figures import boundaries_title, shown_in_boundaries_figure
+from harness.report.grid_info import condition_lines, knob_lines, q_star_line
+from harness.report.identical import counted_once, distinct
 from harness.report.tables import (
     DIFF,
     FELL_FROM_PEAK,

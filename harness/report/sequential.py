@@ -7,9 +7,9 @@ import pandas as pd
 
 from harness.common.wording import plural
 from harness.inference.sequential import ANYTIME, Spending, method_text
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import num
 from harness.report.findings import p_text, seeds_needed_text, verdict_rule, verdicts_markdown
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import num
 
 
 def looks_markdown(looks: pd.DataFrame) -> str:

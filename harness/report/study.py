@@ -12,9 +12,9 @@ from harness.common.run_files import atomic_write_text
 from harness.grid.memory import parameter_count
 from harness.grid.study import StudySpec
 from harness.inference.run_measures import DERIVED_MEASURES
-from harness.report.figures.common import new_figure, save
-from harness.report.markdown import literal_stars, markdown_table
-from harness.report.metrics_table import num
+from harness.rendering.figure_parts import new_figure, save
+from harness.rendering.markdown import literal_stars, markdown_table
+from harness.rendering.metrics_table import num
 from harness.report.overoptimization import overoptimization_section
 
 SHAPE_COLUMNS = ["shape", "outputs", "vocab_size", "seq_len", "q_star", "interaction_order"]

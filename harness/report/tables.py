@@ -11,8 +11,8 @@ from harness.common.wording import plural
 from harness.engine import metrics as registry
 from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.inference.verdicts import BOOTSTRAP_RESAMPLES, MIN_SEEDS, paired_bootstrap_ci
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import (
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import (
     QUALITY,
     GridFacts,
     conditions,

@@ -21,7 +21,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from harness.report.figures.common import fitted
+from harness.rendering.figure_parts import fitted
+from harness.rendering.metrics_table import GridFacts, grid_facts, prepare, reference
 from harness.report.figures.ends import draw_all_conditions, draw_end_state, fig_all_conditions, fig_end_state
 from harness.report.figures.gap import draw_inside_vs_outside, fig_inside_vs_outside
 from harness.report.figures.trends import (
@@ -32,7 +33,6 @@ from harness.report.figures.trends import (
     fig_headline,
     shown_in_boundaries_figure,
 )
-from harness.report.metrics_table import GridFacts, grid_facts, prepare, reference
 from harness.report.tables import summarize
 
 FIGURE_KEYS: tuple[str, ...] = ("headline", "boundaries_and_best", "all_conditions", "end_state", "inside_vs_outside")
@@ -87,7 +87,7 @@ def draw_figures(
 
     Returns:
         {key: Figure}, in the order of `keys`. Each Figure is bound to the Agg canvas without pyplot; saving it with
-        `harness.report.figures.common.save` gives the bytes of the PNG `make_figures` writes.
+        `harness.rendering.figure_parts.save` gives the bytes of the PNG `make_figures` writes.
     """
     unknown = [key for key in keys if key not in FIGURE_KEYS]
     if unknown:

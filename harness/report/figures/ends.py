@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness.engine.metrics import QUALITY_RESOLUTION
-from harness.report.figures.common import (
+from harness.rendering.figure_parts import (
     ROLE_COLOURS,
     ROLE_MARKERS,
     ROLE_NAMES,
@@ -28,7 +28,7 @@ from harness.report.figures.common import (
     role_suffix,
     save,
 )
-from harness.report.metrics_table import (
+from harness.rendering.metrics_table import (
     ALIGNMENT,
     QUALITY,
     GridFacts,

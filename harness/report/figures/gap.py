@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.figures.bands import bootstrap_bands
-from harness.report.figures.common import ROLE_COLOURS, dashes, integer_x, new_figure, panels, role_suffix, save, wrap
-from harness.report.metrics_table import run_belief_gaps
+from harness.rendering.bands import bootstrap_bands
+from harness.rendering.figure_parts import ROLE_COLOURS, dashes, integer_x, new_figure, panels, role_suffix, save, wrap
+from harness.rendering.metrics_table import run_belief_gaps
 
 GAP_AXIS_LABEL = "belief gap (q*)"
 

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness.inference.overoptimization import FORMS, fit_gao
-from harness.report.figures.common import empty, new_figure, panels, save, wrap
+from harness.rendering.figure_parts import empty, new_figure, panels, save, wrap
 
 OPTIMIZER_COLOURS = {"best_of_n": "#1f77b4", "rl": "#d62728"}
 OPTIMIZER_NAMES = {"best_of_n": "best-of-n", "rl": "RL"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from harness.report.figures.common import (
+from harness.rendering.figure_parts import (
     ROLE_COLOURS,
     dashes,
     empty,
@@ -22,7 +22,7 @@ from harness.report.figures.common import (
     save,
     wrap,
 )
-from harness.report.metrics_table import (
+from harness.rendering.metrics_table import (
     ITERATION_LABEL,
     QUALITY,
     GridFacts,

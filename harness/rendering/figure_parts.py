@@ -17,7 +17,7 @@ from PIL import Image
 
 from harness.common.run_files import atomic_write_bytes
 from harness.engine.metrics import Metric
-from harness.report.figures.bands import bootstrap_bands
+from harness.rendering.bands import bootstrap_bands
 
 DPI = 100  # 1,640 px across the widest figure (16.4 in): more than a page shows
 PALETTE_COLOURS = 128  # median cut, no dithering: deterministic; lines, bands and text need no more

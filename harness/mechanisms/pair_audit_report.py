@@ -1,4 +1,5 @@
-"""The judge's training pairs, audited exactly: how often their labels are wrong, and how far apart their sides are.
+"""The pair audit's part of a run's report (`REPORT`): the judge's training pairs, audited exactly, how often their
+labels are wrong, and how far apart their sides are.
 
 Each condition's pairs come from its pair source (`Knobs.chosen_from`, `Knobs.rejected_from`): two policy samples
 labelled by the judge, or a contrast (a past checkpoint, π₀ or a look-ahead copy against the policy) labelled
@@ -16,12 +17,11 @@ import pandas as pd
 
 from harness.engine.metrics import metric
 from harness.grid.knobs import Knobs
-from harness.grid.layout import GridSpec
+from harness.grid.report_section import ConditionKnobs, MechanismReport, ReportInputs
 from harness.inference.verdicts import MIN_SEEDS, paired_bootstrap_ci
-from harness.report.figures.common import integer_x, mean_band, new_figure, panels, save, wrap
-from harness.report.grid_info import DEFAULTS
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import conditions, mean_std_ci, num, reference
+from harness.rendering.figure_parts import integer_x, mean_band, new_figure, panels, save, wrap
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import conditions, mean_std_ci, num, reference
 
 PAIR_METRICS = ("pair_label_error", "pair_label_error_distinct", "pair_quality_gap", "pair_identical")
 FIGURE = "figures/pair_audits.png"
@@ -70,54 +70,55 @@ def _paired(prepared: pd.DataFrame, side: str, other: str, iteration: int, colum
     return f"{num(effect, signed=True)} [{num(low, signed=True)}, {num(high, signed=True)}]"
 
 
-def _slow_judge(grid: GridSpec) -> str | None:
+def _slow_judge(knobs: ConditionKnobs) -> str | None:
     """The grid's plain slower-judge condition (only judge_update_every set), the slowest if several."""
+    defaults = Knobs()
     plain = [
-        c
-        for c in grid.conditions
-        if c.knobs.judge_update_every > 1
-        and c.knobs == DEFAULTS.model_copy(update={"judge_update_every": c.knobs.judge_update_every})
+        name
+        for name, own in knobs.items()
+        if own.judge_update_every > 1
+        and own == defaults.model_copy(update={"judge_update_every": own.judge_update_every})
     ]
-    return max(plain, key=lambda c: c.knobs.judge_update_every).name if plain else None
+    return max(plain, key=lambda name: knobs[name].judge_update_every) if plain else None
 
 
-def _same_end_modes(prepared: pd.DataFrame, grid: GridSpec) -> list[list[str]]:
+def _same_end_modes(prepared: pd.DataFrame, knobs: ConditionKnobs) -> list[list[str]]:
     """Groups of two or more conditions with a contrast pair source whose runs end at the same output seed by seed."""
     last = int(prepared["iteration"].max())
     final = prepared[prepared["iteration"] == last].pivot_table(index="condition", columns="seed", values="mode_index")
     groups: dict[tuple, list[str]] = {}
     for name in conditions(prepared):
-        knobs = grid.condition(name).knobs
-        if name in final.index and (knobs.rejected_from != "policy" or knobs.chosen_from != "policy"):
+        own = knobs[name]
+        if name in final.index and (own.rejected_from != "policy" or own.chosen_from != "policy"):
             groups.setdefault(tuple(final.loc[name]), []).append(name)
     return [group for group in groups.values() if len(group) > 1]
 
 
-def pair_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+def pair_table(prepared: pd.DataFrame, knobs: ConditionKnobs) -> pd.DataFrame:
     """Per condition: its pair source and the audits at iteration 1 and the last (mean [95% Student-t CI])."""
     last = int(prepared["iteration"].max())
     rows = []
     for name in conditions(prepared):
-        row = {"condition": name, "pairs": pair_source(grid.condition(name).knobs)}
+        row = {"condition": name, "pairs": pair_source(knobs[name])}
         row["label error, a ≠ b @1"] = _mean_ci(_at(prepared, name, 1, DISTINCT_ERROR))
         row[f"label error, a ≠ b @{last}"] = _mean_ci(_at(prepared, name, last, DISTINCT_ERROR))
         row[f"label error @{last}"] = _mean_ci(_at(prepared, name, last, "pair_label_error"))
         row["q* gap @1"] = _mean_ci(_at(prepared, name, 1, "pair_quality_gap"))
         row[f"q* gap @{last}"] = _mean_ci(_at(prepared, name, last, "pair_quality_gap"))
         row[f"identical @{last}"] = _mean_ci(_at(prepared, name, last, "pair_identical"))
-        if grid.condition(name).knobs.referee_margin > 0:
+        if knobs[name].referee_margin > 0:
             row[f"re-judged @{last}"] = _mean_ci(_at(prepared, name, last, "referee_share"))
             row[f"referee error @{last}"] = _mean_ci(_at(prepared, name, last, "referee_label_error"))
         rows.append(row)
     return pd.DataFrame(rows).fillna("·")
 
 
-def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
+def _readings(prepared: pd.DataFrame, knobs: ConditionKnobs) -> list[str]:
     last, ref = int(prepared["iteration"].max()), reference(prepared)
     lines = []
     for name in conditions(prepared):
-        knobs = grid.condition(name).knobs
-        if knobs.rejected_from == "past" and knobs.chosen_from == "policy" and knobs.contrast_mix == 1:
+        own = knobs[name]
+        if own.rejected_from == "past" and own.chosen_from == "policy" and own.contrast_mix == 1:
             by_iteration = prepared[prepared["condition"] == name].groupby("iteration")[DISTINCT_ERROR].mean()
             worst = int(by_iteration.iloc[1:].idxmax())
             peak = f"{num(by_iteration.loc[worst])} at its worst (iteration {worst}), " if worst != last else ""
@@ -129,7 +130,7 @@ def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
                 f"one output, {_mean_ci(_at(prepared, name, last, 'pair_identical'))} of all pairs at the end and "
                 f"never wrong, the label error is {_mean_ci(_at(prepared, name, last, 'pair_label_error'))}."
             )
-        if knobs.rejected_from == "initial" and name != ref:
+        if own.rejected_from == "initial" and name != ref:
             gap = _paired(prepared, name, ref, last, "pair_quality_gap")
             quality = _paired(prepared, name, ref, last, "policy_quality")
             lines.append(
@@ -138,7 +139,7 @@ def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
                 f"{_mean_ci(_at(prepared, ref, last, 'pair_quality_gap'))} (paired Δ {gap}); its final real quality "
                 f"differs from the reference's by {quality} (descriptive)."
             )
-    slow = _slow_judge(grid)
+    slow = _slow_judge(knobs)
     if slow is not None and slow in conditions(prepared):
         roles = (
             prepared.groupby("condition")["boundary"].first()
@@ -155,7 +156,7 @@ def _readings(prepared: pd.DataFrame, grid: GridSpec) -> list[str]:
                 f"paired over seeds, with a 95% bootstrap CI per comparison from {MIN_SEEDS} paired seeds on "
                 "(descriptive: a claim in the condition file gets a verdict): " + "; ".join(rows) + "."
             )
-    first_modes = _same_end_modes(prepared, grid)
+    first_modes = _same_end_modes(prepared, knobs)
     if first_modes:
         lines.append(
             "- **Same ends.** "
@@ -190,22 +191,23 @@ def _figure(prepared: pd.DataFrame, out_dir: Path) -> Path:
     return save(fig, out_dir / FIGURE)
 
 
-def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, figures: bool = True) -> list[str]:
-    """report.md lines for the pair audits (none where the table predates them or no grid describes it); writes
-    the figure into out_dir (figures=False: neither draws nor links it)."""
-    if grid is None or any(column not in prepared.columns for column in PAIR_METRICS):
+def pair_section(inputs: ReportInputs) -> list[str]:
+    """report.md lines for the pair audits (none where the table predates them); writes the figure into the run
+    directory (where inputs.figures: else it is neither drawn nor linked)."""
+    prepared, knobs, out_dir = inputs.table, inputs.knobs, inputs.out_dir
+    if any(column not in prepared.columns for column in PAIR_METRICS):
         return []
     last = int(prepared["iteration"].max())
     link: list[str] = []
-    if figures:
+    if inputs.figures:
         path = Path(_figure(prepared, out_dir)).relative_to(out_dir).as_posix()
         link = [f"![The judge's training pairs over training]({path})", ""]
-    table = pair_table(prepared, grid)
+    table = pair_table(prepared, knobs)
     return [
         "## The judge's training pairs, audited exactly",
         "",
         "Each judge update trains on a batch of pairs with labels. Every number here is an exact sum over all "
-        f"{grid.world.n_outputs:,}² pairs of outputs under the distribution the condition's judge draws its pairs "
+        f"{inputs.world.n_outputs:,}² pairs of outputs under the distribution the condition's judge draws its pairs "
         "from, as it stands at the end of the iteration: **label error** is the probability that a pair's label "
         "prefers the side of lower q*, **q* gap** is E|q*(a) − q*(b)| (the signal the pair carries; the Temporal "
         "Self-Rewarding note's 'gap narrows'), **identical** the probability that both sides are one output (such a "
@@ -217,10 +219,12 @@ def pair_section(prepared: pd.DataFrame, grid: GridSpec | None, out_dir: Path, f
         "",
         markdown_table(list(table.columns), table.to_numpy().tolist(), [False, False] + [True] * (table.shape[1] - 2)),
         "",
-        *_readings(prepared, grid),
+        *_readings(prepared, knobs),
         "",
         *link,
     ]
 
 
-__all__ = ["FIGURE", "PAIR_METRICS", "pair_section", "pair_source", "pair_table"]
+REPORT = MechanismReport(section=pair_section)
+
+__all__ = ["FIGURE", "PAIR_METRICS", "REPORT", "pair_section", "pair_source", "pair_table"]

@@ -1,8 +1,10 @@
-"""Meta-correction, condition by condition: did it fire, on which held-out draw, and what it changed.
+"""Meta-correction's part of a run's report (`REPORT`): did it fire, on which held-out draw, and what it changed.
 
 Meta-correction steps a judge on held-out q*-labelled pairs only while the judge's accuracy on them is below a
 threshold, so whether it ever acts depends on the draw of pairs as much as on the judges. Each condition with
-held-out pairs is set beside its twin: the condition of the grid with the same knobs and meta-correction off.
+held-out pairs is set beside its twin: the condition of the grid with the same knobs and meta-correction off. Where a
+condition with meta-correction produced the same metrics as one without, `REPORT.why_identical` says whether and how
+often it fired.
 """
 
 from __future__ import annotations
@@ -13,27 +15,28 @@ import pandas as pd
 from harness.common.wording import plural
 from harness.engine.metrics import QUALITY_RESOLUTION
 from harness.grid.knobs import Knobs
-from harness.grid.layout import GridSpec
-from harness.report.grid_info import DEFAULTS
-from harness.report.markdown import markdown_table
-from harness.report.metrics_table import QUALITY, conditions, final_runs, num
+from harness.grid.report_section import ConditionKnobs, MechanismReport, ReportInputs
+from harness.rendering.markdown import markdown_table
+from harness.rendering.metrics_table import QUALITY, conditions, final_runs, num
 
 CORRECTIONS = "meta_corrections"
+HOLDOUT = "meta_accuracy"
 _META_KNOBS = ("meta_holdout_fraction", "meta_holdout_seed", "meta_update_every", "meta_accuracy_threshold")
 
 
 def _without_meta(knobs: Knobs) -> Knobs:
-    return knobs.model_copy(update={name: getattr(DEFAULTS, name) for name in _META_KNOBS})
+    defaults = Knobs()
+    return knobs.model_copy(update={name: getattr(defaults, name) for name in _META_KNOBS})
 
 
-def meta_twins(grid: GridSpec) -> dict[str, str | None]:
+def meta_twins(knobs: ConditionKnobs) -> dict[str, str | None]:
     """Each condition with held-out pairs -> the first condition with the same knobs and meta off (None if absent)."""
     twins: dict[str, str | None] = {}
-    for condition in grid.conditions:
-        if condition.knobs.meta_holdout_fraction == 0:
+    for name, own in knobs.items():
+        if own.meta_holdout_fraction == 0:
             continue
-        target = _without_meta(condition.knobs)
-        twins[condition.name] = next((c.name for c in grid.conditions if c.knobs == target), None)
+        target = _without_meta(own)
+        twins[name] = next((other for other, theirs in knobs.items() if theirs == target), None)
     return twins
 
 
@@ -76,7 +79,7 @@ def ends_with_twin(prepared: pd.DataFrame, condition: str, twin: str) -> bool:
     return bool((own_modes == other_modes).all())
 
 
-def meta_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
+def meta_table(prepared: pd.DataFrame, knobs: ConditionKnobs) -> pd.DataFrame:
     """Per condition with held-out pairs: its draw, the judges' held-out accuracy before training, corrections,
     final quality, and the paired final-quality change from its twin without meta (mean over shared seeds).
 
@@ -84,7 +87,7 @@ def meta_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
     """
     last = int(prepared["iteration"].max())
     rows = []
-    for name, twin in meta_twins(grid).items():
+    for name, twin in meta_twins(knobs).items():
         if name not in conditions(prepared):
             continue
         runs = prepared[prepared["condition"] == name]
@@ -92,7 +95,7 @@ def meta_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
         per_run = corrections(prepared, name)
         row = {
             "condition": name,
-            "holdout_seed": grid.condition(name).knobs.meta_holdout_seed,
+            "holdout_seed": knobs[name].meta_holdout_seed,
             "holdout_accuracy_start": float(start["meta_accuracy"].mean()),
             "corrections_per_run": float(per_run.mean()),
             "runs_corrected": int((per_run > 0).sum()),
@@ -110,11 +113,13 @@ def meta_table(prepared: pd.DataFrame, grid: GridSpec) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def meta_section(prepared: pd.DataFrame, grid: GridSpec | None) -> list[str]:
-    """The report's lines on meta-correction (none when no condition has held-out pairs or the grid is unknown)."""
-    if grid is None or "meta_corrections" not in prepared or "meta_accuracy" not in prepared:
+def meta_section(inputs: ReportInputs) -> list[str]:
+    """The report's lines on meta-correction (none when no condition has held-out pairs or the run did not record
+    meta-correction's metrics)."""
+    prepared, knobs = inputs.table, inputs.knobs
+    if CORRECTIONS not in prepared or HOLDOUT not in prepared:
         return []
-    table = meta_table(prepared, grid)
+    table = meta_table(prepared, knobs)
     if table.empty:
         return []
     rows = [
@@ -150,7 +155,7 @@ def meta_section(prepared: pd.DataFrame, grid: GridSpec | None) -> list[str]:
             *matched,
             "",
         ]
-    thresholds = sorted({grid.condition(c).knobs.meta_accuracy_threshold for c in table["condition"]})
+    thresholds = sorted({knobs[c].meta_accuracy_threshold for c in table["condition"]})
     return [
         "## Meta-correction: did it fire?",
         "",
@@ -177,3 +182,21 @@ def meta_section(prepared: pd.DataFrame, grid: GridSpec | None) -> list[str]:
         "",
         *matched,
     ]
+
+
+def why_identical(prepared: pd.DataFrame, condition: str, knobs: ConditionKnobs | None) -> str | None:
+    """Why a condition with meta-correction may match one without, as far as the data show it: whether and how often
+    the correction fired (with the count; if never, also how low its held-out accuracy got). None without held-out
+    pairs."""
+    rows = prepared[prepared["condition"] == condition]
+    if HOLDOUT not in rows or CORRECTIONS not in rows or rows[HOLDOUT].isna().all():
+        return None
+    if corrections(prepared, condition).sum() != 0:
+        return f"{fired_phrase(prepared, condition)}, without moving any metric beyond the tolerance"
+    lowest = float(rows[HOLDOUT].min())
+    threshold = f", threshold {knobs[condition].meta_accuracy_threshold:g}" if knobs else ""
+    accuracy = f"its held-out accuracy at iteration ends is never below {num(lowest)}{threshold}"
+    return fired_phrase(prepared, condition, accuracy)
+
+
+REPORT = MechanismReport(section=meta_section, why_identical=why_identical)

@@ -21,7 +21,7 @@ from scipy import stats
 
 from harness.common.wording import plural
 from harness.engine import metrics as registry
-from harness.engine.metrics import Metric, metric
+from harness.engine.metrics import Metric, loop_metric
 
 REFERENCE_NAME = "baseline"
 ITERATION_LABEL = "outer iteration (0 = before training)"
@@ -30,10 +30,10 @@ ITERATION_LABEL = "outer iteration (0 = before training)"
 # Every CSV the report writes: 9 significant digits, enough to round-trip float32 values.
 CSV_FLOAT_FORMAT = "%.9g"
 
-QUALITY: Metric = metric("policy_quality")
-ALIGNMENT: Metric = metric("judge_alignment")
+QUALITY: Metric = loop_metric("policy_quality")
+ALIGNMENT: Metric = loop_metric("judge_alignment")
 # What the loop believes, set against QUALITY in the belief gap.
-PERCEIVED: Metric = metric("judge_perceived_quality")
+PERCEIVED: Metric = loop_metric("judge_perceived_quality")
 
 
 def float_metrics(prepared: pd.DataFrame) -> tuple[Metric, ...]:
