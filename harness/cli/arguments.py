@@ -127,8 +127,9 @@ def knob_override(text: str) -> Override:
 
 
 SET_HELP = """Overrides: --set KEY=VALUE (repeatable) sets a key of the condition file before it is checked, as if
-written there: run.iterations=3, world.q_star=rugged, conditions.baseline.lr_judge=0.003, conditions.*.n_judges=3
-(every condition). The grid.json of the run records the result; --resume refuses an override that changes it."""
+written there: run.iterations=3, world.q_star=rugged, conditions.baseline.KNOB=VALUE (one condition),
+conditions.*.KNOB=VALUE (every condition); `coevolab list --all` gives each condition's knobs, docs/reference/knobs.md
+every knob. The grid.json of the run records the result; --resume refuses an override that changes it."""
 
 
 def grid_and_warnings(

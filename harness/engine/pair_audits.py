@@ -1,13 +1,13 @@
 """Exact audits of the pairs a judge trains on: expectations over every pair of outputs, no sampling.
 
 A judge update draws a batch of pairs (a, b) and a label for each. Which pairs and which
-labels depends on the run's pair source (`Knobs.chosen_from`, `Knobs.rejected_from`,
-`Knobs.contrast_mix`): with probability s (the contrast share) a is drawn from the chosen
-side's distribution and b from the rejected side's, labelled a > b; otherwise a and b are
-two draws of the policy, labelled by the judge's own preference 1[J(a) > J(b)]. Meta-judging
-(`Knobs.referee_margin`) then re-labels, by a frozen referee, the pairs on which the judge is
-least certain. In a world of N outputs (4,096 in the published one) every quantity the follow-up
-papers argue about is an exact sum over the N² ordered pairs.
+labels depends on where the run draws its pairs from (its mechanisms set the two sides and the
+share): with probability s (the contrast share) a is drawn from the chosen side's distribution
+and b from the rejected side's, labelled a > b; otherwise a and b are two draws of the policy,
+labelled by the judge's own preference 1[J(a) > J(b)]. A frozen referee may then re-label the
+pairs on which the judge is least certain: those whose scores differ by less than a margin. In
+a world of N outputs (4,096 in the published one) every quantity the follow-up papers argue
+about is an exact sum over the N² ordered pairs.
 
 A label disagrees with q* when it prefers the side of lower q*; pairs of equal q* (an output
 paired with itself) are never wrong.
@@ -167,7 +167,7 @@ def audit_pairs(
     contrast_share: jax.Array,
     judge: jax.Array,
     referee: jax.Array,
-    referee_margin: jax.Array,
+    margin: jax.Array,
     q_star: jax.Array,
     with_referee: bool = True,
 ) -> PairAudit:
@@ -175,7 +175,7 @@ def audit_pairs(
 
     chosen, rejected, policy (N,): the distributions of the contrast pairs' two sides and of the
     policy (self-labelled pairs are two independent draws of it); contrast_share: s in [0, 1];
-    judge, referee (N,): score tables of the judge and of its referee; referee_margin: pairs with
+    judge, referee (N,): score tables of the judge and of its referee; margin: pairs with
     |J(a) − J(b)| below it are re-judged (0: none); q_star (N,). with_referee=False (static) skips the
     referee's O(N²) sum and reports it as with margin 0: share 0, error NaN.
     """
@@ -190,7 +190,7 @@ def audit_pairs(
     referee_share = referee_wrong = jnp.zeros((), q_star.dtype)
     if with_referee:
         sides = (jnp.stack([share * chosen, own * policy]), jnp.stack([rejected, policy]))
-        referee_share, referee_wrong = referee_sums(*sides, judge, referee, referee_margin, q_star)
+        referee_share, referee_wrong = referee_sums(*sides, judge, referee, margin, q_star)
     referee_error = jnp.where(
         referee_share > 0, referee_wrong / jnp.where(referee_share > 0, referee_share, 1.0), jnp.nan
     )

@@ -66,7 +66,7 @@ def parse_override(text: str) -> Override:
     key, equals, value = text.partition("=")
     key, value = key.strip(), value.strip()
     if not equals or not key or not value:
-        raise OverrideError(text, "expected KEY=VALUE, e.g. run.seeds=20 or conditions.baseline.lr_judge=0.003")
+        raise OverrideError(text, "expected KEY=VALUE, e.g. run.seeds=20 or conditions.baseline.KNOB=VALUE")
     parts = key.split(".")
     if parts[0] == CONDITIONS:
         if len(parts) >= 3 and parts[-1] and all(parts[1:-1]):
