@@ -145,3 +145,22 @@ def test_the_grid_layer_reads_built_ins_only_once_their_package_registered_them(
     )
     assert registered.returncode == 0, registered.stderr
     assert int(registered.stdout) > 10
+
+
+def test_the_rendering_layer_imports_before_any_mechanism_registers() -> None:
+    # The mechanisms' own report sections import the report's parts while `harness.mechanisms` registers them, so
+    # those parts read only the loop's own metrics at import (`harness.engine.metrics.loop_metric`), never the
+    # registry: a fresh interpreter imports them, and a built-in mechanism's metric is still refused by name there.
+    parts = ", ".join(
+        f"harness.rendering.{module}" for module in ("bands", "figure_parts", "markdown", "metrics_table")
+    )
+    check = (
+        f"import {parts}; from harness.engine.metrics import loop_metric; "
+        "print(harness.rendering.metrics_table.QUALITY.name, loop_metric('judge_alignment').label); "
+        "loop_metric('meta_accuracy')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["policy_quality", "judge", "alignment"]
+    assert done.stderr.strip().splitlines()[-1].startswith("KeyError: \"no metric 'meta_accuracy' of the loop's own")

@@ -122,3 +122,9 @@ def test_identical_conditions_state_how_often_meta_fired() -> None:
     line = explain(prepare(m), ("slow", "slow-meta-draw"), GRID)
     assert "meta-correction fired in 1 of 2 runs of `slow-meta-draw` (2 corrections in all)" in line
     assert "do not show why" not in line
+    # Without its grid the report knows no knobs: the built-in mechanisms still say what the metrics show.
+    unknown = explain(prepare(m), ("slow", "slow-meta-draw"), None)
+    assert (
+        unknown == "- `slow` = `slow-meta-draw`: meta-correction fired in 1 of 2 runs of `slow-meta-draw` (2 "
+        "corrections in all), without moving any metric beyond the tolerance."
+    )

@@ -250,6 +250,10 @@ def _row(name: str) -> StepRow:
             Mechanism("mine", "a metric taken", metrics=(BUILT_IN[0].metrics[0],)),
             "metric 'judge_updates' of mechanism 'mine' is taken by judge_update",
         ),
+        (
+            Mechanism("mine", "a bare function as its report", report=lambda inputs: []),  # type: ignore[arg-type]
+            "report is <function",
+        ),
     ],
 )
 def test_a_clash_is_refused_naming_the_mechanism(mechanism: Mechanism, problem: str) -> None:

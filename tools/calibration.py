@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, whose knobs the grids set)
 from harness.common.run_files import metrics_file
 from harness.grid.conditions import load_grid
 from harness.inference import calibration as cal

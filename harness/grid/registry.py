@@ -32,6 +32,7 @@ from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, RunTable, Sta
 from harness.grid.contract_checks import checked
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
+from harness.grid.report_section import MechanismReport
 
 # The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.
 CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
@@ -140,6 +141,11 @@ def register(
     """
     if not isinstance(mechanism, Mechanism):
         raise MechanismError(f"{module or 'register'}: expected a harness.grid.contract.Mechanism, got {mechanism!r}")
+    if mechanism.report is not None and not isinstance(mechanism.report, MechanismReport):
+        raise MechanismError(
+            f"mechanism '{mechanism.name}': report is {mechanism.report!r}, not a "
+            "harness.grid.report_section.MechanismReport(section, why_identical)"
+        )
     if not builtin:
         metric_registry.require_built_ins()
     previous = _CATALOG.get(mechanism.name)

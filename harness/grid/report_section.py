@@ -26,11 +26,13 @@ class ReportInputs:
     """What a mechanism's report section reads.
 
     table: the run's prepared metrics table (`harness.rendering.metrics_table.prepare`): one row per condition × seed
-        × iteration with every metric the run recorded, the conditions in the grid's order, a diverged run's values
-        blank. knobs: each condition's knobs by name, in the grid's order. world: the grid's world (its outputs).
-        out_dir: the run directory; a section's figure
-        is saved under out_dir/figures/ and linked by a path relative to out_dir. figures: whether figures are drawn
-        and linked (False: text and tables only).
+        × iteration with every metric the run recorded, conditions in the order they first appear (the grid's), a
+        float metric's non-finite values NaN. A diverged run's rows stay, flagged in `diverged`: leave them out with
+        `harness.rendering.metrics_table.live` (or `final_runs`, the live runs' last iteration).
+    knobs: each condition's knobs by name, in the grid's order. world: the grid's world (its outputs).
+    out_dir: the run directory; a section's figure is saved under out_dir/figures/ and linked by a path relative to
+        out_dir.
+    figures: whether figures are drawn and linked (False: text and tables only).
     """
 
     table: pd.DataFrame
@@ -47,9 +49,11 @@ class MechanismReport:
     section: (`ReportInputs`) -> the lines of its report.md section, a `## ` heading first, or none where the run
         gives it nothing to report (no condition uses it, or the run did not record its metrics).
     why_identical: (table, condition, each condition's knobs or None where unknown) -> a phrase on why
-        `condition`, where it uses the mechanism, may produce the same metrics as a condition that does not (as far
-        as the metrics show it: e.g. that it never acted), or None where it has nothing to say. The report's list of
-        conditions with identical results gives it after the knobs the two conditions differ in.
+        `condition` may produce the same metrics as a condition that differs from it in knobs (as far as the metrics
+        show it: e.g. that the mechanism never acted there), or None where it has nothing to say. The report asks it
+        of both conditions of every identical pair whose knobs differ, whether or not they use the mechanism, so it
+        returns None for a condition that does not; its phrases follow the knobs the two differ in. The knobs are
+        None only for a report without its grid, which asks the built-in mechanisms alone.
     """
 
     section: Callable[[ReportInputs], list[str]] | None = None

@@ -150,7 +150,8 @@ def grid_facts(prepared: pd.DataFrame, name: str | None = None) -> GridFacts:
 def mean_std_ci(values: Iterable[float], confidence: float) -> tuple[int, float, float, float, float]:
     """(n, mean, std ddof=1, ci_low, ci_high) over the finite values; Student-t CI (scipy), NaN where n < 2.
 
-    The interval of a mean over seeds; paired differences take the claims' bootstrap instead (tables.paired_difference).
+    The interval of a mean over seeds; paired differences take the claims' bootstrap instead
+    (`harness.report.tables.paired_difference`).
     Identical values give a zero-width interval.
     """
     v = np.asarray(list(values), dtype=float)

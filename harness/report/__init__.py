@@ -1,11 +1,11 @@
 """Turn a tidy metrics table (one row per condition × seed × iteration) into summary tables, figures and a report.
 
-data: validation, roles, the resolution, the belief gap; tables: per-run and per-condition summaries, the difference
-rule, end-mode shares, markdown; identical: conditions whose results coincide; grid_info: q*'s scale, mechanisms and
-knobs from the run's grid.json; figures: the PNGs; readings: the text; this module writes them all into a run
-directory. Everything is driven by the metric registry (`harness.engine.metrics`). The reference condition for paired
-differences is "baseline" if present, else the first condition of the table. Nothing here writes the metrics table
-itself.
+tables: per-run and per-condition summaries, the difference rule, end-mode shares; identical: conditions whose
+results coincide; grid_info: q*'s scale, mechanisms and knobs from the run's grid.json; figures: the PNGs; readings:
+the text; the sections of the grid's mechanisms (`harness.grid.report_section`); this module writes them all into a
+run directory. The prepared table, number formatting and markdown are `harness.rendering`'s. Everything is driven by
+the metric registry (`harness.engine.metrics`). The reference condition for paired differences is "baseline" if
+present, else the first condition of the table. Nothing here writes the metrics table itself.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ headline: how does the reference condition move on every headline metric? bounda
 the top-ranked mechanisms and the boundary conditions compare over training (one facet each)? all_conditions: where
 does every condition end, per headline metric? end_state: where do individual runs end (quality vs alignment)?
 inside_vs_outside: when does the loop's belief run ahead of real quality, per condition (the belief gap)?
-Modules: common (shared drawing), bands (95% bootstrap bands over seeds, performance profiles), trends (headline,
+Modules: trends (headline,
 boundaries_and_best), ends (all_conditions, end_state), gap (inside_vs_outside), overoptimization (Gao-style
 frontiers and performance profiles, not among the report's default figures). `make_figures` writes them as PNGs;
-`draw_figures` returns them as matplotlib Figures.
+`draw_figures` returns them as matplotlib Figures. They are drawn with `harness.rendering`'s parts (figure_parts:
+shared drawing; bands: 95% bootstrap bands over seeds, performance profiles).
 """
 
 from __future__ import annotations
