@@ -13,7 +13,7 @@ from harness.grid.study import StudySpec
 def pretraining_examples(grid: GridSpec, condition: str) -> int:
     """How many examples a condition's judges were pretrained on: its fixed dataset's size, or with fresh draws the
     draws made (steps × batch)."""
-    knobs = next(c.knobs for c in grid.conditions if c.name == condition)
+    knobs = grid.condition_knobs[condition]
     if knobs.judge_pretrain_examples:
         return knobs.judge_pretrain_examples
     return (knobs.judge_pretrain_steps or grid.pretrain.max_steps) * grid.pretrain.batch_size
@@ -44,7 +44,7 @@ def study_roles(study: StudySpec) -> StudyRoles:
     """The `StudyRoles` of a study."""
     reference = max(study.shapes, key=lambda shape: len(shape.grid.conditions))
     everywhere = set.intersection(*({c.name for c in shape.grid.conditions} for shape in study.shapes))
-    own = {c.name: c.knobs for c in reference.grid.conditions}
+    own = reference.grid.condition_knobs
     base = next(
         (
             c.name
