@@ -14,11 +14,14 @@ import pytest
 import scipy.stats
 
 from harness.engine.models import judge_score_table
+from harness.engine.world import World, WorldConfig
 from harness.grid import trainer
 from harness.grid.knobs import Knobs
 from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
-from harness.grid.pretrain import PretrainResult, pretrain_judges
+from harness.grid.pretrain import PRETRAIN_LADDER_LIMIT, PretrainResult, judges_per_shard, pretrain_judges
 from harness.grid.trainer import GridTrainer, PretrainingFailed
+from tests.jax_logs import compile_log
+from tests.worlds import TWO_POSITIONS
 
 SEED = 3  # its judges 0 and 1 stop at different checks under SETTINGS, so the cuts below differ in who fails
 SETTINGS = PretrainSettings(target_spearman=0.6, check_every=25, max_steps=1000, batch_size=32)
@@ -112,6 +115,38 @@ def test_stops_at_first_check_meeting_target(
                     _member(result.params, member), _member(full.params, member), rtol=0, atol=1e-6
                 )
     assert checked == {0, 1}
+
+
+def test_the_judges_per_shard_are_a_power_of_two_up_to_the_limit_and_exact_beyond() -> None:
+    assert [judges_per_shard(count, 2) for count in (1, 2, 3, 5, 8, 9, 17, 30, 33, 64)] == [
+        1,
+        1,
+        2,
+        4,
+        4,
+        8,
+        16,
+        16,
+        32,
+        32,
+    ]
+    assert judges_per_shard(2 * PRETRAIN_LADDER_LIMIT + 2, 2) == PRETRAIN_LADDER_LIMIT + 1
+    assert judges_per_shard(101, 2) == 51
+
+
+def test_grids_of_other_judge_counts_on_one_rung_share_the_pretraining_program() -> None:
+    # 5 and 7 judges fall on one rung on any device count (8, 4, 2 or 1 per device on 1, 2, 4 or 8 devices): the
+    # second pretraining compiles nothing, and each of its first five judges is bit for bit that judge of the first.
+    world, devices = World(WorldConfig(**TWO_POSITIONS)), len(jax.local_devices())
+    keys = jax.random.split(jax.random.PRNGKey(SEED), 14)
+    init_keys, data_keys = keys[:7], keys[7:]
+    five = pretrain_judges(init_keys[:5], data_keys[:5], world, SETTINGS, max_shards=devices)
+    with compile_log() as messages:
+        seven = pretrain_judges(init_keys, data_keys, world, SETTINGS, max_shards=devices)
+    assert not any("pretrain_shard" in message for message in messages)
+    for got, want in zip(jax.tree.leaves(seven), jax.tree.leaves(five), strict=True):
+        np.testing.assert_array_equal(np.asarray(got)[:5], np.asarray(want))
+    assert np.asarray(seven.reached).all()
 
 
 def test_invalid_settings_are_rejected() -> None:

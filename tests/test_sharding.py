@@ -182,11 +182,11 @@ def test_sharded_programs_hold_no_collectives(split_runs: dict[int, tuple[GridTr
     assert "while" in iteration  # the text is the real program
     assert not COLLECTIVE.search(iteration)
 
-    # The pretraining of MECHANISMS's 9 judges (3 seeds × up to 3 members) in 2 shards of 5: the program
-    # test_grid_program's `pretrained` ran, so its compile is the session cache's.
+    # The pretraining of MECHANISMS's 9 judges (3 seeds × up to 3 members) in 2 shards of 8 (`judges_per_shard`):
+    # the program test_grid_program's `pretrained` ran, so its compile is the session cache's.
     world, split = World(MECHANISMS.world), NamedSharding(shard_mesh(2), P(SHARD_AXIS))
-    key_shape = jax.ShapeDtypeStruct((2, 5, 2), jnp.uint32, sharding=split)
-    target_shape = jax.ShapeDtypeStruct((2, 5), jnp.float32, sharding=split)
+    key_shape = jax.ShapeDtypeStruct((2, 8, 2), jnp.uint32, sharding=split)
+    target_shape = jax.ShapeDtypeStruct((2, 8), jnp.float32, sharding=split)
     pretraining = (
         pretrain_program(world, MECHANISMS.pretrain, 2)
         .lower(key_shape, key_shape, target_shape, jax.ShapeDtypeStruct((), jnp.int32), world.outputs, world.q_star)

@@ -14,6 +14,7 @@ every step splits three ways, (next key, batch-index key, label-noise key).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -259,6 +260,29 @@ def _pretrain_program(
     )
 
 
+# Judges per shard up to which pretraining pads to a power of two (`judges_per_shard`). A judge's pretrained bits do
+# not depend on which judges share its shard, but they can on how many do: XLA rounds a vmapped batch by its size's
+# class. Measured on the 2-core AMD EPYC (one judge, 8x2 world, padded to n): n = 1; n = 2-5; n = 6-9, 12 and 16; and
+# n = 64 are four different results. The committed references' blocks of 10 to 30 judges per shard pretrain to the
+# same steps and Spearman padded to 16 or 32; those of 50, 70 and 113, padded to 64 or 128, do not. Below the limit the
+# compile (seconds) is much of a grid's pretraining and padding costs little; above it the pretraining itself is the
+# cost, so the count is kept, and with it the judges of every larger grid run so far.
+PRETRAIN_LADDER_LIMIT = 32
+
+
+def judges_per_shard(count: int, n_shards: int) -> int:
+    """Judges each of `n_shards` shards pretrains for a grid of `count`: the least power of two that holds them, up
+    to `PRETRAIN_LADDER_LIMIT`; above it, as many as hold them.
+
+    The program's shape depends on this count (with the world, the settings and the device count), so grids of other
+    seed or condition counts that fall on the same rung pretrain with one compiled program. Fillers repeat a judge of
+    the shard and stop when it does."""
+    per_shard = math.ceil(count / n_shards)
+    if per_shard > PRETRAIN_LADDER_LIMIT:
+        return per_shard
+    return 1 << (per_shard - 1).bit_length()
+
+
 def pretrain_judges(
     init_keys: jax.Array,
     data_keys: jax.Array,
@@ -281,8 +305,8 @@ def pretrain_judges(
     (a multiple of settings.check_every), whatever its Spearman, and counts as reached (None or 0: to its target, at
     most settings.max_steps). The other settings are shared: one program pretrains judges of any mix of these.
 
-    The judges are split into up to `max_shards` shards that train side by side on as many
-    devices (see `harness.grid.sharding`); each judge's training depends only on its own keys.
+    The judges are split into `max_shards` shards (at most one per device) that train side by side (see
+    `harness.grid.sharding`), each padded to `judges_per_shard`; each judge's training depends only on its own keys.
     streams="original" follows the original lab: pass its init and pretraining keys
     (`harness.original.streams.seed_keys`) to get its judges.
     """
@@ -301,9 +325,9 @@ def pretrain_judges(
         dataset_size=int(examples.max(initial=0)),
         corrupts=bool(corruption.any()),
     )
-    n_shards = min(max_shards, count, len(jax.local_devices()))
-    per_shard = -(-count // n_shards)
-    # Fillers repeat the last judge.
+    n_shards = min(max_shards, len(jax.local_devices()))
+    per_shard = judges_per_shard(count, n_shards)
+    # Fillers repeat the last judge: they follow its trajectory, so they stop when it does.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
     key = _program_key(world, settings, n_shards, streams, network, features)
     tail: tuple = ()
