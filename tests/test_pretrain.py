@@ -132,12 +132,14 @@ def test_the_judges_per_shard_are_a_power_of_two_up_to_the_limit_and_exact_beyon
     ]
     assert judges_per_shard(2 * PRETRAIN_LADDER_LIMIT + 2, 2) == PRETRAIN_LADDER_LIMIT + 1
     assert judges_per_shard(101, 2) == 51
+    with pytest.raises(ValueError, match="a judge and a shard"):
+        judges_per_shard(0, 2)
 
 
 def test_grids_of_other_judge_counts_on_one_rung_share_the_pretraining_program() -> None:
-    # 5 and 7 judges fall on one rung on any device count (8, 4, 2 or 1 per device on 1, 2, 4 or 8 devices): the
-    # second pretraining compiles nothing, and each of its first five judges is bit for bit that judge of the first.
-    world, devices = World(WorldConfig(**TWO_POSITIONS)), len(jax.local_devices())
+    # 5 and 7 judges fall on one rung on one or two devices (8 or 4 judges per device): the second pretraining
+    # compiles nothing, and each of its first five judges is bit for bit that judge of the first.
+    world, devices = World(WorldConfig(**TWO_POSITIONS)), min(2, len(jax.local_devices()))
     keys = jax.random.split(jax.random.PRNGKey(SEED), 14)
     init_keys, data_keys = keys[:7], keys[7:]
     five = pretrain_judges(init_keys[:5], data_keys[:5], world, SETTINGS, max_shards=devices)

@@ -83,13 +83,13 @@ def pretrain_program(
 ) -> Callable:
     """The jitted pretraining of `n_shards` shards of judges side by side, one per device.
 
-    (init_keys, data_keys (S, P/S, 2), targets (S, P/S), max_steps (int32 scalar), the world's outputs (N, L) and
-    q* (N,)) -> every judge's final params, steps, spearman and done, a dict of (S, P/S, ...); with
-    features.per_judge three more arguments (S, P/S) follow: each judge's step cap (int32, replacing max_steps),
-    example count (int32) and corruption share (float32). Each shard loops over check periods until its own judges
-    are done. `streams` as in the module docstring. One program per world, settings other than the step cap, shard
-    count, streams, network and features, kept for the process: a grid's seed blocks, or a rerun with another cap,
-    pretrain without compiling again.
+    (init_keys, data_keys (S, Q, 2), targets (S, Q), max_steps (int32 scalar), the world's outputs (N, L) and
+    q* (N,)) -> every judge's final params, steps, spearman and done, a dict of (S, Q, ...), with S = n_shards and
+    Q judges per shard (`judges_per_shard`); with features.per_judge three more arguments (S, Q) follow: each
+    judge's step cap (int32, replacing max_steps), example count (int32) and corruption share (float32). Each shard
+    loops over check periods until its own judges are done. `streams` as in the module docstring. One program per
+    world, settings other than the step cap, shard count, streams, network and features, kept for the process: a
+    grid's seed blocks, or a rerun with another cap, pretrain without compiling again.
     """
     return _pretrain_program(*_program_key(world, settings, n_shards, streams, network, features))
 
@@ -264,9 +264,10 @@ def _pretrain_program(
 # not depend on which judges share its shard, but they can on how many do: XLA rounds a vmapped batch by its size's
 # class. Measured on the 2-core AMD EPYC (one judge, 8x2 world, padded to n): n = 1; n = 2-5; n = 6-9, 12 and 16; and
 # n = 64 are four different results. The committed references' blocks of 10 to 30 judges per shard pretrain to the
-# same steps and Spearman padded to 16 or 32; those of 50, 70 and 113, padded to 64 or 128, do not. Below the limit the
-# compile (seconds) is much of a grid's pretraining and padding costs little; above it the pretraining itself is the
-# cost, so the count is kept, and with it the judges of every larger grid run so far.
+# same steps and Spearman padded to 16 or 32, but for the scale study's attention judges (10 -> 16: regenerated); those
+# of 50, 70 and 113, padded to 64 or 128, do not. Up to the limit a compile (5-10 s in the tests' worlds) is much of
+# a grid's pretraining; above it the pretraining itself is the cost, and padding could nearly double it, so the count
+# is kept, and with it the judges of every larger grid run so far.
 PRETRAIN_LADDER_LIMIT = 32
 
 
@@ -274,9 +275,14 @@ def judges_per_shard(count: int, n_shards: int) -> int:
     """Judges each of `n_shards` shards pretrains for a grid of `count`: the least power of two that holds them, up
     to `PRETRAIN_LADDER_LIMIT`; above it, as many as hold them.
 
-    The program's shape depends on this count (with the world, the settings and the device count), so grids of other
-    seed or condition counts that fall on the same rung pretrain with one compiled program. Fillers repeat a judge of
-    the shard and stop when it does."""
+    The program's shape depends on this count (and on what `_program_key` holds), so grids of other seed or condition
+    counts that fall on the same rung pretrain with one compiled program.
+
+    Raises:
+        ValueError: fewer than one judge or shard.
+    """
+    if count < 1 or n_shards < 1:
+        raise ValueError(f"pretraining needs a judge and a shard, got {count} judges in {n_shards} shards")
     per_shard = math.ceil(count / n_shards)
     if per_shard > PRETRAIN_LADDER_LIMIT:
         return per_shard
@@ -305,8 +311,10 @@ def pretrain_judges(
     (a multiple of settings.check_every), whatever its Spearman, and counts as reached (None or 0: to its target, at
     most settings.max_steps). The other settings are shared: one program pretrains judges of any mix of these.
 
-    The judges are split into `max_shards` shards (at most one per device) that train side by side (see
-    `harness.grid.sharding`), each padded to `judges_per_shard`; each judge's training depends only on its own keys.
+    The judges are split into min(max_shards, devices) shards, one per device, that train side by side (see
+    `harness.grid.sharding`), each padded to `judges_per_shard` (even where there are fewer judges than shards); each
+    judge's training depends only on its own keys (its last bits also on its shard's judge count: see
+    `PRETRAIN_LADDER_LIMIT`).
     streams="original" follows the original lab: pass its init and pretraining keys
     (`harness.original.streams.seed_keys`) to get its judges.
     """
@@ -327,7 +335,8 @@ def pretrain_judges(
     )
     n_shards = min(max_shards, len(jax.local_devices()))
     per_shard = judges_per_shard(count, n_shards)
-    # Fillers repeat the last judge: they follow its trajectory, so they stop when it does.
+    # Fillers repeat the last judge (its keys, target and cap). `chunk` freezes each judge once it is done, so a filler
+    # can only cost time, never change a judge.
     index = np.minimum(np.arange(n_shards * per_shard), count - 1).reshape(n_shards, per_shard)
     key = _program_key(world, settings, n_shards, streams, network, features)
     tail: tuple = ()
