@@ -205,6 +205,37 @@ def test_another_seed_count_shares_the_program_and_each_seed_its_bits(
     pd.testing.assert_frame_equal(table, together, check_exact=True)
 
 
+def test_another_condition_count_of_one_shard_shape_shares_the_program_and_each_run_its_bits(
+    alone: dict, pretrained: PretrainResult
+) -> None:
+    # Baseline, meta and frozen at 3 seeds are dealt 2 seeds to a shard (2 runs of each kind, a shard of fillers for
+    # seed 2); each of them twice at 2 seeds, a seed to a shard: again 2 runs of each kind. So the grid of twice the
+    # conditions runs on the programs the first compiled (`alone`), and the runs they have in common keep their bytes.
+    first = MECHANISMS.only(list(ELSEWHERE[0]))
+    twice = tuple(
+        copy
+        for condition in first.conditions
+        for copy in (condition, condition.model_copy(update={"name": f"{condition.name}-again"}))
+    )
+    doubled = GridTrainer(
+        first.model_copy(update={"conditions": twice, "run": RUN.model_copy(update={"seeds": (0, 1)})})
+    )
+    assert doubled.shard_shape == GridTrainer(first).shard_shape and len(doubled.spec.conditions) == 6
+    # Sources are (seed, member), seed-major: the first two seeds' first member.
+    doubled.pretrained = jax.tree.map(
+        lambda leaf: leaf.reshape(len(RUN.seeds), -1, *leaf.shape[1:])[:2, :1].reshape(-1, *leaf.shape[1:]),
+        pretrained,
+    )
+    with compile_log() as messages:
+        table = doubled.run()
+    assert not any("jit(iterate)" in m or "jit(diagnose_shards)" in m for m in messages)
+    for name in ELSEWHERE[0]:
+        for copy in (name, f"{name}-again"):
+            here = table[table["condition"] == copy].drop(columns="condition").reset_index(drop=True)
+            there = alone["tables"][name].query("seed in (0, 1)").drop(columns="condition").reset_index(drop=True)
+            pd.testing.assert_frame_equal(here, there, check_exact=True)
+
+
 def test_metrics_table(trained: dict) -> None:
     table = trained["table"]
     n_records = RUN.iterations + 1
