@@ -55,6 +55,14 @@ def trained(pretrained: PretrainResult) -> dict:
     }
 
 
+def _judges_of(pretrained: PretrainResult, seeds: int, members: int) -> PretrainResult:
+    """The judges of the first `seeds` seeds' first `members` members: sources are (seed, member), seed-major."""
+    return jax.tree.map(
+        lambda leaf: leaf.reshape(len(RUN.seeds), -1, *leaf.shape[1:])[:seeds, :members].reshape(-1, *leaf.shape[1:]),
+        pretrained,
+    )
+
+
 @pytest.fixture(scope="module")
 def alone(pretrained: PretrainResult) -> dict:
     """The conditions of each ELSEWHERE entry as a grid of their own (its own shape), from the same pretrained judges.
@@ -65,12 +73,7 @@ def alone(pretrained: PretrainResult) -> dict:
     tables = {}
     for names in ELSEWHERE:
         grid = GridTrainer(MECHANISMS.only(list(names)))
-        members = grid.layout.shape.max_members
-        # Sources are (seed, member), seed-major: keep each seed's first `members`.
-        grid.pretrained = jax.tree.map(
-            lambda x, m=members: x.reshape(len(RUN.seeds), -1, *x.shape[1:])[:, :m].reshape(-1, *x.shape[1:]),
-            pretrained,
-        )
+        grid.pretrained = _judges_of(pretrained, len(RUN.seeds), grid.layout.shape.max_members)
         table = grid.run()  # a retrace of any shape's program would raise here
         for name in names:
             tables[name] = table.query("condition == @name").reset_index(drop=True)
@@ -223,11 +226,7 @@ def test_another_condition_count_of_one_shard_shape_shares_the_program_and_each_
         first.model_copy(update={"conditions": twice, "run": RUN.model_copy(update={"seeds": (0, 1)})})
     )
     assert doubled.shard_shape == GridTrainer(first).shard_shape and len(doubled.spec.conditions) == 6
-    # Sources are (seed, member), seed-major: the first two seeds' first member.
-    doubled.pretrained = jax.tree.map(
-        lambda leaf: leaf.reshape(len(RUN.seeds), -1, *leaf.shape[1:])[:2, :1].reshape(-1, *leaf.shape[1:]),
-        pretrained,
-    )
+    doubled.pretrained = _judges_of(pretrained, seeds=2, members=1)
     with compile_log() as messages:
         table = doubled.run()
     assert not any("jit(iterate)" in m or "jit(diagnose_shards)" in m for m in messages)

@@ -118,18 +118,9 @@ def test_stops_at_first_check_meeting_target(
 
 
 def test_the_judges_per_shard_are_a_power_of_two_up_to_the_limit_and_exact_beyond() -> None:
-    assert [judges_per_shard(count, 2) for count in (1, 2, 3, 5, 8, 9, 17, 30, 33, 64)] == [
-        1,
-        1,
-        2,
-        4,
-        4,
-        8,
-        16,
-        16,
-        32,
-        32,
-    ]
+    # judges -> judges per shard, on two shards
+    ladder = {1: 1, 2: 1, 3: 2, 5: 4, 8: 4, 9: 8, 17: 16, 30: 16, 33: 32, 64: 32}
+    assert {count: judges_per_shard(count, 2) for count in ladder} == ladder
     assert judges_per_shard(2 * PRETRAIN_LADDER_LIMIT + 2, 2) == PRETRAIN_LADDER_LIMIT + 1
     assert judges_per_shard(101, 2) == 51
     with pytest.raises(ValueError, match="a judge and a shard"):
