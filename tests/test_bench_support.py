@@ -1,4 +1,4 @@
-"""The benchmark harness's measuring code (benchmarks/support.py, flops.py, conftest.py), cheaply.
+"""The benchmark harness's measuring code (benchmarks/support.py, flops.py, conftest.py, accelerator.py), cheaply.
 
 `make test` does not run the benchmarks themselves: `make test-all` runs each body once at untimed size, `make bench`
 times them. What they all rely on is checked here without compiling a grid: the timing wrapper, the switch between
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import pandas as pd
 import pytest
 
-from benchmarks import flops, support
+from benchmarks import accelerator, flops, support
 from benchmarks.conftest import FigureBook, _markdown
 
 
@@ -89,3 +90,19 @@ def test_markdown_has_a_row_per_figure(benchmark) -> None:
     assert text.startswith("# Benchmarks — QUICK MODE (reduced sizes)\n")
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert rows == ["| compile: cold | 1,235 | s | a \\| b |", "| flops: XLA / analytic | 0.1235 | × |  |"]
+
+
+def test_accelerator_comparison_finds_the_gap_and_the_verdict_that_moved(tmp_path) -> None:
+    # The published grid's CPU reference against a copy with one mean moved by 0.01 and one verdict changed.
+    summary = pd.read_csv(accelerator.REFERENCE / "summary.csv")
+    claims = pd.read_csv(accelerator.REFERENCE / "claims.csv")
+    summary.loc[summary["condition"] == "frozen", "policy_quality_mean"] += 0.01
+    claims.loc[0, "verdict"] = "moved"
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    claims.to_csv(tmp_path / "claims.csv", index=False)
+    record = accelerator.compare(tmp_path)
+    quality = record["policy_quality_mean"]
+    assert quality["at"] == "frozen" and quality["max_abs_difference"] == pytest.approx(0.01, abs=1e-9)
+    assert quality["equal"] == len(summary) - 1 and quality["median_abs_difference"] == 0
+    assert record["judge_alignment_mean"]["max_abs_difference"] == 0
+    assert (record["claims"], record["verdicts_equal"]) == (len(claims), len(claims) - 1)
