@@ -12,6 +12,8 @@ gets a filler: a copy of a real run of that kind, computed alongside and then ig
 grid has a seed per device or more, a shard holds as many runs of each kind as s seeds of the grid
 have (`seeds_per_shard`), so beyond a few seeds per device its shape, and the program compiled for
 it, does not depend on the grid's seed count.
+On a CPU a device runs its shards in turns of a few runs each, which keeps a shard's working set in cache; an
+accelerator runs all of its runs as one shard (`piece_work_for`).
 The static sizes mechanisms declare (pair counts, a history's depth, a look-ahead's length) are
 padded to the largest shard's, as within a grid.
 """
@@ -139,33 +141,54 @@ PIECE_WORK = 16  # networks per shard the piece count aims at (about 8 baseline 
 PIECE_OVERHEAD = 1.15  # the most total work (fillers included) that more pieces may add
 
 
+def piece_work_for(platform: str) -> int | None:
+    """Networks per shard that a device's turns aim at on `platform` (a JAX device's `platform`): `PIECE_WORK` on
+    CPUs; None elsewhere, for no turns: each device runs all of its runs as one shard.
+
+    An accelerator runs a step's kernels over the whole batch at once, so turns only add launches. On one NVIDIA
+    H200 (JAX 0.11.2, steps_per_iteration=100, `python -m benchmarks.accelerator`), the published grid at 5 seeds
+    took 63.1 µs per run-step in a CPU's five turns of 18 runs and 41.5 µs as this plan's one shard of 6 seeds'
+    worth (108 runs, 18 of them fillers); one shard of exactly its 90 runs took 35.5 µs (against 68.0 in turns, in
+    an earlier session on another such machine), so on that GPU the fillers of the seed ladder cost their share of
+    the time: the price of one program for every seed count of a rung, where a compile there took 27-43 s.
+    """
+    return PIECE_WORK if platform == "cpu" else None
+
+
 # Seeds per shard, where a grid has at least as many seeds as devices: each shard holds this many seeds' worth of
 # runs of every kind (a kind's runs are dealt in the grid's condition-major order, so a shard's runs of a kind of
 # several conditions are not always whole seeds), so grids of one set of conditions share their shard shape (and so
 # their programs) whatever their seed count, beyond a few seeds per device.
-SEEDS_PER_SHARD = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+# Powers of two and their halfway steps (3 * 2**k), far enough for one shard of a grid of many thousands of seeds.
+SEEDS_PER_SHARD = tuple(sorted({2**k for k in range(16)} | {3 * 2**k for k in range(15)}))
 SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per seed of the grid, above one per device
 
 
-def seeds_per_shard(n_seeds: int, devices: int, seed_work: int) -> int | None:
+def seeds_per_shard(n_seeds: int, devices: int, seed_work: int, piece_work: int | None = PIECE_WORK) -> int | None:
     """The rung of `SEEDS_PER_SHARD` for a grid of `n_seeds` seeds on `devices` devices whose runs of one seed are
-    `seed_work` networks: the largest rung whose shard is at most `PIECE_WORK` networks (or 1, where one seed is
-    more) and no more than the smallest rung that holds the grid in one turn of the devices, stepped down while the
-    seeds' worth of runs computed (fillers included) would be more than `SEED_PADDING` times the grid's and more
-    than one turn. None where even one seed per shard pads more than that (few seeds on many devices: 5 on 4 would
-    compute 8), for the split by work instead."""
+    `seed_work` networks: the largest rung whose shard is at most `piece_work` networks (or 1, where one seed is
+    more; any size where `piece_work` is None) and no more than the smallest rung that holds the grid in one turn of
+    the devices, stepped down while the seeds' worth of runs computed (fillers included) would be more than
+    `SEED_PADDING` times the grid's and more than one turn. None where even one seed per shard pads more than that
+    (few seeds on many devices: 5 on 4 would compute 8), for the split by work instead."""
 
     def padded(rung: int) -> int:
         """Seeds' worth of runs computed, fillers included."""
         return devices * rung * math.ceil(n_seeds / (devices * rung))
 
     one_turn = next((rung for rung in SEEDS_PER_SHARD if rung * devices >= n_seeds), SEEDS_PER_SHARD[-1])
-    rungs = [rung for rung in SEEDS_PER_SHARD if rung <= one_turn and (rung == 1 or rung * seed_work <= PIECE_WORK)]
+    rungs = [
+        rung
+        for rung in SEEDS_PER_SHARD
+        if rung <= one_turn and (rung == 1 or piece_work is None or rung * seed_work <= piece_work)
+    ]
     within = [rung for rung in rungs if padded(rung) <= max(SEED_PADDING * n_seeds, devices * rung)]
     return within[-1] if within else None
 
 
-def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) -> ShardPlan:
+def plan_shards(
+    layout: GridLayout, max_shards: int, pieces: int | None = None, piece_work: int | None = PIECE_WORK
+) -> ShardPlan:
     """Split `layout` into shards: at most `max_shards` devices side by side, each running `pieces` shards in turn.
 
     Where the grid has at least `max_shards` seeds (and `pieces` is None), by seeds: every device is used and each
@@ -173,9 +196,9 @@ def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) 
     shard's shape depends on the grid's conditions and not on its seed count. Otherwise (or where that would pad more
     than `SEED_PADDING` allows) by work: the device count whose busiest device has the
     least work (runs plus judge slots, fillers included; ties go to fewer devices), then pieces (None: chosen here)
-    that make shards near `PIECE_WORK` networks each, as long as the fillers that more, smaller shards need add at
+    that make shards near `piece_work` networks each, as long as the fillers that more, smaller shards need add at
     most `PIECE_OVERHEAD` to the total work. Costs follow from the run counts per kind, so only the chosen split is
-    laid out.
+    laid out. `piece_work` None (an accelerator's, `piece_work_for`): one turn, each device's runs in one shard.
     """
     if max_shards < 1:
         raise ValueError(f"max_shards must be at least 1, got {max_shards}")
@@ -184,7 +207,11 @@ def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) 
     n_seeds = len(np.unique(layout.run_seed_index))
     per_seed = {kind: math.ceil(len(runs) / n_seeds) for kind, runs in runs_of_kind.items()}
     seed_work = sum(count * (1 + n_judges) for (n_judges, _), count in per_seed.items())
-    seeds = seeds_per_shard(n_seeds, max_shards, seed_work) if pieces is None and n_seeds >= max_shards else None
+    seeds = (
+        seeds_per_shard(n_seeds, max_shards, seed_work, piece_work)
+        if pieces is None and n_seeds >= max_shards
+        else None
+    )
     if seeds is not None:
         turns = math.ceil(n_seeds / (seeds * max_shards))
         shard_kinds = {kind: count * seeds for kind, count in per_seed.items()}
@@ -195,12 +222,14 @@ def plan_shards(layout: GridLayout, max_shards: int, pieces: int | None = None) 
         return sum(math.ceil(len(runs) / n_shards) * (1 + n_judges) for (n_judges, _), runs in runs_of_kind.items())
 
     devices = min(range(1, min(max_shards, n_runs) + 1), key=lambda n: (cost(n), n))
+    if pieces is None and piece_work is None:
+        pieces = 1
     if pieces is None:
         least_work = devices * cost(devices)
         affordable = [
             p for p in range(1, n_runs // devices + 1) if devices * p * cost(devices * p) <= PIECE_OVERHEAD * least_work
         ]
-        pieces = min(affordable, key=lambda p: (abs(math.log(cost(devices * p) / PIECE_WORK)), p))
+        pieces = min(affordable, key=lambda p: (abs(math.log(cost(devices * p) / piece_work)), p))
     pieces = max(1, min(pieces, n_runs // devices))
     return deal_runs(layout, devices * pieces, devices=devices)
 

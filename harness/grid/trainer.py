@@ -32,7 +32,7 @@ from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.origins import GridOrigins, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
-from harness.grid.sharding import ShardPlan, from_pieces, plan_shards, to_pieces
+from harness.grid.sharding import ShardPlan, from_pieces, piece_work_for, plan_shards, to_pieces
 from harness.grid.training_step import mechanism_states
 
 
@@ -94,8 +94,14 @@ class GridTrainer:
 
     def __post_init__(self) -> None:
         self.layout = layout_grid(self.spec)
-        devices = len(jax.local_devices())
-        self.plan: ShardPlan = plan_shards(self.layout, min(self.max_shards or devices, devices), self.pieces)
+        local = jax.local_devices()
+        devices = len(local)
+        self.plan: ShardPlan = plan_shards(
+            self.layout,
+            min(self.max_shards or devices, devices),
+            self.pieces,
+            piece_work=piece_work_for(local[0].platform),
+        )
         self.memory_estimate = check_fits(self.shape, len(self.spec.run.seeds))  # before any compile
         self.world = World(self.spec.world)
         self.origins: GridOrigins = grid_origins(self.spec)
