@@ -148,9 +148,9 @@ def piece_work_for(platform: str) -> int | None:
     An accelerator runs a step's kernels over the whole batch at once, so turns only add launches. On one NVIDIA
     H200 (JAX 0.11.2, steps_per_iteration=100, `python -m benchmarks.accelerator`), the published grid at 5 seeds
     took 63.1 µs per run-step in a CPU's five turns of 18 runs and 41.5 µs as this plan's one shard of 6 seeds'
-    worth (108 runs, 18 of them fillers); one shard of exactly its 90 runs took 35.5 µs (against 68.0 in turns, in
-    an earlier session on another such machine), so on that GPU the fillers of the seed ladder cost their share of
-    the time: the price of one program for every seed count of a rung, where a compile there took 27-43 s.
+    worth (108 runs, 18 of them fillers); one shard of exactly its 90 runs took 35.5 µs (against 68.0 in turns,
+    measured on another such machine), so on that GPU the fillers of the seed ladder cost their share of the time:
+    the price of one program for every seed count of a rung, where a compile there took 27-43 s.
     """
     return PIECE_WORK if platform == "cpu" else None
 
