@@ -87,19 +87,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     device = jax.devices()[0]
+    machine = {"device": f"{device.platform}:{device.device_kind}", "jax": jax.__version__}
     if args.compare is not None:
-        record = {
-            "device": f"{device.platform}:{device.device_kind}",
-            "jax": jax.__version__,
-            **compare(args.compare, args.reference),
-        }
+        record = {**machine, **compare(args.compare, args.reference)}
         (args.out / "compare.json").write_text(json.dumps(record, indent=1) + "\n")
         print(json.dumps(record, indent=1))
         return
     records: list[dict[str, Any]] = []
 
     def keep(record: dict[str, Any]) -> None:
-        record = {"device": f"{device.platform}:{device.device_kind}", "jax": jax.__version__, **record}
+        record = {**machine, **record}
         records.append(record)
         print(json.dumps(record), flush=True)
         (args.out / "accelerator.json").write_text(json.dumps(records, indent=1) + "\n")

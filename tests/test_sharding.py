@@ -99,7 +99,8 @@ def test_an_accelerator_runs_its_runs_as_one_shard() -> None:
     assert piece_work_for("cpu") == PIECE_WORK and piece_work_for("gpu") is None and piece_work_for("tpu") is None
     # The published grid's 5 seeds on one GPU: one shard of the rung of 6 seeds (a CPU takes five turns of one).
     layout = layout_grid(PAPER)
-    assert (plan_shards(layout, 1).pieces, plan_shards(layout, 1).shape.n_runs) == (5, 18)
+    on_a_cpu = plan_shards(layout, 1)
+    assert (on_a_cpu.pieces, on_a_cpu.shape.n_runs) == (5, 18)
     paper = plan_shards(layout, 1, piece_work=None)
     assert (paper.n_shards, paper.shape.n_runs, paper.fillers) == (1, 6 * 18, 18)
     # Past 128 seeds too, where the ladder used to end (a layout of thousands of runs takes seconds to build).
