@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-turns", default="", help="seed counts also timed in a CPU device's turns")
     parser.add_argument("--rounds", type=int, default=3, help="timed step() calls per program after the first")
     args = parser.parse_args(argv)
+    for directory in (args.compare, args.reference) if args.compare is not None else ():
+        if not (directory / "summary.csv").is_file():
+            parser.error(f"{directory} holds no summary.csv: not a finished run directory")
     args.out.mkdir(parents=True, exist_ok=True)
     device = jax.devices()[0]
     machine = {"device": f"{device.platform}:{device.device_kind}", "jax": jax.__version__}
