@@ -16,13 +16,17 @@ Most of these sums need no N² work. Expected gaps E|x(a) − x(b)| under a prod
 distributions are prefix sums over the outputs sorted by x. Contrast labels are wrong where
 q*(a) < q*(b): a suffix sum in q* order. The self-labels' error is a weighted count of pairs
 ordered one way by the judge and the other by q*: the inversions of the judge's scores in q*
-order, counted level by level as a merge sort would, in O(N log² N) time and O(N) memory (at
-262,144 outputs 0.44 s a judge, against 5.0 s and about 2 GB for the square-root decomposition
-it replaced). Only the referee's pairs (a band of |J(a) − J(b)| and a second score) are summed
+order, counted level by level as a merge sort would, from one sort, in O(N log N) time and O(N)
+memory (at 4,096 outputs, 45 ms for 8 judges' whole audits on one core, against 44 ms for a
+square-root decomposition; at 262,144 outputs, 0.47 s a judge, against 5.0 s and about 2 GB for
+that decomposition). Only the referee's pairs (a band of |J(a) − J(b)| and a second score) are summed
 over every pair, in row blocks, and only where the grid has a referee.
 """
 
 from __future__ import annotations
+
+import functools
+import operator
 
 import chex
 import flax.struct
@@ -72,27 +76,39 @@ def expected_gap(first: jax.Array, second: jax.Array, values: jax.Array) -> jax.
     return jnp.sum(u * (x * weight_before - moment_before + moment_after - x * weight_after))
 
 
-def weighted_inversions(values: jax.Array, weights: jax.Array) -> jax.Array:
+def weighted_inversions(values: jax.Array, weights: jax.Array, order: jax.Array | None = None) -> jax.Array:
     """Σ over positions i < k with values[k] < values[i] of weights[i] · weights[k] (values, weights (N,)).
 
-    A merge sort's counting, level by level: at block size s every pair of sibling blocks (left, right) is sorted
-    together by value, the right block's elements after the left's on ties (strict <), and each left element counts
-    the right weight sorted before it. ⌈log₂ N⌉ levels of one sort each: O(N log² N) time, O(N) memory.
+    A merge sort's counting, level by level: at block size s every pair of sibling blocks (left, right) is taken
+    in value order, the right block's elements after the left's on ties (strict <), and each left element counts
+    the right weight before it. Within an aligned block that order is the whole array's stable value order
+    restricted to the block, so one sort serves every level: from the top, each level's blocks are split into
+    their halves by a stable partition. ⌈log₂ N⌉ levels of O(N) each after one sort, O(N) memory. order: the
+    stable argsort of values, where the caller has it (a sort is most of the cost).
     """
     n = values.shape[0]
-    padded = 1 << max(0, (n - 1).bit_length())  # padding: +inf at the end, weight 0, so it never counts
-    values = jnp.concatenate([values, jnp.full(padded - n, jnp.inf, values.dtype)])
+    # Padding: positions past the end, ordered last (as +inf values would be), weight 0, so it never counts.
+    padded = 1 << max(0, (n - 1).bit_length())
     weights = jnp.concatenate([weights, jnp.zeros(padded - n, weights.dtype)])
-    total = jnp.zeros((), weights.dtype)
-    size = 1
-    while size < padded:  # the levels: static, ⌈log₂ N⌉ of them
-        pair_values, pair_weights = values.reshape(-1, 2 * size), weights.reshape(-1, 2 * size)
-        is_right = jnp.broadcast_to((jnp.arange(2 * size) >= size).astype(jnp.int32), pair_values.shape)
-        _, right, weight = jax.lax.sort((pair_values, is_right, pair_weights), dimension=1, num_keys=2)
+    if order is None:
+        order = jnp.argsort(values, stable=True)
+    index = jnp.concatenate([order.astype(jnp.int32), jnp.arange(n, padded, dtype=jnp.int32)])
+    level_sums = {}
+    size = padded // 2
+    while size >= 1:  # the levels, from the top: static, ⌈log₂ N⌉ of them
+        blocks = index.reshape(-1, 2 * size)
+        right, weight = (blocks // size) % 2, weights[blocks]
         right_before = _exclusive_cumsum(jnp.where(right == 1, weight, 0.0), axis=1)
-        total = total + jnp.sum(jnp.where(right == 0, weight, 0.0) * right_before)
-        size *= 2
-    return total
+        level_sums[size] = jnp.sum(jnp.where(right == 0, weight, 0.0) * right_before)
+        is_right = right == 1
+        rank = jnp.where(is_right, jnp.cumsum(is_right, axis=1) - 1 + size, jnp.cumsum(~is_right, axis=1) - 1)
+        position = rank + (2 * size * jnp.arange(blocks.shape[0], dtype=jnp.int32))[:, None]
+        index = jnp.zeros_like(index).at[position.reshape(-1)].set(blocks.reshape(-1), unique_indices=True)
+        size //= 2
+    # Summed from the smallest blocks up: the order these sums have always been added in.
+    return functools.reduce(
+        operator.add, (level_sums[size] for size in sorted(level_sums)), jnp.zeros((), weights.dtype)
+    )
 
 
 def ordered_against_quality(policy: jax.Array, judge: jax.Array, q_star: jax.Array) -> jax.Array:
@@ -102,11 +118,14 @@ def ordered_against_quality(policy: jax.Array, judge: jax.Array, q_star: jax.Arr
     a pair with q*(a) < q*(b) that is 1[J(a) > J(b)] + 1[J(a) ≥ J(b)], so the sum is
     Σ π(a) π(b) over q*(a) < q*(b) of 2 · 1[J(b) < J(a)] + 1[J(b) = J(a)]. The first term is a weighted count of
     inversions of J in q* order (ties in q* ordered by J, so that no tied pair is an inversion); the second a sum
-    within groups of equal J, in (J, q*) order. O(N log² N) time, O(N) memory (`weighted_inversions`).
+    within groups of equal J, in (J, q*) order. O(N log N) time, O(N) memory (`weighted_inversions`).
     """
     by_quality = jnp.lexsort((judge, q_star))
-    inverted = weighted_inversions(judge[by_quality], policy[by_quality])
-    by_judge = jnp.lexsort((q_star, judge))
+    judge_by_quality = judge[by_quality]
+    # A stable sort of the q*-ordered scores is the (J, q*) order: one sort serves both terms.
+    within = jnp.argsort(judge_by_quality, stable=True)
+    inverted = weighted_inversions(judge_by_quality, policy[by_quality], order=within)
+    by_judge = by_quality[within]
     score, quality, weight = judge[by_judge], q_star[by_judge], policy[by_judge]
     first = jnp.ones(1, bool)
     new_score = jnp.concatenate([first, score[1:] != score[:-1]])
