@@ -170,6 +170,13 @@ def test_run_writes_every_artifact_and_never_overwrites(first_run: FirstRun, tmp
     assert hashlib.sha256(metrics.read_bytes()).hexdigest() == digest  # report never touches metrics
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"startup", "checkpoint", "other"} <= manifest["wall_seconds"].keys()
+    # The CPU's vector extensions, which the compiled programs' last bits follow, from the kernel's own list.
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split())
+        extensions = manifest["machine"]["vector_extensions"]
+        assert set(extensions) <= flags and ("avx2" in extensions) == ("avx2" in flags), extensions
+        assert ("avx512f" in extensions) == ("avx512f" in flags), extensions
     assert oct((out / "metrics.csv.gz").stat().st_mode & 0o777) == oct((out / "report.md").stat().st_mode & 0o777)
 
 

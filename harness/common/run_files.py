@@ -214,16 +214,35 @@ def git_commit() -> str | None:
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
+# The vector extensions XLA:CPU compiles for: its float results' last bits follow them, so two machines of one
+# model name can write different bits (an AMD EPYC of family 25, model 1, without AVX-512, does not reproduce the
+# bits of the 2026-11-22 published-grid reference, made on an "AMD EPYC" at the same commit).
+_VECTOR_FLAGS = re.compile(r"^(sse4_[12]|avx\w*|fma|f16c|amx\w*)$")
+
+
 def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
+    """The machine a run was made on: CPU name and model, cores, platform, Python, and the CPU's vector extensions
+    (Linux; empty elsewhere)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if not key.strip():
+                break  # the first processor's block is enough: the others are its copies
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    cpu = fields.get("model name") or platform.processor() or platform.machine()
+    model = "/".join(fields[key] for key in ("cpu family", "model", "stepping") if key in fields)
+    extensions = sorted(flag for flag in fields.get("flags", "").split() if _VECTOR_FLAGS.match(flag))
+    return {
+        "cpu": cpu,
+        "cpu_family_model_stepping": model or None,
+        "vector_extensions": extensions,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def manifest(grid: dict[str, Any], times: dict[str, float], started: dt.datetime, **extra: Any) -> dict[str, Any]:
