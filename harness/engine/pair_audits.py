@@ -88,11 +88,13 @@ def _level_orders(order: jax.Array, levels: int) -> jax.Array:
     def split(arrangement: jax.Array, shift: jax.Array) -> tuple[jax.Array, jax.Array]:
         size = jnp.left_shift(1, shift)  # each block's halves hold `size` positions
         right = jnp.right_shift(arrangement, shift) & 1
+        left = 1 - right
         block_start = position & ~(2 * size - 1)
-        lefts_through = jnp.cumsum(1 - right)  # left elements up to and including each place
-        lefts_before_block = (lefts_through - (1 - right))[block_start]
-        lefts_in_block = lefts_through - lefts_before_block
-        rank = jnp.where(right == 1, size + (position - block_start + 1 - lefts_in_block) - 1, lefts_in_block - 1)
+        lefts_through = jnp.cumsum(left)  # left elements up to and including each place
+        lefts_in_block = lefts_through - (lefts_through - left)[block_start]
+        # A left element goes to its rank among the block's lefts; a right one after the half, at its rank among
+        # the block's rights (the places before it in the block, less the lefts among them).
+        rank = jnp.where(right == 1, size + (position - block_start) - lefts_in_block, lefts_in_block - 1)
         return jnp.zeros_like(arrangement).at[block_start + rank].set(arrangement, unique_indices=True), arrangement
 
     shifts = jnp.arange(levels - 1, -1, -1, dtype=jnp.int32)
@@ -133,7 +135,7 @@ def ordered_against_quality(policy: jax.Array, judge: jax.Array, q_star: jax.Arr
     a pair with q*(a) < q*(b) that is 1[J(a) > J(b)] + 1[J(a) ≥ J(b)], so the sum is
     Σ π(a) π(b) over q*(a) < q*(b) of 2 · 1[J(b) < J(a)] + 1[J(b) = J(a)]. The first term is a weighted count of
     inversions of J in q* order (ties in q* ordered by J, so that no tied pair is an inversion); the second a sum
-    within groups of equal J, in (J, q*) order. O(N log N) time, O(N) memory (`weighted_inversions`).
+    within groups of equal J, in (J, q*) order. O(N log N) time and memory (`weighted_inversions`).
     """
     by_quality = jnp.lexsort((judge, q_star))
     judge_by_quality = judge[by_quality]
