@@ -114,8 +114,8 @@ def test_the_lookahead_copy_is_discarded(trained) -> None:
     state = states[-1]
     run, shape = _run(program, "future"), program.shape
     run_keys = jax.random.split(jax.random.PRNGKey(9), shape.n_runs)
-    anchors = jnp.broadcast_to(run_keys[:, None], (shape.n_runs, shape.max_members, 2))
-    keys = StepKeys(run_keys, run_keys, anchors, run_keys, run_keys)
+    members = jnp.broadcast_to(run_keys[:, None], (shape.n_runs, shape.max_members, 2))
+    keys = StepKeys(run_keys, run_keys, members, run_keys, run_keys)
     due = jnp.ones(shape.n_runs, bool)
     step = StepContext(shape, program.constants, program.layout.knobs, state, keys, state.step, due)
 

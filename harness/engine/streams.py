@@ -11,7 +11,8 @@ turn, so how far it has advanced depends on the run's own schedule:
 
 - every step: (key, policy batch) = split(key);
 - a step with a judge update: (key, x_a, x_b) = split(key, 3), two batches of B;
-- with anchors, per judge in member order: (key, first, second) = split(key, 3);
+- then, where the run's judges draw keys of their own on the update (the original's q*-labelled pairs), per judge
+  in member order: (key, first, second) = split(key, 3);
 - sampling splits its key once per position, (key, draw) = split(key), a chain.
 
 Both kinds are written for one run and carried in `RunState.stream_key`: coevolab's
@@ -21,19 +22,18 @@ key bookkeeping so that the expensive draws run only for the runs that use them.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from harness.engine.keys import distinct_pairs
 from harness.engine.models import position_gumbel_noise
 
 Streams = Literal["coevolab", "original"]
 STREAMS: tuple[Streams, ...] = ("coevolab", "original")
 
 # coevolab's per-step keys, by what they draw.
-_POLICY_SAMPLE, _JUDGE_PAIRS, _ANCHOR_PAIRS, _CONTRAST = range(4)
+_POLICY_SAMPLE, _JUDGE_PAIRS, _MEMBER_DRAWS, _CONTRAST = range(4)
 # The original lab has no contrast pairs: their key folds this into its judge-pair key, leaving its chain as it was.
 _ORIGINAL_CONTRAST_FOLD = 0x7E5A
 
@@ -41,15 +41,14 @@ _ORIGINAL_CONTRAST_FOLD = 0x7E5A
 class StepKeys(NamedTuple):
     """One run's keys for one inner step (each (2,) unless said).
 
-    policy: draws the policy batch; judge_pairs: the judge's pair batch; anchors (M, 2):
-    member m's anchor pairs (M = the grid's largest ensemble); contrast: whether a judge
-    update uses contrast pairs (`contrast_mix`) and the look-ahead copy's batches;
-    next: the run's stream key after the step.
+    policy: draws the policy batch; judge_pairs: the judge's pair batch; members (M, 2): member m's own key for
+    what a row draws per judge on the update (M = the grid's largest ensemble); contrast: the key of a step's
+    contrast pairs and of any look-ahead's batches; next: the run's stream key after the step.
     """
 
     policy: jax.Array
     judge_pairs: jax.Array
-    anchors: jax.Array
+    members: jax.Array
     contrast: jax.Array
     next: jax.Array
 
@@ -59,34 +58,32 @@ def step_keys(
     stream_key: jax.Array,
     step: jax.Array,
     update_due: jax.Array,
-    knobs: Any,
+    member_draws: jax.Array,
     max_members: int,
 ) -> StepKeys:
     """The keys of one run's step `step` (global count) from its stream key.
 
-    update_due: whether this step updates the judge; knobs: the run's knobs (a `harness.grid.knobs.RunKnobs` of
-    one run). Only the original's keys depend on them: its chain splits once more per judge where the run has the
-    original's anchor (`anchor_fraction` > 0), for each of its `n_judges` judges.
+    update_due: whether this step updates the judge; member_draws: int32, how many of the run's judges draw keys of
+    their own on an update (its judge count where a row it runs draws per judge, else 0). Only the original's keys
+    depend on it: its chain splits once more per such judge, in member order.
     """
     if streams == "coevolab":
         keys = jax.random.split(jax.random.fold_in(stream_key, step), 4)
-        anchors = jnp.broadcast_to(keys[_ANCHOR_PAIRS], (max_members, 2))  # a run's judges share its anchor pairs
-        return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], anchors, keys[_CONTRAST], stream_key)
+        members = jnp.broadcast_to(keys[_MEMBER_DRAWS], (max_members, 2))  # a run's judges share its draws
+        return StepKeys(keys[_POLICY_SAMPLE], keys[_JUDGE_PAIRS], members, keys[_CONTRAST], stream_key)
     if streams != "original":
         raise ValueError(f"unknown streams {streams!r}; expected one of {STREAMS}")
-    anchored, n_judges = knobs.anchor_fraction > 0, knobs.n_judges
     after_policy, policy = jax.random.split(stream_key)
     after_pairs = jax.random.split(after_policy, 3)[0]
 
     def member_key(key: jax.Array, member: jax.Array) -> tuple[jax.Array, jax.Array]:
-        # Member m's anchor draws split the key m-th; members past the ensemble leave it alone.
+        # Member m's draws split the key m-th; members that draw nothing leave it alone.
         advanced = jax.random.split(key, 3)[0]
-        return jnp.where(member < n_judges, advanced, key), key
+        return jnp.where(member < member_draws, advanced, key), key
 
-    after_anchors, anchors = jax.lax.scan(member_key, after_pairs, jnp.arange(max_members))
-    after_update = jnp.where(anchored, after_anchors, after_pairs)
+    after_update, members = jax.lax.scan(member_key, after_pairs, jnp.arange(max_members))
     contrast = jax.random.fold_in(after_policy, _ORIGINAL_CONTRAST_FOLD)
-    return StepKeys(policy, after_policy, anchors, contrast, jnp.where(update_due, after_update, after_policy))
+    return StepKeys(policy, after_policy, members, contrast, jnp.where(update_due, after_update, after_policy))
 
 
 def _position_chain(key: jax.Array, seq_len: int) -> jax.Array:
@@ -114,18 +111,3 @@ def judge_pair_noise(streams: Streams, key: jax.Array, batch: int, vocab: int, s
         [sampling_noise(streams, first, batch, vocab, seq_len), sampling_noise(streams, second, batch, vocab, seq_len)],
         axis=1,
     )
-
-
-def anchor_pairs(streams: Streams, key: jax.Array, batch: int, max_pairs: int, n_outputs: int) -> jax.Array:
-    """One judge's anchor pairs, int32 (max_pairs, 2); a run uses the first count of them.
-
-    Harness: pairs of distinct outputs, a prefix of one draw of `batch` pairs. Original:
-    each side drawn on its own, with replacement (a pair may repeat an output). Either
-    way the first pairs do not depend on `max_pairs`, the grid's padding.
-    """
-    if streams == "coevolab":
-        return distinct_pairs(key, batch, n_outputs)[:max_pairs]
-    _, first_key, second_key = jax.random.split(key, 3)
-    first = jax.random.randint(first_key, (max_pairs,), 0, n_outputs)
-    second = jax.random.randint(second_key, (max_pairs,), 0, n_outputs)
-    return jnp.stack([first, second], axis=1).astype(jnp.int32)

@@ -136,7 +136,8 @@ class GridConstants:
     """Arrays fixed for the life of a grid.
 
     q_star (N,); slot_run int32 (J,) the run of each judge slot; run_first_slot int32 (R,) its first slot (a run's
-    slots are consecutive); run_judges int32 (R,) how many judges each run has; groups: one `WorkGroup` per
+    slots are consecutive); run_judges int32 (R,) how many judges each run has; run_member_draws int32 (R,) how many
+    of them draw keys of their own on an update (`GridLayout.run_member_draws`); groups: one `WorkGroup` per
     shape.groups entry; pretrained_judges float32 (J, P) rows; initial_policies float32 (R, P) rows, π₀ of each run;
     initial_log_pi float32 (R, N): log π₀ of each run's initial
     policy over every output (what the diagnostics measure drift from); mechanisms: mechanism name -> the constants
@@ -147,6 +148,7 @@ class GridConstants:
     slot_run: jax.Array
     run_first_slot: jax.Array
     run_judges: jax.Array
+    run_member_draws: jax.Array
     groups: tuple[WorkGroup, ...]
     pretrained_judges: jax.Array
     initial_policies: jax.Array
@@ -203,7 +205,9 @@ class StepRow(NamedTuple):
     leading axis (built only on steps where some member is due); due: (step, group, networks) -> bool per member,
     where the row acts on this step; group_size: (the `Knobs` of a group's runs, the world's output count) -> a
     static size the group's arrays are padded to (`WorkGroupShape.size`; padded to the largest over shards too).
-    `arguments` and `due` read the stage's networks as they stand when the row reaches the group.
+    `arguments` and `due` read the stage's networks as they stand when the row reaches the group. member_keys:
+    whether `arguments` draws from each judge's own key of the step (`StepKeys.members`); under the original's
+    streams a run's update then advances its key chain once per judge (`harness.engine.streams.step_keys`).
     """
 
     name: str
@@ -214,6 +218,7 @@ class StepRow(NamedTuple):
     arguments: Callable[[StepContext, Group, Any], tuple]
     due: Callable[[StepContext, Group, Any], jax.Array]
     group_size: Callable[[Sequence[Knobs], int], int] | None = None
+    member_keys: bool = False
 
 
 @flax.struct.dataclass

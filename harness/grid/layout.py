@@ -321,6 +321,15 @@ class GridLayout:
     def seeds(self) -> tuple[int, ...]:
         return self.spec.run.seeds
 
+    @property
+    def run_member_draws(self) -> np.ndarray:
+        """int (R,): how many of each run's judges draw keys of their own on an update (`StepKeys.members`): all of
+        them where a row the run is scheduled for draws from them (`StepRow.member_keys`), else none."""
+        rows = [row for row in registry.rows(self.shape.mechanisms) if row.member_keys]
+        n_outputs = self.spec.world.n_outputs
+        draws = [any(row.schedule(knobs, n_outputs) is not None for row in rows) for knobs in self.run_knobs]
+        return np.where(draws, self.run_judges, 0)
+
     def run_labels(self) -> list[tuple[str, int]]:
         """(condition name, seed) of every run, in run order."""
         names = [c.name for c in self.spec.conditions]

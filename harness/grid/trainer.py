@@ -67,6 +67,7 @@ def grid_constants(
         slot_run=slot_run,
         run_first_slot=jnp.asarray(np.searchsorted(layout.slot_run, np.arange(layout.shape.n_runs)), jnp.int32),
         run_judges=jnp.asarray(layout.run_judges, jnp.int32),
+        run_member_draws=jnp.asarray(layout.run_member_draws, jnp.int32),
         groups=tuple(jax.tree.map(lambda ids: jnp.asarray(ids, jnp.int32), group) for group in layout.groups),
         pretrained_judges=rows_at(ravel_rows(judges), origins.slot_judge(layout)),
         initial_policies=rows_at(ravel_rows(origins.policy_params), origins.run_policy(layout)),

@@ -40,10 +40,12 @@ def judge_update_due(shape: GridShape, knobs: RunKnobs, counter: jax.Array) -> j
     return hook(knobs, counter) if hook is not None else jnp.ones(shape.n_runs, bool)
 
 
-def step_keys(shape: GridShape, knobs: RunKnobs, state: CoevolutionState, update_due: jax.Array) -> streams.StepKeys:
+def step_keys(
+    shape: GridShape, constants: GridConstants, state: CoevolutionState, update_due: jax.Array
+) -> streams.StepKeys:
     """Every run's keys for the state's step (`streams.StepKeys`, each with a leading run axis)."""
     keys = partial(streams.step_keys, shape.streams, max_members=shape.max_members)
-    return jax.vmap(keys, (0, None, 0, 0))(state.runs.stream_key, state.step, update_due, knobs)
+    return jax.vmap(keys, (0, None, 0, 0))(state.runs.stream_key, state.step, update_due, constants.run_member_draws)
 
 
 def contrast(step: StepContext) -> jax.Array:
@@ -81,7 +83,7 @@ def inner_step(
     """The policy step, then the stages' rows where due, then the mechanisms' bookkeeping, for every run."""
     counter = step_in_iteration + 1
     update_due = judge_update_due(shape, knobs, counter)
-    keys = step_keys(shape, knobs, state, update_due)
+    keys = step_keys(shape, constants, state, update_due)
     # Named scopes mark where the compiled program's instructions come from (benchmarks/test_program_size.py).
     with jax.named_scope("policy_step"):
         state = policy_step(shape, constants, knobs, state, keys.policy)

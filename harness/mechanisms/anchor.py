@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.engine import streams
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
+from harness.engine.keys import distinct_pairs
 from harness.engine.learning import pair_bce
 from harness.engine.state import Network, adam_step
+from harness.engine.streams import Streams
 from harness.grid.contract import Cadence, GridFacts, Group, Mechanism, StepContext, StepRow
 from harness.grid.knobs import Knobs
 from harness.grid.step_table import with_judge_update
@@ -43,6 +44,23 @@ def anchor_pair_count(anchor_fraction: jnp.ndarray | np.ndarray, batch_size: int
     return jnp.where(fraction > 0, count, 0).astype(jnp.int32)
 
 
+def anchor_pairs(streams: Streams, key: jax.Array, batch: int, max_pairs: int, n_outputs: int) -> jax.Array:
+    """One judge's anchor pairs from its member key of the step, int32 (max_pairs, 2); a run uses the first count of
+    them.
+
+    coevolab's streams: pairs of distinct outputs, a prefix of one draw of `batch` pairs. The original's: each side
+    drawn on its own, with replacement (a pair may repeat an output), from the key's split into three, as the
+    original's anchor step splits its chain. Either way the first pairs do not depend on `max_pairs`, the grid's
+    padding.
+    """
+    if streams == "coevolab":
+        return distinct_pairs(key, batch, n_outputs)[:max_pairs]
+    _, first_key, second_key = jax.random.split(key, 3)
+    first = jax.random.randint(first_key, (max_pairs,), 0, n_outputs)
+    second = jax.random.randint(second_key, (max_pairs,), 0, n_outputs)
+    return jnp.stack([first, second], axis=1).astype(jnp.int32)
+
+
 def anchor_update(
     judge: Network,
     pairs: jax.Array,
@@ -55,7 +73,7 @@ def anchor_update(
     model: ModelConfig = DEFAULT_MODEL,
 ) -> Network:
     """One q*-labelled step of one judge on the first `count` of `pairs` (int32 (P, 2) output indices,
-    drawn uniformly by `harness.engine.streams.anchor_pairs`; the rest is padding)."""
+    drawn uniformly by `anchor_pairs`; the rest is padding)."""
     labels = (q_star[pairs[:, 0]] > q_star[pairs[:, 1]]).astype(jnp.float32)
     mask = (jnp.arange(pairs.shape[0]) < count).astype(jnp.float32)
     grads, _ = jax.grad(pair_bce, has_aux=True)(judge.params, pairs, labels, mask, vocab, seq_len, model)
@@ -71,13 +89,13 @@ def _arguments(step: StepContext, group: Group, slots: object) -> tuple[jax.Arra
     shape, constants, knobs, runs = step.shape, step.constants, step.knobs, group.ids.slot_run
     members = group.ids.slot_ids - constants.run_first_slot[runs]
     draw = partial(
-        streams.anchor_pairs,
+        anchor_pairs,
         shape.streams,
         batch=shape.batch_size,
         max_pairs=shape.size(ANCHOR_PAIRS),
         n_outputs=constants.q_star.shape[0],
     )
-    pairs = jax.vmap(draw)(step.keys.anchors[runs, members])
+    pairs = jax.vmap(draw)(step.keys.members[runs, members])
     return pairs, anchor_pair_count(knobs.anchor_fraction[runs], shape.batch_size), knobs.lr_judge[runs]
 
 
@@ -105,6 +123,7 @@ MECHANISM = Mechanism(
             ),
             arguments=_arguments,
             due=with_judge_update,
+            member_keys=True,
         ),
     ),
     sizes=_sizes,

@@ -31,7 +31,7 @@ def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.A
     if not (shape.groups_of("rejected_side") or shape.groups_of("lookahead")):
         return pi, pi
     due = jnp.ones(shape.n_runs, bool)
-    keys = step_keys(shape, knobs, state, due)
+    keys = step_keys(shape, constants, state, due)
     contrast = pair_sources.contrast_runs(knobs)
     sides = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, due, contrast))
     unravel = policy_layout(shape.vocab_size, shape.seq_len, shape.model.policy).unravel
