@@ -11,12 +11,13 @@ from harness.grid.study import StudySpec
 
 
 def pretraining_examples(grid: GridSpec, condition: str) -> int:
-    """How many examples a condition's judges were pretrained on: its fixed dataset's size, or with fresh draws the
-    draws made (steps × batch)."""
-    knobs = grid.condition_knobs[condition]
-    if knobs.judge_pretrain_examples:
-        return knobs.judge_pretrain_examples
-    return (knobs.judge_pretrain_steps or grid.pretrain.max_steps) * grid.pretrain.batch_size
+    """How many examples a condition's judges were pretrained on, as the mechanism that sets their data says
+    (`GridSpec.judge_data`): its fixed dataset's size, or with fresh draws the draws made (its fixed steps, else the
+    grid's largest step count, × batch)."""
+    data = grid.judge_data(grid.condition(condition))
+    if data.examples:
+        return data.examples
+    return (data.fixed_steps or grid.pretrain.max_steps) * grid.pretrain.batch_size
 
 
 @dataclasses.dataclass(frozen=True)
