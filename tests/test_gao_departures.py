@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec
+from harness.grid.layout import Condition, GridSpec, PretrainSettings
 from harness.grid.study import Shape, StudySpec
 from harness.inference.claims import Claim
 from harness.inference.overoptimization import best_of_n_gold, rl_gold
 from harness.report.gao_departures import AGREES, DEPARTS, MIXED, UNDECIDED, departures_section, reading
 from harness.report.overoptimization import extrapolation_table
-from harness.report.study_roles import study_roles
+from harness.report.study_roles import pretraining_examples, study_roles
 
 
 @pytest.mark.parametrize(
@@ -101,6 +101,20 @@ def test_roles_are_found_from_the_knobs() -> None:
         "gold",
         "noisy",
     )
+
+
+def test_pretraining_examples_are_what_each_conditions_judges_saw() -> None:
+    """A fixed dataset's size; with fresh draws, steps × batch: the condition's fixed steps, else the grid's cap."""
+    grid = GridSpec(
+        pretrain=PretrainSettings(batch_size=32, max_steps=4000),
+        conditions=(
+            Condition(name="dataset", knobs=Knobs(judge_pretrain_examples=64, judge_pretrain_steps=1000)),
+            Condition(name="fixed-steps", knobs=Knobs(judge_pretrain_steps=1000)),
+            Condition(name="to-target"),
+        ),
+    )
+    examples = {c.name: pretraining_examples(grid, c.name) for c in grid.conditions}
+    assert examples == {"dataset": 64, "fixed-steps": 32_000, "to-target": 128_000}
 
 
 def test_extrapolation_recovers_curves_of_each_form_exactly() -> None:
