@@ -43,6 +43,18 @@ def test_compiles_a_program_of_its_own(compiled_in_setup):
 
 def test_waits_without_compiling():
     time.sleep(0.3)
+
+
+def test_compiles_one_shape_twice_and_another_once():
+    # As a grid program is compiled: through compile_exported, which names the shape; with no compile cache and the
+    # process's executables forgotten, the same shape compiles again.
+    from harness.grid.compile_cache import compile_exported, disable_compilation_cache, forget_compiled
+
+    disable_compilation_cache()
+    program = jax.jit(running_sum_plus_one)
+    for size in (5, 5, 11):
+        forget_compiled()
+        compile_exported("shaped", program, (jnp.ones(size),), "a static key")
 """
 
 
@@ -62,7 +74,8 @@ def test_a_session_is_profiled_per_phase_and_summed_by_file(tmp_path: Path) -> N
     assert list(rows.reset_index().columns) == list(test_profile.COLUMNS)
     compiling = "test_sample.py::test_compiles_a_program_of_its_own"
     waiting = "test_sample.py::test_waits_without_compiling"
-    assert len(rows) == 2 * 3  # setup, call and teardown of each test
+    shaped = "test_sample.py::test_compiles_one_shape_twice_and_another_once"
+    assert len(rows) == 3 * 3  # setup, call and teardown of each test
     # The fixture's compile is its test's setup; the test's own jit is its call; each traced, lowered and compiled.
     for phase in ("setup", "call"):
         row = rows.loc[(compiling, phase)]
@@ -72,22 +85,32 @@ def test_a_session_is_profiled_per_phase_and_summed_by_file(tmp_path: Path) -> N
     table = test_profile.by_file(profile)
     assert list(table.index) == ["test_sample.py", "TOTAL"]
     sample = table.loc["test_sample.py"]
-    assert sample["tests"] == 2 and sample["compiles"] == rows["compiles"].sum()
+    assert sample["tests"] == 3 and sample["compiles"] == rows["compiles"].sum()
     assert sample["wall_s"] == round(rows["wall_s"].sum(), 1)
 
     (compiles_file,) = profile.glob("compiles-*.csv")
     compiles = pd.read_csv(compiles_file)
     assert list(compiles.columns) == list(test_profile.COMPILE_COLUMNS) and len(compiles) == rows["compiles"].sum()
-    named = compiles.set_index("program")
+    named = compiles[compiles["program"] != "jit(shaped)"].set_index("program")
     assert named.loc["jit(sine_times_three)", ["test", "phase"]].tolist() == [compiling, "setup"]
     assert named.loc["jit(running_sum_plus_one)", ["test", "phase"]].tolist() == [compiling, "call"]
     programs = test_profile.by_program(profile)
     assert programs.loc["TOTAL", "compiles"] == len(compiles) and programs.loc["TOTAL", "files"] == 1
-    assert programs.loc["jit(sine_times_three)", "compiles"] == 1
+    assert programs.loc["jit(sine_times_three)", ["compiles", "shapes"]].tolist() == [1, 0]  # not a grid program
+    # The grid program's compiles by the shape compile_exported named: two of one shape, one of another.
+    shapes = compiles[compiles["program"] == "jit(shaped)"]
+    assert (shapes["test"] == shaped).all() and sorted(shapes["shape"].value_counts()) == [1, 2]
+    assert programs.loc["jit(shaped)", ["compiles", "shapes", "files"]].tolist() == [3, 2, 1]
+    repeated = test_profile.repeats(profile).reset_index()
+    assert len(repeated) == 1 and repeated.loc[0, ["program", "compiles", "files"]].tolist() == [
+        "jit(shaped)",
+        2,
+        "test_sample.py",
+    ]
     assert programs.loc["TOTAL", "compile_s"] == pytest.approx(compiles["compile_s"].sum(), abs=0.1 * len(programs))
 
     assert test_profile.main([str(profile)]) == 0
-    assert (profile / "by-file.csv").is_file() and (profile / "by-program.csv").is_file()
+    assert all((profile / f"{name}.csv").is_file() for name in ("by-file", "by-program", "repeats"))
 
 
 def test_a_directory_without_a_profile_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

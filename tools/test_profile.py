@@ -1,11 +1,13 @@
 """Where the test suite's time goes: a pytest plugin that records, for every test, its phases' wall time and the JAX
 compile work done in its process while it ran (tracing, lowering to MLIR, XLA's backend compile, each compile's
-count), then a per-file table of the whole session, and a table of the long compiles by program: which compiled
+count), then a per-file table of the whole session, a table of the long compiles by program: which compiled
 programs (`jit(iterate)`, `jit(diagnose_shards)`, `jit(pretrain_shard)`, ...) the time goes to, how many long compiles
-of each, and from how many test files.
+of each, for how many distinct shapes and from how many test files, and a table of the grid programs compiled more
+than once for one shape (what a shared compile cache could have served: `harness.grid.compile_cache.COMPILED_EVENT`
+names the shape each grid program was compiled for).
 
     make test-profile                  # `make test`'s pytest run with the plugin, into artifacts/bench/test-profile/
-    python -m tools.test_profile DIR   # the tables (DIR/by-file.csv, DIR/by-program.csv) from the files in DIR
+    python -m tools.test_profile DIR   # the tables (DIR/by-file.csv, by-program.csv, repeats.csv) from DIR's files
 
 The time of a test's module fixtures is its first test's setup, as pytest reports it. Work done in a `coevolab`
 subprocess that a test starts is in the test's wall time and not in its compile columns (JAX reports compiles only to
@@ -24,6 +26,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.grid.compile_cache import COMPILED_EVENT
+
 # JAX's compile events (jax._src.dispatch), by the column they are summed into.
 COMPILE_EVENTS = {
     "/jax/core/compile/jaxpr_trace_duration": "trace_s",
@@ -36,7 +40,8 @@ COLUMNS = ("test", "phase", "wall_s", "trace_s", "lower_s", "compile_s", "compil
 # thousands of small compiles of eager operations would only hide them.
 LONG_COMPILE_ENV = "COEVOLAB_TEST_PROFILE_LONG_COMPILE"
 LONG_COMPILE_SECONDS = 1.0
-COMPILE_COLUMNS = ("test", "phase", "program", "compile_s")
+# shape: for a grid program (`compile_exported`), a digest of what it was compiled for; empty for other programs.
+COMPILE_COLUMNS = ("test", "phase", "program", "compile_s", "shape")
 
 
 class _Recorder:
@@ -48,7 +53,10 @@ class _Recorder:
         self.long_compiles: list[dict] = []  # one row per compile of at least `long_compile` seconds
         self.long_compile = float(os.environ.get(LONG_COMPILE_ENV, LONG_COMPILE_SECONDS))
 
-    def listen(self, event: str, duration: float, fun_name: str = "", **_: object) -> None:
+    def listen(self, event: str, duration: float, fun_name: str = "", **details: object) -> None:
+        if event == COMPILED_EVENT:
+            self._name_shape(str(details.get("program", "")), str(details.get("key", "")))
+            return
         column = COMPILE_EVENTS.get(event)
         if column is None or self.current is None:
             return
@@ -57,7 +65,22 @@ class _Recorder:
             self.current["compiles"] += 1
             if duration >= self.long_compile:
                 test, phase = self.current["test"], self.current["phase"]
-                self.long_compiles.append({"test": test, "phase": phase, "program": fun_name, "compile_s": duration})
+                row = {"test": test, "phase": phase, "program": fun_name, "compile_s": duration, "shape": ""}
+                self.long_compiles.append(row)
+
+    def _name_shape(self, program: str, key: str) -> None:
+        """Give the grid program's compile, the last long compile of this phase, the shape it was compiled for; none
+        where the compile cache served the program or its compile was short (the last row is then another's)."""
+        if not self.long_compiles or self.current is None:
+            return
+        row = self.long_compiles[-1]
+        if (row["test"], row["phase"], row["program"], row["shape"]) == (
+            self.current["test"],
+            self.current["phase"],
+            program,
+            "",
+        ):
+            row["shape"] = key
 
 
 _RECORDER = _Recorder()
@@ -137,15 +160,40 @@ def by_file(directory: Path) -> pd.DataFrame:
 
 def by_program(directory: Path) -> pd.DataFrame:
     """The long compiles of every test process in `directory`, summed by program name, longest first, with a TOTAL
-    row: how many, their seconds, and how many test files compiled that program (each compile of a grid program is
-    usually a grid shape of its own: a cold cache misses it)."""
+    row: how many, their seconds, how many distinct shapes of a grid program they were (0 for other programs, whose
+    shapes are not named) and how many test files compiled that program."""
     rows = _read(directory, "compiles")
+    rows["shape"] = rows["shape"].fillna("").astype(str)
     table = rows.groupby("program").agg(
-        compiles=("compile_s", "size"), compile_s=("compile_s", "sum"), files=("file", "nunique")
+        compiles=("compile_s", "size"),
+        compile_s=("compile_s", "sum"),
+        shapes=("shape", lambda shapes: shapes[shapes != ""].nunique()),
+        files=("file", "nunique"),
     )
     table = table.sort_values("compile_s", ascending=False)
-    table.loc["TOTAL"] = [table["compiles"].sum(), table["compile_s"].sum(), rows["file"].nunique()]
-    return table.round(1).astype({"compiles": int, "files": int})
+    table.loc["TOTAL"] = [
+        table["compiles"].sum(),
+        table["compile_s"].sum(),
+        table["shapes"].sum(),
+        rows["file"].nunique(),
+    ]
+    return table.round(1).astype({"compiles": int, "shapes": int, "files": int})
+
+
+def repeats(directory: Path) -> pd.DataFrame:
+    """The grid programs compiled more than once for one shape in `directory`'s session, most seconds first: program,
+    shape, compiles, their seconds and the test files (`;`-joined) that compiled it. Each compile after the first
+    is one a compile cache shared by the whole session could have served (two processes compiling one shape at once,
+    a test that turns the cache off or points it elsewhere)."""
+    rows = _read(directory, "compiles")
+    rows = rows[rows["shape"].fillna("").astype(str) != ""]
+    table = rows.groupby(["program", "shape"]).agg(
+        compiles=("compile_s", "size"),
+        compile_s=("compile_s", "sum"),
+        files=("file", lambda files: ";".join(sorted(set(files)))),
+    )
+    table = table[table["compiles"] > 1].sort_values("compile_s", ascending=False)
+    return table.round(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path, help="the per-process files of a profiled run")
     args = parser.parse_args(argv)
     try:
-        tables = {"by-file": by_file(args.directory), "by-program": by_program(args.directory)}
+        tables = {
+            "by-file": by_file(args.directory),
+            "by-program": by_program(args.directory),
+            "repeats": repeats(args.directory),
+        }
     except FileNotFoundError as error:
         print(f"test_profile: {error}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,10 @@ from jax import export
 from jax.experimental.compilation_cache import compilation_cache
 
 CACHE_DIR_ENV = "COEVOLAB_CACHE_DIR"
+# Reported (`jax.monitoring`) after each program `compile_exported` compiles, with its name (`program`, "jit(<name>)")
+# and a digest of what it was compiled for (`key`): a profile can tell a program compiled again for the same shape
+# from one compiled for another (tools/test_profile.py).
+COMPILED_EVENT = "/coevolab/compile_exported"
 DEFAULT_CACHE_DIR = Path("~/.cache/coevolab/jax")
 CACHE_MAX_BYTES = 8 * 2**30
 
@@ -247,7 +252,12 @@ def compile_exported(
         return traced.call(*leaves)
 
     call.__name__ = call.__qualname__ = name
+    start = time.perf_counter()
     compiled = jax.jit(call, donate_argnums=donated).lower(*leaves).compile()
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    jax.monitoring.record_event_duration_secs(
+        COMPILED_EVENT, time.perf_counter() - start, program=f"jit({name})", key=digest
+    )
     _COMPILED[key] = Executable(compiled, in_tree, out_tree)
     return _COMPILED[key]
 
