@@ -219,14 +219,26 @@ def test_holdout_correction_and_its_accuracy(judge_tree) -> None:
     assert float(accuracy) == pytest.approx(expected, abs=1e-6)
 
 
-def test_reset_returns_the_pretrained_row_with_fresh_adam(judge_tree) -> None:
-    trained = fresh_network(_row(judge_tree) + 1.0)
-    trained = trained.replace(adam=jax.tree.map(lambda x: x + 3, trained.adam))
+def test_a_fresh_network_is_the_pretrained_row_with_fresh_adam(judge_tree) -> None:
+    """What a reset returns a judge to (`harness.grid.training_step.reset_judges`)."""
     pretrained = _row(judge_tree)
-    after = reset.reset(trained, pretrained)
+    after = fresh_network(pretrained)
     np.testing.assert_array_equal(np.asarray(after.params), np.asarray(pretrained))
     assert int(after.adam[0].count) == 0
     assert not np.any(np.asarray(after.adam[0].mu)) and not np.any(np.asarray(after.adam[0].nu))
+
+
+def test_reset_is_due_after_every_kth_outer_iteration() -> None:
+    knobs = stack_knobs([Knobs(reset_every=k) for k in (0, 1, 2, 3)], BUILT_IN_NAMES)
+    due = np.stack([np.asarray(reset.reset_due(knobs, jnp.int32(iteration))) for iteration in range(6)], axis=1)
+    # Rows: reset_every 0 (never), 1, 2, 3; columns: after outer iterations 0..5 (the k-th, 2k-th, ... of each).
+    expected = [
+        [False] * 6,
+        [True] * 6,
+        [False, True, False, True, False, True],
+        [False, False, True, False, False, True],
+    ]
+    np.testing.assert_array_equal(due, expected)
 
 
 @pytest.mark.parametrize("rule", choices("ensemble_aggregation"))

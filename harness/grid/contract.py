@@ -24,9 +24,10 @@ The inner step of every run, in order:
 6. ``after_step``: bookkeeping (counters) from what the rows did.
 
 Around the inner steps of an outer iteration: ``start_iteration`` before the first, ``end_iteration``
-after the last. A stage's rows run in the order the mechanisms were registered (built-ins first, in
-`harness.mechanisms.BUILT_IN` order), except where a mechanism's ``after`` / ``before`` say otherwise; so do the
-hooks that any number of mechanisms take (``shape_reward``, ...).
+after the last, then the judges' reset where ``reset_due`` says. A stage's rows run in the order the
+mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
+mechanism's ``after`` / ``before`` say otherwise; so do the hooks that any number of mechanisms take
+(``shape_reward``, ...).
 """
 
 from __future__ import annotations
@@ -356,6 +357,9 @@ class Mechanism:
         aggregate: (scores (M, X), members bool (M,), one run's knobs) -> (X,), one run's reward from its judges'
             scores.
         policy_learning_rate: (one run's knobs) -> its policy's Adam learning rate.
+        reset_due: (knobs, iteration) -> bool (R,), the runs whose judges the grid returns to their pretrained
+            weights after outer iteration `iteration` (0-based), with a fresh Adam state and every mechanism's
+            per-judge state at its start (`slot_state`), after every `end_iteration` hook (none where none says).
     The loop's hooks, any number, applied in mechanism order:
         reward_rows: (shape, constants, knobs, slots (`SlotState`), rows (J, P)) -> the judge rows that reward each
             run's policy, from the rows the mechanisms before it chose (at first every judge's own).
@@ -393,6 +397,7 @@ class Mechanism:
     contrast: Callable[[StepContext], jax.Array] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
     policy_learning_rate: Callable[[RunKnobs], jax.Array] | None = None
+    reset_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
     reward_rows: Callable[..., jax.Array] | None = None
     shape_reward: Callable[[jax.Array, PolicyBatch, RunKnobs], jax.Array] | None = None
     log_prob_weight: Callable[[RunKnobs], jax.Array] | None = None
@@ -414,4 +419,5 @@ SINGLE_HOOKS = (
     "aggregate",
     "policy_learning_rate",
     "pretrain_data",
+    "reset_due",
 )
