@@ -65,8 +65,10 @@ def test_a_runs_judges_draw_keys_where_a_row_it_runs_draws_them() -> None:
             Condition(name="anchored-ensemble", knobs=Knobs(anchor_fraction=0.25, n_judges=3)),
             Condition(name="ensemble", knobs=Knobs(n_judges=3)),
             Condition(name="slow-anchor", knobs=Knobs(anchor_fraction=0.25, judge_update_every=4)),
+            # Never updates, so never splits; scheduled for the anchor's row all the same (its judge's cadence).
+            Condition(name="frozen-anchor", knobs=Knobs(anchor_fraction=0.25, freeze_judge=True)),
         ),
     )
     layout = layout_grid(spec)
     # Condition-major runs, two seeds each.
-    np.testing.assert_array_equal(layout.run_member_draws, [0, 0, 1, 1, 3, 3, 0, 0, 1, 1])
+    np.testing.assert_array_equal(layout.run_member_draws, [0, 0, 1, 1, 3, 3, 0, 0, 1, 1, 1, 1])

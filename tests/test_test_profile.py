@@ -117,3 +117,47 @@ def test_a_directory_without_a_profile_is_one_line(tmp_path: Path, capsys: pytes
     assert test_profile.main([str(tmp_path)]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "no tests-*.csv" in error[0]
+
+
+def _phase(recorder: test_profile._Recorder, test: str) -> None:
+    recorder.current = {**dict.fromkeys(test_profile.COLUMNS, 0.0), "test": test, "phase": "call", "compiles": 0}
+
+
+def test_loads_are_not_compiles_and_shapes_go_to_their_own_program(tmp_path: Path) -> None:
+    """Events as JAX and compile_exported send them: a load from the persistent cache is timed by the backend compile
+    event, after the cache's retrieval event from inside it; a shape names only the program's own row."""
+    recorder = test_profile._Recorder()
+    recorder.long_compile = 1.0
+    backend = "/jax/core/compile/backend_compile_duration"
+    _phase(recorder, "test_x.py::test_a")
+    recorder.listen(backend, 4.0, fun_name="jit(iterate)")  # compiled
+    recorder.listen(test_profile.COMPILED_EVENT, 4.1, program="jit(iterate)", key="1234567890123456")
+    recorder.listen(test_profile.CACHE_LOAD_EVENT, 1.5)
+    recorder.listen(backend, 1.6, fun_name="jit(iterate)")  # loaded
+    recorder.listen(test_profile.COMPILED_EVENT, 1.7, program="jit(iterate)", key="1234567890123456")
+    recorder.listen(backend, 2.0, fun_name="jit(other)")
+    recorder.listen(test_profile.COMPILED_EVENT, 0.1, program="jit(iterate)", key="ffff")  # short: other's row
+    _phase(recorder, "test_y.py::test_b")
+    recorder.listen(backend, 3.0, fun_name="jit(iterate)")  # the same shape compiled again, in another file
+    recorder.listen(test_profile.COMPILED_EVENT, 3.1, program="jit(iterate)", key="1234567890123456")
+    assert recorder.current["compiles"] == 1 and recorder.current["loads"] == 0
+
+    rows = pd.DataFrame(recorder.long_compiles, columns=list(test_profile.COMPILE_COLUMNS))
+    assert rows["shape"].tolist() == ["1234567890123456", "1234567890123456", "", "1234567890123456"]
+    assert rows["cached"].tolist() == [False, True, False, False]
+    rows.to_csv(tmp_path / "compiles-gw0-1.csv", index=False)
+    programs = test_profile.by_program(tmp_path)
+    # A digest of digits alone is read back as text: one shape, compiled twice and loaded once.
+    assert programs.loc["jit(iterate)", ["compiles", "shapes", "loads", "files"]].tolist() == [2, 1, 1, 2]
+    assert programs.loc["jit(other)", ["compiles", "shapes", "loads"]].tolist() == [1, 0, 0]
+    repeated = test_profile.repeats(tmp_path).reset_index()
+    assert repeated[["program", "shape", "compiles", "files"]].values.tolist() == [
+        ["jit(iterate)", "1234567890123456", 2, "test_x.py;test_y.py"]
+    ]
+
+
+def test_a_session_without_long_compiles_has_empty_program_tables(tmp_path: Path) -> None:
+    pd.DataFrame(columns=list(test_profile.COMPILE_COLUMNS)).to_csv(tmp_path / "compiles-main-1.csv", index=False)
+    programs = test_profile.by_program(tmp_path)
+    assert programs.index.tolist() == ["TOTAL"] and programs.loc["TOTAL"].sum() == 0
+    assert test_profile.repeats(tmp_path).empty

@@ -34,14 +34,18 @@ COMPILE_EVENTS = {
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
     "/jax/core/compile/backend_compile_duration": "compile_s",
 }
+# JAX reports a program served by its persistent cache as a backend compile too (the load is timed by the same event),
+# after this event from inside it: such a "compile" is counted as a load.
+CACHE_LOAD_EVENT = "/jax/compilation_cache/cache_retrieval_time_sec"
 DIRECTORY_ENV = "COEVOLAB_TEST_PROFILE_DIR"
-COLUMNS = ("test", "phase", "wall_s", "trace_s", "lower_s", "compile_s", "compiles")
+COLUMNS = ("test", "phase", "wall_s", "trace_s", "lower_s", "compile_s", "compiles", "load_s", "loads")
 # A compile at least this long is listed on its own, by program name: the grid programs take seconds each, while the
 # thousands of small compiles of eager operations would only hide them.
 LONG_COMPILE_ENV = "COEVOLAB_TEST_PROFILE_LONG_COMPILE"
 LONG_COMPILE_SECONDS = 1.0
 # shape: for a grid program (`compile_exported`), a digest of what it was compiled for; empty for other programs.
-COMPILE_COLUMNS = ("test", "phase", "program", "compile_s", "shape")
+# cached: the persistent compile cache served it (compile_s is then the load's time).
+COMPILE_COLUMNS = ("test", "phase", "program", "compile_s", "shape", "cached")
 
 
 class _Recorder:
@@ -52,25 +56,33 @@ class _Recorder:
         self.rows: list[dict] = []
         self.long_compiles: list[dict] = []  # one row per compile of at least `long_compile` seconds
         self.long_compile = float(os.environ.get(LONG_COMPILE_ENV, LONG_COMPILE_SECONDS))
+        self.loading = False  # the backend compile under way is a load from the persistent cache
 
     def listen(self, event: str, duration: float, fun_name: str = "", **details: object) -> None:
         if event == COMPILED_EVENT:
             self._name_shape(str(details.get("program", "")), str(details.get("key", "")))
             return
+        if event == CACHE_LOAD_EVENT:
+            self.loading = True
+            return
         column = COMPILE_EVENTS.get(event)
+        cached = column == "compile_s" and self.loading
+        if column == "compile_s":
+            self.loading = False
         if column is None or self.current is None:
             return
-        self.current[column] += duration
         if column == "compile_s":
-            self.current["compiles"] += 1
-            if duration >= self.long_compile:
-                test, phase = self.current["test"], self.current["phase"]
-                row = {"test": test, "phase": phase, "program": fun_name, "compile_s": duration, "shape": ""}
-                self.long_compiles.append(row)
+            self.current["loads" if cached else "compiles"] += 1
+        self.current["load_s" if cached else column] += duration
+        if column == "compile_s" and duration >= self.long_compile:
+            test, phase = self.current["test"], self.current["phase"]
+            row = {"test": test, "phase": phase, "program": fun_name, "compile_s": duration, "shape": ""}
+            self.long_compiles.append(row | {"cached": cached})
 
     def _name_shape(self, program: str, key: str) -> None:
-        """Give the grid program's compile, the last long compile of this phase, the shape it was compiled for; none
-        where the compile cache served the program or its compile was short (the last row is then another's)."""
+        """Give the grid program's compile (or load), the last long one of this phase, the shape it was compiled for.
+        Where the program's own was short, the last row is another program's, or one already named, and nothing is
+        named (a program compiled directly under a grid program's name just before could be misnamed: none is)."""
         if not self.long_compiles or self.current is None:
             return
         row = self.long_compiles[-1]
@@ -93,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _recorded(item: pytest.Item, phase: str) -> Iterator[None]:
-    row = {**dict.fromkeys(COLUMNS, 0.0), "test": item.nodeid, "phase": phase, "compiles": 0}
+    row = {**dict.fromkeys(COLUMNS, 0.0), "test": item.nodeid, "phase": phase, "compiles": 0, "loads": 0}
     _RECORDER.current = row
     yield
     _RECORDER.current = None
@@ -136,57 +148,67 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _read(directory: Path, prefix: str) -> pd.DataFrame:
-    """Every test process's `prefix`-*.csv in `directory`, one frame, with each row's test file."""
+    """Every test process's `prefix`-*.csv in `directory`, one frame, with each row's test file. Shapes are read as
+    text (a digest of digits alone is not a number); files of an earlier profile, without shapes or loads, read as
+    having none."""
     files = sorted(directory.glob(f"{prefix}-*.csv"))
     if not files:
         raise FileNotFoundError(f"{directory}: no {prefix}-*.csv (run the tests with -p tools.test_profile)")
-    rows = pd.concat([pd.read_csv(path) for path in files], ignore_index=True)
+    frames = [pd.read_csv(path, dtype={"shape": str}, keep_default_na=False) for path in files]
+    rows = pd.concat(frames, ignore_index=True)
+    defaults = {"shape": "", "cached": False, "load_s": 0.0, "loads": 0}
+    for column, value in defaults.items():
+        if column in (COMPILE_COLUMNS if prefix == "compiles" else COLUMNS) and column not in rows:
+            rows[column] = value
+    if "cached" in rows:
+        rows["cached"] = rows["cached"].astype(str).str.lower().eq("true")
     rows["file"] = rows["test"].str.split("::").str[0]
     return rows
 
 
 def by_file(directory: Path) -> pd.DataFrame:
-    """Every test process's rows in `directory`, summed by test file, longest first, with a TOTAL row; `other` is the
-    wall time less the process's own compile work (tracing, lowering, compiling)."""
+    """Every test process's rows in `directory`, summed by test file, longest first, with a TOTAL row: compiles are
+    XLA's (and their seconds), loads the programs JAX's persistent cache served; `other` is the wall time less the
+    process's own compile work (tracing, lowering, compiling, loading)."""
     rows = _read(directory, "tests")
-    table = rows.groupby("file")[["wall_s", "trace_s", "lower_s", "compile_s", "compiles"]].sum()
+    work = ["trace_s", "lower_s", "compile_s", "load_s"]
+    table = rows.groupby("file")[["wall_s", *work, "compiles", "loads"]].sum()
     table["tests"] = rows[rows["phase"] == "call"].groupby("file").size()
     # Compiles may run beside the test's thread (a program compiled while another runs), so `other` can be negative.
-    table["other_s"] = table["wall_s"] - table[["trace_s", "lower_s", "compile_s"]].sum(axis=1)
+    table["other_s"] = table["wall_s"] - table[work].sum(axis=1)
     table = table.sort_values("wall_s", ascending=False)
     table.loc["TOTAL"] = table.sum()
-    return table.round(1).astype({"compiles": int, "tests": int})
+    return table.round(1).astype({"compiles": int, "loads": int, "tests": int})
 
 
 def by_program(directory: Path) -> pd.DataFrame:
     """The long compiles of every test process in `directory`, summed by program name, longest first, with a TOTAL
-    row: how many, their seconds, how many distinct shapes of a grid program they were (0 for other programs, whose
-    shapes are not named) and how many test files compiled that program."""
+    row: how many XLA compiled and their seconds, how many distinct shapes of a grid program those were (0 for other
+    programs, whose shapes are not named), how many JAX's persistent cache served instead, and how many test files
+    compiled or loaded the program."""
     rows = _read(directory, "compiles")
-    rows["shape"] = rows["shape"].fillna("").astype(str)
-    table = rows.groupby("program").agg(
-        compiles=("compile_s", "size"),
-        compile_s=("compile_s", "sum"),
-        shapes=("shape", lambda shapes: shapes[shapes != ""].nunique()),
-        files=("file", "nunique"),
-    )
+    compiled = rows[~rows["cached"]]
+    table = pd.DataFrame(
+        {
+            "compiles": compiled.groupby("program").size(),
+            "compile_s": compiled.groupby("program")["compile_s"].sum(),
+            "shapes": compiled[compiled["shape"] != ""].groupby("program")["shape"].nunique(),
+            "loads": rows[rows["cached"]].groupby("program").size(),
+            "files": rows.groupby("program")["file"].nunique(),
+        }
+    ).fillna(0)
     table = table.sort_values("compile_s", ascending=False)
-    table.loc["TOTAL"] = [
-        table["compiles"].sum(),
-        table["compile_s"].sum(),
-        table["shapes"].sum(),
-        rows["file"].nunique(),
-    ]
-    return table.round(1).astype({"compiles": int, "shapes": int, "files": int})
+    table.loc["TOTAL"] = [*table[["compiles", "compile_s", "shapes", "loads"]].sum(), rows["file"].nunique()]
+    return table.round(1).astype({"compiles": int, "shapes": int, "loads": int, "files": int})
 
 
 def repeats(directory: Path) -> pd.DataFrame:
-    """The grid programs compiled more than once for one shape in `directory`'s session, most seconds first: program,
-    shape, compiles, their seconds and the test files (`;`-joined) that compiled it. Each compile after the first
-    is one a compile cache shared by the whole session could have served (two processes compiling one shape at once,
-    a test that turns the cache off or points it elsewhere)."""
+    """The grid programs XLA compiled more than once for one shape in `directory`'s session, most seconds first:
+    program, shape, compiles, their seconds and the test files (`;`-joined) that compiled it. Each compile after the
+    first is one that a compile cache shared by the whole session could have served (two processes compiling one
+    shape at once, a test that turns the cache off or points it elsewhere)."""
     rows = _read(directory, "compiles")
-    rows = rows[rows["shape"].fillna("").astype(str) != ""]
+    rows = rows[~rows["cached"] & (rows["shape"] != "")]
     table = rows.groupby(["program", "shape"]).agg(
         compiles=("compile_s", "size"),
         compile_s=("compile_s", "sum"),

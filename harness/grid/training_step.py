@@ -103,7 +103,8 @@ def train_iteration(
     steps: jax.Array,
 ) -> CoevolutionState:
     """Outer iteration `iteration` (0-based) of `steps` inner steps (int32 scalars): the mechanisms' start hooks, the
-    inner steps, their end hooks. The step count is a value, not a size: one compiled program serves every count."""
+    inner steps, their end hooks, then the reset of the judges of the runs `reset_due` names (`reset_judges`). The
+    step count is a value, not a size: one compiled program serves every count."""
     for hook in registry.checked_hooks(shape.used_mechanisms, "start_iteration", given_at=3):
         state = hook(shape, constants, knobs, state, iteration)
 
