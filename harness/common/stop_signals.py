@@ -36,6 +36,9 @@ class Terminated(KeyboardInterrupt):
 # Every stop signal this process has received since `caught` began, in order.
 received: list[int] = []
 _state: dict[str, Any] = {"handling": False, "resend": None, "active": False}
+# Held while a resend decides and sends, and while `caught` ends: a stop is never sent again once the command handles
+# one or has put the handlers before it back (where it would end the process by Python's own handler, exit -2).
+_resend_lock = threading.Lock()
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
@@ -49,12 +52,21 @@ def _resend_swallowed(unraisable: Any) -> None:
     """sys.unraisablehook: a stop raised inside a callback, which Python ignores, is sent again from another thread
     once the callback has returned, so that the main thread raises it in the command's own code."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and received and not _state["handling"]:
-        timer = threading.Timer(_RESEND_SECONDS, os.kill, (os.getpid(), received[-1]))
-        timer.daemon = True
-        timer.start()
-        _state["resend"] = timer
+        pending = _state["resend"]
+        if pending is None or not pending.is_alive():  # one resend at a time: a second could cut the clean-up
+            timer = threading.Timer(_RESEND_SECONDS, _resend, (received[-1],))
+            timer.daemon = True
+            timer.start()
+            _state["resend"] = timer
         return
     sys.__unraisablehook__(unraisable)
+
+
+def _resend(signum: int) -> None:
+    """Send the stop again, unless by now the command is handling one or has left `caught`."""
+    with _resend_lock:
+        if _state["active"] and not _state["handling"]:
+            os.kill(os.getpid(), signum)
 
 
 def _install() -> None:
@@ -83,9 +95,12 @@ def caught() -> Iterator[None]:
     try:
         yield
     finally:
-        _state["active"] = False
+        with _resend_lock:  # a resend under way has sent its signal; none is sent after this
+            _state["active"] = False
         if _state["resend"] is not None:
             _state["resend"].cancel()
+        # signal.signal runs the handlers of signals already delivered (ours: a stop while handling is only recorded)
+        # before it replaces them.
         signal.signal(signal.SIGINT, before[0])
         signal.signal(signal.SIGTERM, before[1])
         sys.unraisablehook = before[2]
