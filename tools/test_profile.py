@@ -156,9 +156,9 @@ def _read(directory: Path, prefix: str) -> pd.DataFrame:
         raise FileNotFoundError(f"{directory}: no {prefix}-*.csv (run the tests with -p tools.test_profile)")
     frames = [pd.read_csv(path, dtype={"shape": str}, keep_default_na=False) for path in files]
     rows = pd.concat(frames, ignore_index=True)
-    defaults = {"shape": "", "cached": False, "load_s": 0.0, "loads": 0}
+    defaults = {"compiles": {"shape": "", "cached": False}, "tests": {"load_s": 0.0, "loads": 0}}[prefix]
     for column, value in defaults.items():
-        if column in (COMPILE_COLUMNS if prefix == "compiles" else COLUMNS) and column not in rows:
+        if column not in rows:
             rows[column] = value
     if "cached" in rows:
         rows["cached"] = rows["cached"].astype(str).str.lower().eq("true")

@@ -324,10 +324,11 @@ class GridLayout:
     @property
     def run_member_draws(self) -> np.ndarray:
         """int (R,): how many of each run's judges draw keys of their own on an update (`StepKeys.members`): all of
-        them where a row the run is scheduled for draws from them (`StepRow.member_keys`), else none."""
-        rows = [row for row in registry.rows(self.shape.mechanisms) if row.member_keys]
-        n_outputs = self.spec.world.n_outputs
-        draws = [any(row.schedule(knobs, n_outputs) is not None for row in rows) for knobs in self.run_knobs]
+        them where the run is in a work group of a row that draws from them (`StepRow.member_keys`), else none."""
+        drawing = {row.name for row in registry.rows(self.shape.mechanisms) if row.member_keys}
+        draws = np.zeros(self.shape.n_runs, bool)
+        for group, sizes in zip(self.groups, self.shape.groups, strict=True):
+            draws[group.run_ids] |= sizes.row in drawing
         return np.where(draws, self.run_judges, 0)
 
     def run_labels(self) -> list[tuple[str, int]]:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from harness.engine import streams
-from harness.engine.state import CoevolutionState, fresh_network, select
+from harness.engine.state import CoevolutionState, fresh_networks, select
 from harness.grid import registry
 from harness.grid.contract import AppliedRows, GridConstants, GridShape, PairSides, StepContext
 from harness.grid.knobs import RunKnobs
@@ -126,7 +126,7 @@ def reset_judges(
     """The judges of the runs `run_due` (bool (R,)) returned to their pretrained rows with a fresh Adam state, and every
     mechanism's per-judge state of those judges to its start (`Mechanism.slot_state`); every other judge as it was."""
     slot_due, slots = run_due[constants.slot_run], state.slots
-    judge = select(slot_due, jax.vmap(fresh_network)(constants.pretrained_judges), slots.judge)
+    judge = select(slot_due, fresh_networks(constants.pretrained_judges), slots.judge)
     _, fresh = mechanism_states(shape, constants.initial_policies, constants.pretrained_judges)
     own = {name: select(slot_due, fresh[name], value) for name, value in slots.mechanisms.items()}
     return state.replace(slots=slots.replace(judge=judge, mechanisms=own))
