@@ -78,6 +78,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr
             )
             return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        except Exception:
+            stopped = stop_signals.exit_code()
+            if stopped is None:
+                raise
+            # A stop that native code turned into an error of its own (matplotlib's renderer raises "Invalid bounding
+            # box" when a stop lands mid-draw): the stop's exit and one line, not the error's traceback.
+            stop_signals.handling()
+            how = stop_signals.stop_name(stopped == EXIT_TERMINATED)
+            print(
+                f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr
+            )
+            return stopped
         stopped = stop_signals.exit_code()
         if stopped is not None and code != stopped:
             # A stop that code on the way swallowed (a callback, a library catching it): never an exit 0 after it.
