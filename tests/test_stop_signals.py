@@ -166,3 +166,31 @@ def test_a_resend_sends_nothing_once_the_stop_is_handled_or_the_command_ended() 
         assert stop_signals.received == [signal.SIGINT]  # no second stop reached the handler
     stop_signals._resend(signal.SIGINT)
     time.sleep(0.2)  # a stop sent now would raise KeyboardInterrupt here, under the default handler
+
+
+@pytest.mark.parametrize("name", sorted(STOPS))
+def test_an_error_that_a_stop_turned_into_ends_with_the_stops_code_and_one_line(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Native code that catches a stop and raises an error of its own (matplotlib's renderer, stopped mid-draw, raises
+    "Invalid bounding box") ends the command with the stop's code and one line, not the error's traceback and exit 1;
+    the same error with no stop before it stays the command's error."""
+    signum, expected = STOPS[name]
+
+    def drawing_stopped_mid_figure() -> int:
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # what a renderer's own clean-up does with it
+        raise ValueError("Invalid bounding box")
+
+    assert cli.run_stoppable(drawing_stopped_mid_figure) == expected
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "run the same command again" in lines[0], lines
+
+    def failing() -> int:
+        raise ValueError("Invalid bounding box")
+
+    with pytest.raises(ValueError, match="bounding box"):
+        cli.run_stoppable(failing)

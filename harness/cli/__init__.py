@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 from harness.cli.arguments import (
     EXIT_BAD_INPUT,
@@ -41,6 +42,7 @@ __all__ = [
     "UsageError",
     "build_parser",
     "main",
+    "run_stoppable",
     "seed_count",
     "seed_list",
 ]
@@ -64,19 +66,32 @@ def main(argv: list[str] | None = None) -> int:
     if _shows_progress(sys.argv[1:] if argv is None else argv):
         # a first line at once: loading JAX and the grid takes seconds before the run's own progress can start
         print(f"[{0.0:7.1f}s] starting: loading JAX and the grid", flush=True)
+
+    def command() -> int:
+        with stop_signals.deferred():  # JAX's native extensions abort the process if a stop cuts their import
+            from harness.cli.dispatch import dispatch
+
+        return dispatch(argv, started)
+
+    return run_stoppable(command)
+
+
+def _stopped_line(terminated: bool) -> None:
+    how = stop_signals.stop_name(terminated)
+    print(f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr)
+
+
+def run_stoppable(command: Callable[[], int]) -> int:
+    """`command()`'s exit code, or a stop's (130 / 143, with one line on stderr) when Ctrl-C or SIGTERM came while it
+    ran: whether the stop reached `command` as KeyboardInterrupt, as an error of another kind that native code made of
+    it, or not at all (swallowed on the way)."""
     with stop_signals.caught():
         try:
-            with stop_signals.deferred():  # JAX's native extensions abort the process if a stop cuts their import
-                from harness.cli.dispatch import dispatch
-
-            code = dispatch(argv, started)
+            code = command()
         except KeyboardInterrupt as stop:
             stop_signals.handling()
             terminated = stop_signals.terminated(stop)
-            how = stop_signals.stop_name(terminated)
-            print(
-                f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr
-            )
+            _stopped_line(terminated)
             return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
         except Exception:
             stopped = stop_signals.exit_code()
@@ -85,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             # A stop that native code turned into an error of its own (matplotlib's renderer raises "Invalid bounding
             # box" when a stop lands mid-draw): the stop's exit and one line, not the error's traceback.
             stop_signals.handling()
-            how = stop_signals.stop_name(stopped == EXIT_TERMINATED)
-            print(
-                f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr
-            )
+            _stopped_line(stopped == EXIT_TERMINATED)
             return stopped
         stopped = stop_signals.exit_code()
         if stopped is not None and code != stopped:
