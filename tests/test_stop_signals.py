@@ -194,3 +194,29 @@ def test_an_error_that_a_stop_turned_into_ends_with_the_stops_code_and_one_line(
 
     with pytest.raises(ValueError, match="bounding box"):
         cli.run_stoppable(failing)
+
+
+@pytest.mark.parametrize("name", sorted(STOPS))
+def test_a_stop_after_the_command_ended_exits_with_its_code_and_one_line(name: str) -> None:
+    """A stop that lands once the command has returned, while the process shuts down (JAX's teardown takes a moment;
+    seen once in twenty report-phase stops as exit -15), exits with the stop's code and one line, as the `coevolab`
+    program (`cli.command_line`) runs its command: a real process that stops itself after its command returned."""
+    signum, expected = STOPS[name]
+    program = (
+        "import os, time\n"
+        "from harness import cli\n"
+        "cli.run_stoppable(lambda: 0, whole_process=True)\n"
+        f"os.kill(os.getpid(), {int(signum)})\n"
+        "time.sleep(30)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == expected, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "after the command finished" in lines[0], lines

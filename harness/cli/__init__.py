@@ -41,6 +41,7 @@ __all__ = [
     "Terminated",
     "UsageError",
     "build_parser",
+    "command_line",
     "main",
     "run_stoppable",
     "seed_count",
@@ -60,8 +61,15 @@ def _shows_progress(argv: list[str]) -> bool:
     return bool(argv) and argv[0] in ("run", "merge") and not {"--quiet", "--help", "-h"} & set(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The `coevolab` command line: its exit code (see the module)."""
+def command_line() -> int:
+    """The `coevolab` program: `main` of the process's arguments, as the whole process (a stop that arrives after the
+    command ended, while the process shuts down, still exits 130 / 143)."""
+    return main(whole_process=True)
+
+
+def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
+    """The `coevolab` command line: its exit code (see the module). whole_process: the command is the process
+    (`command_line`), not a call inside a longer-lived one."""
     started = time.perf_counter()  # before the heavy imports, so the run's phases account for them
     if _shows_progress(sys.argv[1:] if argv is None else argv):
         # a first line at once: loading JAX and the grid takes seconds before the run's own progress can start
@@ -73,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return dispatch(argv, started)
 
-    return run_stoppable(command)
+    return run_stoppable(command, whole_process)
 
 
 def _stopped_line(terminated: bool) -> None:
@@ -81,11 +89,11 @@ def _stopped_line(terminated: bool) -> None:
     print(f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr)
 
 
-def run_stoppable(command: Callable[[], int]) -> int:
+def run_stoppable(command: Callable[[], int], whole_process: bool = False) -> int:
     """`command()`'s exit code, or a stop's (130 / 143, with one line on stderr) when Ctrl-C or SIGTERM came while it
     ran: whether the stop reached `command` as KeyboardInterrupt, as an error of another kind that native code made of
-    it, or not at all (swallowed on the way)."""
-    with stop_signals.caught():
+    it, or not at all (swallowed on the way). whole_process: as `stop_signals.caught`'s."""
+    with stop_signals.caught(whole_process):
         try:
             code = command()
         except KeyboardInterrupt as stop:

@@ -2,7 +2,7 @@
 
 import sys
 
-from harness.cli import main
+from harness.cli import command_line
 
 if __name__ == "__main__":  # not when a tool imports every module of the package
-    sys.exit(main())
+    sys.exit(command_line())

@@ -82,9 +82,26 @@ def catch() -> None:
         _install()
 
 
+def _exit_at_once(signum: int, frame: FrameType | None) -> None:
+    """A stop after the command ended, while the process shuts down (JAX's and the interpreter's teardown take a
+    moment): the stop's exit code at once, not a process killed by the signal (-15) or a KeyboardInterrupt in the
+    teardown. The command's files are complete by then; only the exit code says a stop came."""
+    del frame
+    earlier = exit_code()  # a command that a stop already ended has said so in its line
+    code = earlier or (EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
+    with contextlib.suppress(Exception):
+        if earlier is None:
+            print(f"coevolab: {stop_name(code == EXIT_TERMINATED)} after the command finished", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
 @contextlib.contextmanager
-def caught() -> Iterator[None]:
-    """Inside: stop signals raise as `catch` makes them (`received` starts empty); after, the handlers before it."""
+def caught(whole_process: bool = False) -> Iterator[None]:
+    """Inside: stop signals raise as `catch` makes them (`received` starts empty); after, the handlers before it, or
+    where the command is the whole process (`coevolab` on the command line: whole_process), handlers that end the
+    process at once with the stop's exit code (`_exit_at_once`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -101,8 +118,9 @@ def caught() -> Iterator[None]:
             _state["resend"].cancel()
         # signal.signal runs the handlers of signals already delivered (ours: a stop while handling is only recorded)
         # before it replaces them.
-        signal.signal(signal.SIGINT, before[0])
-        signal.signal(signal.SIGTERM, before[1])
+        after = (_exit_at_once, _exit_at_once) if whole_process else before[:2]
+        signal.signal(signal.SIGINT, after[0])
+        signal.signal(signal.SIGTERM, after[1])
         sys.unraisablehook = before[2]
 
 
