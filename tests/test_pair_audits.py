@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harness.engine import pair_audits
 
 # Compiled once per size: op by op, each of the audit's sorts and sums would compile on its own.
-audit_pairs = jax.jit(pair_audits.audit_pairs, static_argnames="with_referee")
+audit_pairs = jax.jit(pair_audits.audit_pairs, static_argnames="with_second_opinion")
 weighted_inversions = jax.jit(pair_audits.weighted_inversions)
 
 
@@ -34,7 +34,7 @@ def test_weighted_inversions_equal_the_count_over_every_pair(data: st.DataObject
 
 def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> dict[str, float]:
     """Every pair (a, b) and its label, one at a time: the definitions written out."""
-    totals = dict.fromkeys(["label_error", "quality_gap", "judge_gap", "identical", "referee_share", "wrong"], 0.0)
+    totals = dict.fromkeys(["label_error", "quality_gap", "judge_gap", "identical", "relabelled_share", "wrong"], 0.0)
     n = len(q)
     for a in range(n):
         for b in range(n):
@@ -49,10 +49,10 @@ def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> 
                 totals["identical"] += weight * (a == b)
                 if a != b and abs(judge[a] - judge[b]) < margin:
                     referee_label = referee[a] > referee[b]
-                    totals["referee_share"] += weight
+                    totals["relabelled_share"] += weight
                     totals["wrong"] += weight * (q[a] < q[b] if referee_label else q[a] > q[b])
-    wrong, rejudged = totals.pop("wrong"), totals["referee_share"]
-    totals["referee_error"] = wrong / rejudged if rejudged > 0 else np.nan
+    wrong, rejudged = totals.pop("wrong"), totals["relabelled_share"]
+    totals["relabelled_error"] = wrong / rejudged if rejudged > 0 else np.nan
     return totals
 
 
@@ -83,7 +83,7 @@ def test_two_draws_of_one_distribution_labelled_first_better_are_a_coin() -> Non
     audit = audit_pairs(*(jnp.asarray(x, jnp.float32) for x in (pi, pi, pi, 1.0, judge, judge, 0.0, q)))
     assert float(audit.label_error) == pytest.approx((1 - np.sum(pi**2)) / 2, abs=1e-6)
     assert float(audit.identical) == pytest.approx(np.sum(pi**2), abs=1e-7)
-    assert np.isnan(float(audit.referee_error)) and float(audit.referee_share) == 0.0
+    assert np.isnan(float(audit.relabelled_error)) and float(audit.relabelled_share) == 0.0
 
 
 def test_self_labels_error_at_the_worlds_size_equals_a_dense_sum() -> None:
@@ -93,11 +93,11 @@ def test_self_labels_error_at_the_worlds_size_equals_a_dense_sum() -> None:
     policy, judge = rng.dirichlet(np.full(n, 0.05)), np.round(rng.normal(size=n), 2)  # peaked; many score ties
     q = np.round(rng.normal(size=n), 2)
     args = [np.float32(x) for x in (policy, policy, policy, 0.0, judge, judge, 0.0, q)]
-    audit = audit_pairs(*map(jnp.asarray, args), with_referee=False)
+    audit = audit_pairs(*map(jnp.asarray, args), with_second_opinion=False)
     p, j, quality = (np.asarray(x, np.float64) for x in (args[2], args[4], args[7]))
     weight = p[:, None] * p[None, :]
     wrong = np.where(j[:, None] > j[None, :], quality[:, None] < quality, quality[:, None] > quality)
     assert float(audit.label_error) == pytest.approx(np.sum(weight * wrong), rel=2e-5, abs=1e-7)
     assert float(audit.quality_gap) == pytest.approx(np.sum(weight * np.abs(quality[:, None] - quality)), rel=2e-5)
     assert float(audit.judge_gap) == pytest.approx(np.sum(weight * np.abs(j[:, None] - j)), rel=2e-5)
-    assert float(audit.referee_share) == 0.0 and np.isnan(float(audit.referee_error))
+    assert float(audit.relabelled_share) == 0.0 and np.isnan(float(audit.relabelled_error))

@@ -4,8 +4,9 @@ A judge update draws a batch of pairs (a, b) and a label for each. Which pairs a
 labels depends on where the run draws its pairs from (its mechanisms set the two sides and the
 share): with probability s (the contrast share) a is drawn from the chosen side's distribution
 and b from the rejected side's, labelled a > b; otherwise a and b are two draws of the policy,
-labelled by the judge's own preference 1[J(a) > J(b)]. A frozen referee may then re-label the
-pairs on which the judge is least certain: those whose scores differ by less than a margin. In
+labelled by the judge's own preference 1[J(a) > J(b)]. A second opinion (another score table, e.g. a frozen
+judge) may then re-label the pairs on which the judge is least certain: those whose scores differ by less than a
+margin. In
 a world of N outputs (4,096 in the published one) every quantity the follow-up papers argue
 about is an exact sum over the N² ordered pairs.
 
@@ -19,9 +20,8 @@ ordered one way by the judge and the other by q*: the inversions of the judge's 
 order, counted level by level as a merge sort would, from one sort, in O(N log N) time and
 memory (at 4,096 outputs, 42 ms for 8 judges' whole audits on one core, against 44 ms for a
 square-root decomposition; at 262,144 outputs, 0.36 s and 19 MB of positions a judge, against
-5.0 s and about 2 GB for that decomposition). Only the referee's pairs (a band of |J(a) − J(b)|
-and a second score) are summed over every pair, in row blocks, and only where the grid has a
-referee.
+5.0 s and about 2 GB for that decomposition). Only the re-labelled pairs (a band of |J(a) − J(b)|
+and a second score) are summed over every pair, in row blocks, and only where a second opinion is asked.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-# Rows of the pair matrix summed at once in the referee's sum: 256 × 4,096 pairs stay in cache.
+# Rows of the pair matrix summed at once in the re-labelled pairs' sum: 256 × 4,096 pairs stay in cache.
 _ROW_BLOCK = 256
 
 
@@ -40,17 +40,17 @@ class PairAudit:
     """One judge's training pairs, exactly (each a float32 scalar).
 
     label_error: P(the label disagrees with q*); quality_gap: E|q*(a) − q*(b)|; judge_gap:
-    E|J(a) − J(b)| on the judge's score scale; identical: P(a = b); referee_share: P(the
-    referee re-judges the pair), a ≠ b with |J(a) − J(b)| < margin; referee_error: P(the referee's label
-    disagrees with q* | it re-judges the pair), NaN where it re-judges none.
+    E|J(a) − J(b)| on the judge's score scale; identical: P(a = b); relabelled_share: P(the
+    second opinion re-labels the pair), a ≠ b with |J(a) − J(b)| < margin; relabelled_error: P(its label
+    disagrees with q* | it re-labels the pair), NaN where it re-labels none.
     """
 
     label_error: jax.Array
     quality_gap: jax.Array
     judge_gap: jax.Array
     identical: jax.Array
-    referee_share: jax.Array
-    referee_error: jax.Array
+    relabelled_share: jax.Array
+    relabelled_error: jax.Array
 
 
 def _exclusive_cumsum(values: jax.Array, axis: int = 0) -> jax.Array:
@@ -170,27 +170,28 @@ def _blocks(values: jax.Array, block: int) -> jax.Array:
     return padded.reshape(-1, block)
 
 
-def referee_sums(
+def relabelled_sums(
     first: jax.Array,
     second: jax.Array,
     judge: jax.Array,
-    referee: jax.Array,
+    second_opinion: jax.Array,
     margin: jax.Array,
     q_star: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
-    """The pairs a referee re-judges, a ≠ b with |J(a) − J(b)| < margin, under the pair weights Σ_k first_k(a)
-    second_k(b) (first, second (K, N)): their total weight and the weight of those its label gets wrong."""
+    """The pairs a second opinion (score table (N,)) re-labels, a ≠ b with |J(a) − J(b)| < margin, under the pair
+    weights Σ_k first_k(a) second_k(b) (first, second (K, N)): their total weight and the weight of those its label
+    gets wrong."""
     outputs = jnp.arange(q_star.shape[0])
     rows = (*(_blocks(side, _ROW_BLOCK) for side in first), _blocks(judge, _ROW_BLOCK))
-    rows += (_blocks(referee, _ROW_BLOCK), _blocks(q_star, _ROW_BLOCK), _blocks(outputs, _ROW_BLOCK))
+    rows += (_blocks(second_opinion, _ROW_BLOCK), _blocks(q_star, _ROW_BLOCK), _blocks(outputs, _ROW_BLOCK))
 
     def row_block(block: tuple[jax.Array, ...]) -> jax.Array:
-        *first_a, judge_a, referee_a, q_a, index_a = block
+        *first_a, judge_a, opinion_a, q_a, index_a = block
         weight = sum(a[:, None] * b[None, :] for a, b in zip(first_a, second, strict=True))
         quality = q_a[:, None] - q_star[None, :]
-        rejudged = weight * ((jnp.abs(judge_a[:, None] - judge[None, :]) < margin) & (index_a[:, None] != outputs))
-        referee_wrong = jnp.where(referee_a[:, None] - referee[None, :] > 0, quality < 0, quality > 0)
-        return jnp.stack([jnp.sum(rejudged), jnp.sum(rejudged * referee_wrong)])
+        relabelled = weight * ((jnp.abs(judge_a[:, None] - judge[None, :]) < margin) & (index_a[:, None] != outputs))
+        opinion_wrong = jnp.where(opinion_a[:, None] - second_opinion[None, :] > 0, quality < 0, quality > 0)
+        return jnp.stack([jnp.sum(relabelled), jnp.sum(relabelled * opinion_wrong)])
 
     share, wrong = jnp.sum(jax.lax.map(row_block, rows), axis=0)
     return share, wrong
@@ -202,20 +203,20 @@ def audit_pairs(
     policy: jax.Array,
     contrast_share: jax.Array,
     judge: jax.Array,
-    referee: jax.Array,
+    second_opinion: jax.Array,
     margin: jax.Array,
     q_star: jax.Array,
-    with_referee: bool = True,
+    with_second_opinion: bool = True,
 ) -> PairAudit:
     """The exact audit of one judge's training pairs.
 
     chosen, rejected, policy (N,): the distributions of the contrast pairs' two sides and of the
     policy (self-labelled pairs are two independent draws of it); contrast_share: s in [0, 1];
-    judge, referee (N,): score tables of the judge and of its referee; margin: pairs with
-    |J(a) − J(b)| below it are re-judged (0: none); q_star (N,). with_referee=False (static) skips the
-    referee's O(N²) sum and reports it as with margin 0: share 0, error NaN.
+    judge, second_opinion (N,): score tables of the judge and of what re-labels its least certain pairs; margin:
+    pairs with |J(a) − J(b)| below it are re-labelled (0: none); q_star (N,). with_second_opinion=False (static)
+    skips the second opinion's O(N²) sum and reports it as with margin 0: share 0, error NaN.
     """
-    chex.assert_equal_shape([chosen, rejected, policy, judge, referee, q_star])
+    chex.assert_equal_shape([chosen, rejected, policy, judge, second_opinion, q_star])
     share, own = contrast_share, 1.0 - contrast_share
     label_error = share * worse_than_rejected(chosen, rejected, q_star) + own * ordered_against_quality(
         policy, judge, q_star
@@ -223,11 +224,11 @@ def audit_pairs(
     quality_gap = share * expected_gap(chosen, rejected, q_star) + own * expected_gap(policy, policy, q_star)
     judge_gap = share * expected_gap(chosen, rejected, judge) + own * expected_gap(policy, policy, judge)
     identical = jnp.sum(share * chosen * rejected + own * policy * policy)
-    referee_share = referee_wrong = jnp.zeros((), q_star.dtype)
-    if with_referee:
+    relabelled_share = relabelled_wrong = jnp.zeros((), q_star.dtype)
+    if with_second_opinion:
         sides = (jnp.stack([share * chosen, own * policy]), jnp.stack([rejected, policy]))
-        referee_share, referee_wrong = referee_sums(*sides, judge, referee, margin, q_star)
-    referee_error = jnp.where(
-        referee_share > 0, referee_wrong / jnp.where(referee_share > 0, referee_share, 1.0), jnp.nan
+        relabelled_share, relabelled_wrong = relabelled_sums(*sides, judge, second_opinion, margin, q_star)
+    relabelled_error = jnp.where(
+        relabelled_share > 0, relabelled_wrong / jnp.where(relabelled_share > 0, relabelled_share, 1.0), jnp.nan
     )
-    return PairAudit(label_error, quality_gap, judge_gap, identical, referee_share, referee_error)
+    return PairAudit(label_error, quality_gap, judge_gap, identical, relabelled_share, relabelled_error)

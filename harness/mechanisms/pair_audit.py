@@ -40,8 +40,8 @@ def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.A
 
 
 def audit_view(context: DiagnosticsContext) -> PairAudit:
-    """Every run's audit, (R,) per field: the mean over its judges (a referee's error over the judges that re-judge
-    any pair) of each judge's exact audit."""
+    """Every run's audit, (R,) per field: the mean over its judges (the re-labelled pairs' error over the judges
+    whose pairs a referee, the judge as pretrained, re-labels) of each judge's exact audit."""
     shape, constants, knobs = context.shape, context.constants, context.knobs
     share = jnp.where(pair_sources.contrast_runs(knobs), knobs.contrast_mix, 0.0)
     pi = jnp.exp(context.log_pi)
@@ -49,7 +49,7 @@ def audit_view(context: DiagnosticsContext) -> PairAudit:
     with_referee = referee.in_grid(shape)
     referees = context.score_table(constants.pretrained_judges) if with_referee else context.judge_tables
     run = constants.slot_run
-    audit = partial(audit_pairs, q_star=constants.q_star, with_referee=with_referee)
+    audit = partial(audit_pairs, q_star=constants.q_star, with_second_opinion=with_referee)
     margins = knobs.referee_margin[run]
     slot_pairs = jax.lax.map(
         lambda slot: audit(*slot),

@@ -111,7 +111,7 @@ MECHANISM = Mechanism(
             "re-judged share",
             "probability",
             "meta-judging: P(the referee re-judges a training pair), |J(a) − J(b)| below the margin (empty: off)",
-            lambda run: jnp.where(run.of("referee"), run.of("pair_audit").referee_share, jnp.nan),
+            lambda run: jnp.where(run.of("referee"), run.of("pair_audit").relabelled_share, jnp.nan),
             valid=ValidValues(0.0, 1.0, undefined=True),
         ),
         Metric(
@@ -119,7 +119,7 @@ MECHANISM = Mechanism(
             "referee label error",
             "probability",
             "meta-judging: P(the referee's label prefers the side of lower q* | it re-judges the pair) (empty: off)",
-            lambda run: jnp.where(run.of("referee"), run.of("pair_audit").referee_error, jnp.nan),
+            lambda run: jnp.where(run.of("referee"), run.of("pair_audit").relabelled_error, jnp.nan),
             valid=ValidValues(0.0, 1.0, undefined=True),
         ),
     ),
