@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, PretrainSettings
+from harness.grid import registry
+from harness.grid.contract import Mechanism
+from harness.grid.knobs import PERFECT_PROXY, STUDY_ROLE, Knobs, knobs_with_role
+from harness.grid.layout import Condition, GridSpec, MechanismSource, PretrainSettings
 from harness.grid.study import Shape, StudySpec
 from harness.inference.claims import Claim
 from harness.inference.overoptimization import best_of_n_gold, rl_gold
@@ -101,6 +104,28 @@ def test_roles_are_found_from_the_knobs() -> None:
         "gold",
         "noisy",
     )
+
+
+class _LabOracleKnobs(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reward_from_lab_oracle: bool = Field(False, json_schema_extra={STUDY_ROLE: PERFECT_PROXY})
+
+
+def test_a_labs_knob_plays_the_role_it_declares() -> None:
+    """A lab's mechanism whose knob declares the perfect-proxy role: the condition that sets it, and differs from the
+    base in nothing else, is the study's perfect proxy, and is never taken for the base."""
+    lab = Mechanism(name="lab_oracle", summary="the policy rewarded by a lab's oracle", knobs=_LabOracleKnobs)
+    with registry.restored_catalog():
+        registry.register(lab, module="lab_oracle.py", digest="0" * 64)
+        assert knobs_with_role(PERFECT_PROXY) == ("reward_from_q_star", "reward_from_lab_oracle")
+        oracle = Knobs(freeze_judge=True, reward_from_lab_oracle=True)
+        grid = GridSpec(
+            mechanisms=(MechanismSource(name="lab_oracle", module="lab_oracle.py", digest="0" * 64),),
+            conditions=(Condition(name="oracle", knobs=oracle), Condition(name="base", knobs=Knobs(freeze_judge=True))),
+        )
+        roles = study_roles(StudySpec(name="s", shapes=(Shape(name="only", grid=grid),)))
+    assert (roles.base, roles.perfect_proxy, roles.noisy_proxy) == ("base", "oracle", None)
 
 
 def test_pretraining_examples_are_what_each_conditions_judges_saw() -> None:

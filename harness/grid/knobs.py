@@ -31,6 +31,14 @@ HOST_ONLY = "host_only"
 UNIT = "unit"
 INNER_STEPS = "inner policy steps"
 OUTER_ITERATIONS = "outer iterations"
+# The part a knob plays in a study's comparisons (harness.report.study_roles): its field's json_schema_extra[STUDY_ROLE]
+# (see `knobs_with_role`). A condition that differs from the study's base only in a PERFECT_PROXY knob being set is
+# rewarded by q* itself; in a NOISY_PROXY knob, by q* plus random errors as aligned with q* as its judges;
+# conditions that differ from the base only in DATA_SIZE knobs were pretrained on datasets of other sizes.
+STUDY_ROLE = "study_role"
+PERFECT_PROXY = "perfect proxy"
+NOISY_PROXY = "noisy proxy"
+DATA_SIZE = "pretraining data size"
 
 
 class _KnobModel(NamedTuple):
@@ -90,6 +98,11 @@ def host_only(name: str) -> bool:
 def knob_unit(name: str) -> str | None:
     """What a counting knob counts (INNER_STEPS or OUTER_ITERATIONS); None for a knob that counts nothing."""
     return _extra(knob_fields()[name]).get(UNIT)
+
+
+def knobs_with_role(role: str) -> tuple[str, ...]:
+    """The registered knobs whose field declares `role` (`STUDY_ROLE`), in mechanism order."""
+    return tuple(name for name, field in knob_fields().items() if _extra(field).get(STUDY_ROLE) == role)
 
 
 def choices(name: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.world import output_index
 from harness.grid.contract import Mechanism, PolicyBatch
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.knobs import PERFECT_PROXY, STUDY_ROLE, Knobs, RunKnobs
 
 
 class GoldRewardKnobs(BaseModel):
@@ -27,6 +27,7 @@ class GoldRewardKnobs(BaseModel):
         False,
         description="reward the policy by q* itself (the perfect proxy) in place of its judges; the judges still "
         "train and are measured",
+        json_schema_extra={STUDY_ROLE: PERFECT_PROXY},
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.grid.contract import Mechanism, PretrainData
-from harness.grid.knobs import HOST_ONLY, Knobs
+from harness.grid.knobs import DATA_SIZE, HOST_ONLY, STUDY_ROLE, Knobs
 
 
 class JudgeDataKnobs(BaseModel):
@@ -28,7 +28,7 @@ class JudgeDataKnobs(BaseModel):
         ge=0,
         description="the size of a fixed pretraining dataset each of this condition's judges draws once from its "
         "data key and trains on (0: fresh draws every step)",
-        json_schema_extra={HOST_ONLY: True},
+        json_schema_extra={HOST_ONLY: True, STUDY_ROLE: DATA_SIZE},
     )
     judge_label_corruption: float = Field(
         0.0,

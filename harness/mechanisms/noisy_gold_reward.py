@@ -27,7 +27,7 @@ from harness.engine.state import CoevolutionState
 from harness.engine.world import output_index
 from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape, Mechanism, PolicyBatch
 from harness.grid.diagnostics import judge_score_tables
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.knobs import NOISY_PROXY, STUDY_ROLE, Knobs, RunKnobs
 from harness.grid.reward import run_rewards
 from harness.mechanisms.best_of_n import alignment, noisy_q_star, seed_noise
 
@@ -42,6 +42,7 @@ class NoisyGoldRewardKnobs(BaseModel):
         description="reward the policy by q* plus a fixed random error per output, whose Pearson correlation with "
         "q* is that of the run's pretrained judges (a randomly-erring proxy of the judges' alignment); the judges "
         "still train and are measured",
+        json_schema_extra={STUDY_ROLE: NOISY_PROXY},
     )
 
 

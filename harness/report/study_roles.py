@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.grid.knobs import Knobs
+from harness.grid.knobs import DATA_SIZE, NOISY_PROXY, PERFECT_PROXY, Knobs, knobs_with_role
 from harness.grid.layout import GridSpec
 from harness.grid.study import StudySpec
 
@@ -22,13 +22,13 @@ def pretraining_examples(grid: GridSpec, condition: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class StudyRoles:
-    """What the section's comparisons read, found from the study's conditions (no condition is named in code):
-    reference: the shape with the most conditions (the first such); base: the first condition every shape has that
-    is rewarded by its judges; data: the reference shape's conditions whose knobs differ from the base's only in
-    `judge_pretrain_examples` (the base among them); perfect_proxy: the reference shape's condition that differs from
-    the base only in being rewarded by q* (`reward_from_q_star`), or None; noisy_proxy: the one that differs from the
-    base only in being rewarded by q* plus random errors at its judges' alignment (`reward_from_noisy_q_star`), or
-    None."""
+    """What the section's comparisons read, found from the study's conditions and the roles their knobs declare
+    (`harness.grid.knobs.STUDY_ROLE`; no condition or knob is named in code): reference: the shape with the most
+    conditions (the first such); base: the first condition every shape has that sets no proxy knob (it is rewarded
+    by its judges); data: the reference shape's conditions whose knobs differ from the base's only in data-size knobs
+    (the base among them); perfect_proxy: the reference shape's condition that differs from the base only in a
+    perfect-proxy knob being set (rewarded by q* itself), or None; noisy_proxy: the one that differs from the base
+    only in a noisy-proxy knob being set (rewarded by q* plus random errors at its judges' alignment), or None."""
 
     reference: str
     base: str
@@ -37,12 +37,13 @@ class StudyRoles:
     noisy_proxy: str | None = None
 
 
-def _knobs_apart_from(knobs: Knobs, *names: str) -> dict[str, object]:
+def _knobs_apart_from(knobs: Knobs, names: tuple[str, ...]) -> dict[str, object]:
     return {key: value for key, value in knobs.model_dump().items() if key not in names}
 
 
 def study_roles(study: StudySpec) -> StudyRoles:
     """The `StudyRoles` of a study."""
+    perfect, noisy, data_size = (knobs_with_role(role) for role in (PERFECT_PROXY, NOISY_PROXY, DATA_SIZE))
     reference = max(study.shapes, key=lambda shape: len(shape.grid.conditions))
     everywhere = set.intersection(*({c.name for c in shape.grid.conditions} for shape in study.shapes))
     own = reference.grid.condition_knobs
@@ -50,31 +51,25 @@ def study_roles(study: StudySpec) -> StudyRoles:
         (
             c.name
             for c in reference.grid.conditions
-            if c.name in everywhere and not (c.knobs.reward_from_q_star or c.knobs.reward_from_noisy_q_star)
+            if c.name in everywhere and not any(getattr(c.knobs, knob) for knob in perfect + noisy)
         ),
         reference.grid.conditions[0].name,
     )
     data = tuple(
         name
         for name, knobs in own.items()
-        if _knobs_apart_from(knobs, "judge_pretrain_examples")
-        == _knobs_apart_from(own[base], "judge_pretrain_examples")
+        if _knobs_apart_from(knobs, data_size) == _knobs_apart_from(own[base], data_size)
     )
 
-    def differing_only_in(knob: str) -> str | None:
+    def differing_only_in(knob_names: tuple[str, ...]) -> str | None:
         return next(
             (
                 name
                 for name, knobs in own.items()
-                if getattr(knobs, knob) and _knobs_apart_from(knobs, knob) == _knobs_apart_from(own[base], knob)
+                for knob in knob_names
+                if getattr(knobs, knob) and _knobs_apart_from(knobs, (knob,)) == _knobs_apart_from(own[base], (knob,))
             ),
             None,
         )
 
-    return StudyRoles(
-        reference.name,
-        base,
-        data,
-        differing_only_in("reward_from_q_star"),
-        differing_only_in("reward_from_noisy_q_star"),
-    )
+    return StudyRoles(reference.name, base, data, differing_only_in(perfect), differing_only_in(noisy))
