@@ -220,3 +220,49 @@ def test_a_stop_after_the_command_ended_exits_with_its_code_and_one_line(name: s
     assert result.returncode == expected, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "after the command finished" in lines[0], lines
+
+
+# A program that runs a command as the `coevolab` program does (`cli.command_line`), then a library's exit handler
+# (registered after the program's own, so it runs before it: as Ray's and JAX's do) and an object that only the
+# interpreter's teardown would finalise.
+_PROGRAM_ENDING = """
+import atexit, os, sys, time
+from pathlib import Path
+from harness import cli
+from harness.common import stop_signals
+
+stop_signals.end_after_exit_handlers()
+code = cli.run_stoppable(lambda: 0, whole_process=True)
+stop_signals.ending_with(code)
+
+class FinalisedInTeardown:
+    def __del__(self):
+        Path(sys.argv[1]).write_text("the interpreter's teardown ran")
+
+kept = FinalisedInTeardown()
+if sys.argv[2] != "none":
+    atexit.register(lambda: (os.kill(os.getpid(), int(sys.argv[2])), time.sleep(30)))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("name", [*sorted(STOPS), None])
+def test_the_program_ends_after_its_exit_handlers_without_the_teardown(tmp_path: Path, name: str | None) -> None:
+    """The `coevolab` program ends once Python's exit handlers have run, with its command's exit code, without the
+    interpreter's teardown (most of a second after a JAX command, in which a stop can no longer be handled: it killed
+    two processes whose command had finished, -2 and -15, in forty report-phase stops). A stop sent from an exit
+    handler still exits 130 / 143 with one line."""
+    marker = tmp_path / "teardown"
+    signum, expected = STOPS[name] if name else (None, cli.EXIT_OK)
+    result = subprocess.run(
+        [sys.executable, "-c", _PROGRAM_ENDING, str(marker), str(int(signum)) if signum else "none"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == expected, (result.returncode, result.stderr)
+    assert not marker.exists()  # the teardown never ran
+    lines = result.stderr.strip().splitlines()
+    assert lines == [] if name is None else (len(lines) == 1 and "after the command finished" in lines[0]), lines

@@ -63,8 +63,12 @@ def _shows_progress(argv: list[str]) -> bool:
 
 def command_line() -> int:
     """The `coevolab` program: `main` of the process's arguments, as the whole process (a stop that arrives after the
-    command ended, while the process shuts down, still exits 130 / 143)."""
-    return main(whole_process=True)
+    command ended, while the process shuts down, still exits 130 / 143; the interpreter's teardown, where a stop could
+    not be handled, is skipped: `stop_signals.end_after_exit_handlers`)."""
+    stop_signals.end_after_exit_handlers()
+    code = main(whole_process=True)
+    stop_signals.ending_with(code)
+    return code
 
 
 def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
