@@ -173,5 +173,5 @@ def finished(run_dir: Path, diverged: pd.DataFrame) -> int:
     if not diverged.empty:
         print("runs that diverged (non-finite parameters):")
         print(diverged.to_string(index=False))
-    print(run_dir)
+    print(run_dir, flush=True)  # the line that says the run is complete reaches a reader as the command returns
     return EXIT_DIVERGED if not diverged.empty else EXIT_OK
