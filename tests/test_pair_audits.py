@@ -32,7 +32,7 @@ def test_weighted_inversions_equal_the_count_over_every_pair(data: st.DataObject
     assert float(weighted_inversions(values, weights, order)) == pytest.approx(float(counted), rel=1e-6, abs=1e-7)
 
 
-def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> dict[str, float]:
+def _brute_force(chosen, rejected, policy, share, judge, second_opinion, margin, q) -> dict[str, float]:
     """Every pair (a, b) and its label, one at a time: the definitions written out."""
     totals = dict.fromkeys(["label_error", "quality_gap", "judge_gap", "identical", "relabelled_share", "wrong"], 0.0)
     n = len(q)
@@ -48,11 +48,11 @@ def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> 
                 totals["judge_gap"] += weight * abs(judge[a] - judge[b])
                 totals["identical"] += weight * (a == b)
                 if a != b and abs(judge[a] - judge[b]) < margin:
-                    referee_label = referee[a] > referee[b]
+                    opinion_label = second_opinion[a] > second_opinion[b]
                     totals["relabelled_share"] += weight
-                    totals["wrong"] += weight * (q[a] < q[b] if referee_label else q[a] > q[b])
-    wrong, rejudged = totals.pop("wrong"), totals["relabelled_share"]
-    totals["relabelled_error"] = wrong / rejudged if rejudged > 0 else np.nan
+                    totals["wrong"] += weight * (q[a] < q[b] if opinion_label else q[a] > q[b])
+    wrong, relabelled = totals.pop("wrong"), totals["relabelled_share"]
+    totals["relabelled_error"] = wrong / relabelled if relabelled > 0 else np.nan
     return totals
 
 
@@ -63,12 +63,12 @@ def _brute_force(chosen, rejected, policy, share, judge, referee, margin, q) -> 
 def test_audit_equals_the_sum_over_every_pair(n: int, share: float, margin: float, quality_levels: int | None) -> None:
     rng = np.random.default_rng(n + int(10 * share))
     chosen, rejected, policy = (rng.dirichlet(np.full(n, 0.3)) for _ in range(3))  # uneven, like a trained policy
-    judge, referee, q = (rng.normal(size=n) for _ in range(3))
+    judge, second_opinion, q = (rng.normal(size=n) for _ in range(3))
     judge[:5] = judge[min(5, n - 1)]  # ties in the judge's scores: label 0, so wrong where q*(a) > q*(b)
     if quality_levels:  # ties in q* across the audit's blocks, and outputs tied in both q* and the judge's score
         q = rng.integers(quality_levels, size=n).astype(float)
         judge[10:20] = judge[10]
-    args = [np.float32(x) for x in (chosen, rejected, policy, share, judge, referee, margin, q)]
+    args = [np.float32(x) for x in (chosen, rejected, policy, share, judge, second_opinion, margin, q)]
     audit = audit_pairs(*map(jnp.asarray, args))
     expected = _brute_force(*(np.asarray(x, np.float64) for x in args))
     for name, value in expected.items():

@@ -44,26 +44,24 @@ def _start(*args: object) -> subprocess.Popen:
     )
 
 
-def _wait_for_line(process: subprocess.Popen, says: str) -> None:
-    assert process.stdout is not None
-    seen = []
-    while not seen or says not in seen[-1]:
-        line = process.stdout.readline()
-        assert line, f"ended before a line with {says!r}: {seen} {process.communicate()}"
-        seen.append(line)
-
-
-def _lines_for(process: subprocess.Popen, seconds: float) -> str:
-    """What `process` writes to stdout in the next `seconds` (read from the pipe as it comes, not buffered)."""
+def _read_stdout(process: subprocess.Popen, seconds: float, says: str | None = None) -> str:
+    """What `process` writes to stdout for `seconds`, or until a line with `says`: read from the pipe as it comes (never
+    through the file object's buffer, which reads ahead, so `communicate` gets the rest)."""
     assert process.stdout is not None
     descriptor, came, deadline = process.stdout.fileno(), b"", time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
+    while (left := deadline - time.monotonic()) > 0 and not (says and says.encode() in came.rpartition(b"\n")[0]):
         if select.select([descriptor], [], [], left)[0]:
             chunk = os.read(descriptor, 65536)
             if not chunk:  # the process closed its stdout: it has ended
                 break
             came += chunk
     return came.decode()
+
+
+def _wait_for_line(process: subprocess.Popen, says: str) -> str:
+    came = _read_stdout(process, 300, says)
+    assert says in came, f"ended before a line with {says!r}: {came} {process.communicate()}"
+    return came
 
 
 def _stopped(process: subprocess.Popen, name: str, finished_first: bool = False) -> tuple[str, str]:
@@ -84,10 +82,10 @@ def _stop_in_report_phase(root: Path, name: str, delay: float) -> None:
     grid = grid_file(root, "grid", iterations=2)
     out = root / "run"
     run = _start("run", grid, "--out", out)  # figures drawn: a report phase of seconds
-    _wait_for_line(run, "] report: ")
+    came = _wait_for_line(run, "] report: ")
     # The run's last line is its directory, printed as the command returns (flushed at once).
-    came = _lines_for(run, delay)
-    stdout, _ = _stopped(run, name, finished_first=f"{out}\n" in came)
+    came += _read_stdout(run, delay)
+    stdout, _ = _stopped(run, name, finished_first=str(out) in came.splitlines())
     stdout = came + stdout
     # Stopped before its manifest, the run resumes and finishes; stopped after it, it verifies.
     if "--resume" in stdout:
@@ -238,7 +236,7 @@ def test_a_stop_after_the_command_ended_exits_with_its_code_and_one_line(name: s
     )
     assert result.returncode == expected, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "after the command finished" in lines[0], lines
+    assert len(lines) == 1 and "after the command ended" in lines[0], lines
 
 
 # A program that runs a command as the `coevolab` program does (`cli.command_line`), then a library's exit handler
@@ -255,8 +253,9 @@ code = cli.run_stoppable(lambda: 0, whole_process=True)
 stop_signals.ending_with(code)
 
 class FinalisedInTeardown:
-    def __del__(self):
-        Path(sys.argv[1]).write_text("the interpreter's teardown ran")
+    # What it needs is bound now: the teardown has already cleared sys.argv and may have cleared Path.
+    def __del__(self, write=Path.write_text, marker=Path(sys.argv[1])):
+        write(marker, "the interpreter's teardown ran")
 
 kept = FinalisedInTeardown()
 if sys.argv[2] != "none":
@@ -284,4 +283,24 @@ def test_the_program_ends_after_its_exit_handlers_without_the_teardown(tmp_path:
     assert result.returncode == expected, (result.returncode, result.stderr)
     assert not marker.exists()  # the teardown never ran
     lines = result.stderr.strip().splitlines()
-    assert lines == [] if name is None else (len(lines) == 1 and "after the command finished" in lines[0]), lines
+    assert lines == [] if name is None else (len(lines) == 1 and "after the command ended" in lines[0]), lines
+
+
+@pytest.mark.parametrize("name", sorted(STOPS))
+def test_a_stop_after_the_command_returned_is_recorded_not_raised(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stop that lands once the command has returned, while `caught` hands the handlers back, is recorded, never
+    raised where nothing would catch it: the exit is the stop's, with one line saying the command had finished. The
+    command marks its return itself here (as `run_stoppable` does right after it), then stops."""
+    signum, expected = STOPS[name]
+
+    def returns_then_stopped() -> int:
+        stop_signals.returned()
+        os.kill(os.getpid(), signum)
+        time.sleep(0.2)  # the handler runs here and, the command having returned, only records the stop
+        return cli.EXIT_OK
+
+    assert cli.run_stoppable(returns_then_stopped) == expected
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "after the command finished" in lines[0], lines

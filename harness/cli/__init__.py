@@ -66,7 +66,12 @@ def command_line() -> int:
     command ended, while the process shuts down, still exits 130 / 143; the interpreter's teardown, where a stop could
     not be handled, is skipped: `stop_signals.end_after_exit_handlers`)."""
     stop_signals.end_after_exit_handlers()
-    code = main(whole_process=True)
+    try:
+        code = main(whole_process=True)
+    except SystemExit as done:  # argparse's --help and --version end this way
+        if not (done.code is None or isinstance(done.code, int)):
+            raise
+        code = done.code or 0
     stop_signals.ending_with(code)
     return code
 
@@ -96,28 +101,40 @@ def _stopped_line(terminated: bool) -> None:
 def run_stoppable(command: Callable[[], int], whole_process: bool = False) -> int:
     """`command()`'s exit code, or a stop's (130 / 143, with one line on stderr) when Ctrl-C or SIGTERM came while it
     ran: whether the stop reached `command` as KeyboardInterrupt, as an error of another kind that native code made of
-    it, or not at all (swallowed on the way). whole_process: as `stop_signals.caught`'s."""
-    with stop_signals.caught(whole_process):
-        try:
-            code = command()
-        except KeyboardInterrupt as stop:
-            stop_signals.handling()
-            terminated = stop_signals.terminated(stop)
-            _stopped_line(terminated)
-            return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-        except Exception:
+    it, or not at all (swallowed on the way); or after it returned, before the handlers are handed back (its code is
+    then the stop's, and the line says the command had finished). whole_process: as `stop_signals.caught`'s."""
+    try:
+        with stop_signals.caught(whole_process):
+            try:
+                code = command()
+                stop_signals.returned()  # from here a stop is recorded, never raised, while `caught` ends
+            except KeyboardInterrupt as stop:
+                stop_signals.handling()
+                terminated = stop_signals.terminated(stop)
+                _stopped_line(terminated)
+                return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+            except Exception:
+                stopped = stop_signals.exit_code()
+                if stopped is None:
+                    raise
+                # A stop that native code turned into an error of its own (matplotlib's renderer raises "Invalid
+                # bounding box" when a stop lands mid-draw): the stop's exit and one line, not the error's traceback.
+                stop_signals.handling()
+                _stopped_line(stopped == EXIT_TERMINATED)
+                return stopped
             stopped = stop_signals.exit_code()
-            if stopped is None:
-                raise
-            # A stop that native code turned into an error of its own (matplotlib's renderer raises "Invalid bounding
-            # box" when a stop lands mid-draw): the stop's exit and one line, not the error's traceback.
-            stop_signals.handling()
-            _stopped_line(stopped == EXIT_TERMINATED)
-            return stopped
-        stopped = stop_signals.exit_code()
-        if stopped is not None and code != stopped:
-            # A stop that code on the way swallowed (a callback, a library catching it): never an exit 0 after it.
-            how = stop_signals.stop_name(stopped == EXIT_TERMINATED)
-            print(f"coevolab: {how} as the command ran; check its files (coevolab verify DIR)", file=sys.stderr)
-            return stopped
-        return code
+            if stopped is not None and code != stopped:
+                how = stop_signals.stop_name(stopped == EXIT_TERMINATED)
+                if stop_signals.stopped_after_return():
+                    print(f"coevolab: {how} after the command finished", file=sys.stderr)
+                else:  # a stop that code on the way swallowed (a callback, a library catching it): never exit 0
+                    print(f"coevolab: {how} as the command ran; check its files (coevolab verify DIR)", file=sys.stderr)
+                return stopped
+            return code
+    except KeyboardInterrupt as stop:
+        # A stop in the moments no handler above covers: as `caught` installs its handlers, or a second stop before
+        # the first is marked as handled.
+        stop_signals.handling()
+        terminated = stop_signals.terminated(stop)
+        _stopped_line(terminated)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

@@ -90,12 +90,17 @@ def _exit_at_once(signum: int, frame: FrameType | None) -> None:
     del frame
     earlier = exit_code()  # a command that a stop already ended has said so in its line
     code = earlier or (EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
-    with contextlib.suppress(Exception):
-        if earlier is None:
-            print(f"coevolab: {stop_name(code == EXIT_TERMINATED)} after the command finished", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
+    if earlier is None:
+        with contextlib.suppress(Exception):
+            print(f"coevolab: {stop_name(code == EXIT_TERMINATED)} after the command ended", file=sys.stderr)
+    _flush_standard_streams()
     os._exit(code)
+
+
+def _flush_standard_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 @contextlib.contextmanager
@@ -108,7 +113,7 @@ def caught(whole_process: bool = False) -> Iterator[None]:
         return
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), sys.unraisablehook
     received.clear()
-    _state.update(handling=False, resend=None, active=True)
+    _state.update(handling=False, resend=None, active=True, returned_at=None)
     _install()
     try:
         yield
@@ -149,9 +154,7 @@ def _end_now() -> None:
     code = _ending["code"]
     if code is None:  # the command never returned (an error's traceback): Python ends the process its own way
         return
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
+    _flush_standard_streams()
     os._exit(code)
 
 
@@ -167,6 +170,20 @@ def deferred() -> Iterator[None]:
         _state["handling"] = was
     if received and not was:
         raise Terminated if signal.SIGTERM in received else KeyboardInterrupt
+
+
+def returned() -> None:
+    """The command has returned: a stop from here on is recorded (so the exit code is still the stop's), never raised
+    where nothing would catch it (as `caught` hands the handlers back)."""
+    if _state.get("returned_at") is None:
+        _state["returned_at"] = len(received)
+    _state["handling"] = True
+
+
+def stopped_after_return() -> bool:
+    """Whether every stop received came after the command returned (`returned`)."""
+    at = _state.get("returned_at")
+    return at is not None and 0 == at < len(received)
 
 
 def handling() -> None:

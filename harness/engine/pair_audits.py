@@ -6,9 +6,8 @@ share): with probability s (the contrast share) a is drawn from the chosen side'
 and b from the rejected side's, labelled a > b; otherwise a and b are two draws of the policy,
 labelled by the judge's own preference 1[J(a) > J(b)]. A second opinion (another score table, e.g. a frozen
 judge) may then re-label the pairs on which the judge is least certain: those whose scores differ by less than a
-margin. In
-a world of N outputs (4,096 in the published one) every quantity the follow-up papers argue
-about is an exact sum over the N² ordered pairs.
+margin. In a world of N outputs (4,096 in the published one) every quantity the follow-up papers argue about is an
+exact sum over the N² ordered pairs.
 
 A label disagrees with q* when it prefers the side of lower q*; pairs of equal q* (an output
 paired with itself) are never wrong.

@@ -40,8 +40,9 @@ def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.A
 
 
 def audit_view(context: DiagnosticsContext) -> PairAudit:
-    """Every run's audit, (R,) per field: the mean over its judges (the re-labelled pairs' error over the judges
-    whose pairs a referee, the judge as pretrained, re-labels) of each judge's exact audit."""
+    """Every run's audit, (R,) per field: the mean over its judges of each judge's exact audit (the re-labelled pairs'
+    error averaged over the judges with any pair re-labelled). The second opinion is the referee: the judge as
+    pretrained."""
     shape, constants, knobs = context.shape, context.constants, context.knobs
     share = jnp.where(pair_sources.contrast_runs(knobs), knobs.contrast_mix, 0.0)
     pi = jnp.exp(context.log_pi)
