@@ -213,6 +213,18 @@ def test_an_error_that_a_stop_turned_into_ends_with_the_stops_code_and_one_line(
         cli.run_stoppable(failing)
 
 
+def _python(program: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`program` run by a Python process of its own, with this package importable."""
+    return subprocess.run(
+        [sys.executable, "-c", program, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
 @pytest.mark.parametrize("name", sorted(STOPS))
 def test_a_stop_after_the_command_ended_exits_with_its_code_and_one_line(name: str) -> None:
     """A stop that lands once the command has returned, while the process shuts down (JAX's teardown takes a moment;
@@ -226,14 +238,7 @@ def test_a_stop_after_the_command_ended_exits_with_its_code_and_one_line(name: s
         f"os.kill(os.getpid(), {int(signum)})\n"
         "time.sleep(30)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result = _python(program)
     assert result.returncode == expected, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "after the command ended" in lines[0], lines
@@ -272,14 +277,7 @@ def test_the_program_ends_after_its_exit_handlers_without_the_teardown(tmp_path:
     handler still exits 130 / 143 with one line."""
     marker = tmp_path / "teardown"
     signum, expected = STOPS[name] if name else (None, cli.EXIT_OK)
-    result = subprocess.run(
-        [sys.executable, "-c", _PROGRAM_ENDING, str(marker), str(int(signum)) if signum else "none"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result = _python(_PROGRAM_ENDING, str(marker), str(int(signum)) if signum else "none")
     assert result.returncode == expected, (result.returncode, result.stderr)
     assert not marker.exists()  # the teardown never ran
     lines = result.stderr.strip().splitlines()
