@@ -93,9 +93,12 @@ def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
     return run_stoppable(command, whole_process)
 
 
-def _stopped_line(terminated: bool) -> None:
+def _ended_by_stop(terminated: bool) -> int:
+    """The exit of a command a stop ended before it finished: later stops only recorded, one line, 143 or 130."""
+    stop_signals.handling()
     how = stop_signals.stop_name(terminated)
     print(f"coevolab: {how} before the command finished; run the same command again to finish it", file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 def run_stoppable(command: Callable[[], int], whole_process: bool = False) -> int:
@@ -109,19 +112,14 @@ def run_stoppable(command: Callable[[], int], whole_process: bool = False) -> in
                 code = command()
                 stop_signals.returned()  # from here a stop is recorded, never raised, while `caught` ends
             except KeyboardInterrupt as stop:
-                stop_signals.handling()
-                terminated = stop_signals.terminated(stop)
-                _stopped_line(terminated)
-                return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+                return _ended_by_stop(stop_signals.terminated(stop))
             except Exception:
                 stopped = stop_signals.exit_code()
                 if stopped is None:
                     raise
                 # A stop that native code turned into an error of its own (matplotlib's renderer raises "Invalid
                 # bounding box" when a stop lands mid-draw): the stop's exit and one line, not the error's traceback.
-                stop_signals.handling()
-                _stopped_line(stopped == EXIT_TERMINATED)
-                return stopped
+                return _ended_by_stop(stopped == EXIT_TERMINATED)
             stopped = stop_signals.exit_code()
             if stopped is not None and code != stopped:
                 how = stop_signals.stop_name(stopped == EXIT_TERMINATED)
@@ -134,7 +132,4 @@ def run_stoppable(command: Callable[[], int], whole_process: bool = False) -> in
     except KeyboardInterrupt as stop:
         # A stop in the moments no handler above covers: as `caught` installs its handlers, or a second stop before
         # the first is marked as handled.
-        stop_signals.handling()
-        terminated = stop_signals.terminated(stop)
-        _stopped_line(terminated)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        return _ended_by_stop(stop_signals.terminated(stop))

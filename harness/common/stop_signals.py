@@ -36,7 +36,8 @@ class Terminated(KeyboardInterrupt):
 
 # Every stop signal this process has received since `caught` began, in order.
 received: list[int] = []
-_state: dict[str, Any] = {"handling": False, "resend": None, "active": False}
+# returned_at: how many stops had come when the command returned (`returned`), None before.
+_state: dict[str, Any] = {"handling": False, "resend": None, "active": False, "returned_at": None}
 # Held while a resend decides and sends, and while `caught` ends: a stop is never sent again once the command handles
 # one or has put the handlers before it back (where it would end the process by Python's own handler, exit -2).
 _resend_lock = threading.Lock()
@@ -86,7 +87,7 @@ def catch() -> None:
 def _exit_at_once(signum: int, frame: FrameType | None) -> None:
     """A stop after the command ended, while the process shuts down (JAX's and the interpreter's teardown take a
     moment): the stop's exit code at once, not a process killed by the signal (-15) or a KeyboardInterrupt in the
-    teardown. The command's files are complete by then; only the exit code says a stop came."""
+    teardown. The command writes nothing more by then; only the exit code says a stop came."""
     del frame
     earlier = exit_code()  # a command that a stop already ended has said so in its line
     code = earlier or (EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED)
@@ -175,14 +176,14 @@ def deferred() -> Iterator[None]:
 def returned() -> None:
     """The command has returned: a stop from here on is recorded (so the exit code is still the stop's), never raised
     where nothing would catch it (as `caught` hands the handlers back)."""
-    if _state.get("returned_at") is None:
+    if _state["returned_at"] is None:
         _state["returned_at"] = len(received)
     _state["handling"] = True
 
 
 def stopped_after_return() -> bool:
     """Whether every stop received came after the command returned (`returned`)."""
-    at = _state.get("returned_at")
+    at = _state["returned_at"]
     return at is not None and 0 == at < len(received)
 
 
