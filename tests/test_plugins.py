@@ -254,6 +254,25 @@ def _row(name: str) -> StepRow:
             Mechanism("mine", "a bare function as its report", report=lambda inputs: []),  # type: ignore[arg-type]
             "report is <function",
         ),
+        (
+            Mechanism("mine", "a state hook without a state", after_step=lambda step, own: own),
+            "hook 'after_step' changes only the mechanism's own state, and it keeps none",
+        ),
+        (
+            Mechanism(
+                "mine",
+                "a state hook of the old form, which took the whole state",
+                run_state=lambda shape, row: row[0],
+                start_iteration=lambda shape, constants, knobs, state, iteration: state,
+            ),
+            "hook 'start_iteration' (",
+        ),
+        (
+            Mechanism(
+                "mine", "a row whose due takes too little", rows=(_row("mine_row")._replace(due=lambda step: 0),)
+            ),
+            "row 'mine_row' due (",
+        ),
     ],
 )
 def test_a_clash_is_refused_naming_the_mechanism(mechanism: Mechanism, problem: str) -> None:
@@ -460,11 +479,16 @@ WRONG_HOOK = """import jax.numpy as jnp
 from harness.grid.contract import Mechanism
 
 
-def restart(shape, constants, knobs, state, iteration):
-    return state.replace(step=state.step.astype(jnp.float32))  # the step counter as a float
+def restart(context, own):
+    return own._replace(runs=own.runs.astype(jnp.float32))  # its counter as a float
 
 
-MECHANISM = Mechanism("restarting", "an iteration hook that changes the state's dtype", start_iteration=restart)
+MECHANISM = Mechanism(
+    "restarting",
+    "an iteration hook that changes its state's dtype",
+    run_state=lambda shape, policy: jnp.zeros((), jnp.int32),
+    start_iteration=restart,
+)
 """
 
 
@@ -480,8 +504,8 @@ MECHANISM = Mechanism("restarting", "an iteration hook that changes the state's 
         (
             "restart.py",
             WRONG_HOOK,
-            "mechanism 'restarting' ({file}:6, in restart; hook 'start_iteration') returns '.step' as () float32, "
-            "not the () int32 it was given",
+            "mechanism 'restarting' ({file}:6, in restart; hook 'start_iteration') returns '.runs' as (1,) float32, "
+            "not the (1,) int32 it was given",
         ),
     ],
 )

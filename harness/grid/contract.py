@@ -26,8 +26,10 @@ The inner step of every run, in order:
 Around the inner steps of an outer iteration: ``start_iteration`` before the first, ``end_iteration``
 after the last, then the judges' reset where ``reset_due`` says. A stage's rows run in the order the
 mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
-mechanism's ``after`` / ``before`` say otherwise; so do the hooks that any number of mechanisms take
-(``shape_reward``, ...).
+mechanism's ``after`` / ``before`` say otherwise; so do the hooks that pass a value from one mechanism
+to the next (``shape_reward``, ``reward_rows``). The state hooks (``start_iteration``, ``end_iteration``,
+``after_step``) need no order: each changes only its own mechanism's state (`OwnState`), and every one
+at a point reads the state as that point found it.
 """
 
 from __future__ import annotations
@@ -169,12 +171,24 @@ class PairSides:
     rejected: jax.Array
 
 
+class Group(NamedTuple):
+    """One work group of a row: its runs and slots (device arrays) and its static sizes."""
+
+    ids: WorkGroup
+    sizes: WorkGroupShape
+
+
+# (group, due mask per member) of every group a stage's rows acted on, by row name.
+AppliedRows = Mapping[str, tuple[tuple[Group, jax.Array], ...]]
+
+
 class StepContext(NamedTuple):
     """What one inner step's hooks and rows read: the grid's static shape, constants and knobs, the state as the
     step left it so far, the step's keys (`streams.StepKeys`, each with a leading run axis), counter (the step's
     1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due), and, from
     the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected) and
-    sides (the `PairSides` each run draws its judge's pairs from)."""
+    sides (the `PairSides` each run draws its judge's pairs from); after the stages (`after_step`), applied: every
+    work group each row acted on and its due mask (`AppliedRows`)."""
 
     shape: GridShape
     constants: GridConstants
@@ -185,13 +199,28 @@ class StepContext(NamedTuple):
     update_due: jax.Array
     contrast: jax.Array | None = None
     sides: PairSides | None = None
+    applied: AppliedRows | None = None
 
 
-class Group(NamedTuple):
-    """One work group of a row: its runs and slots (device arrays) and its static sizes."""
+class OwnState(NamedTuple):
+    """A mechanism's own part of the grid's state: all that its state hooks (`start_iteration`, `end_iteration`,
+    `after_step`) are given and return. runs: its per-run state, leading axis R (`Mechanism.run_state`); slots: its
+    per-judge state, leading axis J (`Mechanism.slot_state`); None for a part it does not keep."""
 
-    ids: WorkGroup
-    sizes: WorkGroupShape
+    runs: Any = None
+    slots: Any = None
+
+
+class IterationContext(NamedTuple):
+    """What the hooks around an outer iteration read: the grid's static shape, constants and knobs, the state as the
+    hook point found it (before any mechanism's hook there) and iteration, the outer iteration's 0-based int32
+    count."""
+
+    shape: GridShape
+    constants: GridConstants
+    knobs: RunKnobs
+    state: CoevolutionState
+    iteration: jax.Array
 
 
 class StepRow(NamedTuple):
@@ -316,10 +345,6 @@ class HostRuns(NamedTuple):
     seeds: np.ndarray
 
 
-# (group, due mask per member) of every group a stage's rows acted on, by row name.
-AppliedRows = Mapping[str, tuple[tuple[Group, jax.Array], ...]]
-
-
 @dataclasses.dataclass(frozen=True)
 class Mechanism:
     """One mechanism: everything it is, declared in its own module. Every field but `name` and `summary` is
@@ -365,9 +390,11 @@ class Mechanism:
             run's policy, from the rows the mechanisms before it chose (at first every judge's own).
         shape_reward: (rewards (B,), `PolicyBatch`, one run's knobs) -> rewards (B,), per sample.
         log_prob_weight: (one run's knobs) -> the weight of mean log π in its policy's loss (summed over mechanisms).
-        start_iteration / end_iteration: (shape, constants, knobs, state, iteration) -> state, before an outer
-            iteration's first inner step and after its last.
-        after_step: (step, state, applied rows) -> state, after each inner step's stages.
+    The state hooks, any number: each is given its mechanism's own state (`OwnState`) and returns it, changed; the
+    rest of the grid's state it only reads, as the hook point found it, so their order does not matter:
+        start_iteration / end_iteration: (`IterationContext`, own) -> own, before an outer iteration's first inner
+            step and after its last.
+        after_step: (`StepContext` with `applied`, own) -> own, after each inner step's stages.
     Metrics:
         metrics: its metrics (`harness.engine.metrics.Metric`); their `compute` reads `run.of(name)`, what `view`
             computed for the run.
@@ -401,15 +428,17 @@ class Mechanism:
     reward_rows: Callable[..., jax.Array] | None = None
     shape_reward: Callable[[jax.Array, PolicyBatch, RunKnobs], jax.Array] | None = None
     log_prob_weight: Callable[[RunKnobs], jax.Array] | None = None
-    start_iteration: Callable[..., CoevolutionState] | None = None
-    end_iteration: Callable[..., CoevolutionState] | None = None
-    after_step: Callable[[StepContext, CoevolutionState, AppliedRows], CoevolutionState] | None = None
+    start_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None
+    end_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None
+    after_step: Callable[[StepContext, OwnState], OwnState] | None = None
     metrics: tuple[Metric, ...] = ()
     view: Callable[[DiagnosticsContext], Any] | None = None
     tables: tuple[RunTable, ...] = ()
     report: MechanismReport | None = None
 
 
+# The hooks that change only their mechanism's own state (`OwnState`; `Mechanism`'s docstring).
+STATE_HOOKS = ("start_iteration", "end_iteration", "after_step")
 # The hooks at most one mechanism takes (`Mechanism`'s docstring).
 SINGLE_HOOKS = (
     "judges_per_run",

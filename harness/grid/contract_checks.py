@@ -1,10 +1,13 @@
-"""What a mechanism's function gives back, checked against what it was given while the program is traced.
+"""A mechanism's functions checked against the contract: what they take, when the mechanism registers, and what
+they give back, against what they were given, while the program is traced.
 
-A row's function returns the network it was given, updated, and a state hook returns the state it was given: the
-same structure, every leaf of the same shape and dtype. A mistake there would otherwise surface far from its cause,
-as a broadcasting or loop-carry error deep inside the grid's code (or, where shapes happen to broadcast, as wrong
-numbers). Checked on the traced values, so the one-line `MechanismShapeError` comes before anything compiles, naming
-the mechanism, its function's file and line, and the row or hook.
+A hook is called with a fixed list of arguments (`HOOK_ARGUMENTS`); one that cannot take them (a hook written for
+another form of the contract) is refused when its mechanism registers (`call_mismatch`), instead of a traceback from
+inside the grid's trace. A row's function returns the network it was given, updated, and a state hook returns the
+state it was given: the same structure, every leaf of the same shape and dtype. A mistake there would otherwise
+surface far from its cause, as a broadcasting or loop-carry error deep inside the grid's code (or, where shapes happen
+to broadcast, as wrong numbers). Checked on the traced values, so the one-line `MechanismShapeError` comes before
+anything compiles, naming the mechanism, its function's file and line, and the row or hook.
 """
 
 from __future__ import annotations
@@ -19,6 +22,39 @@ import jax.numpy as jnp
 
 from harness.engine.metrics import MechanismShapeError
 
+# The arguments each of a mechanism's functions is called with, by its field (`Mechanism`'s and `StepRow`'s
+# docstrings say what each is), in order.
+HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "uses": ("knobs",),
+    "run_state": ("shape", "policy_row"),
+    "slot_state": ("shape", "judge_row"),
+    "sizes": ("knobs_of_runs", "facts"),
+    "constants": ("host_runs",),
+    "extra_bytes": ("shape",),
+    "judges_per_run": ("knobs",),
+    "pretrain_target": ("knobs", "grid_target"),
+    "pretrain_data": ("knobs",),
+    "judge_update_due": ("knobs", "counter"),
+    "contrast": ("step",),
+    "aggregate": ("scores", "members", "knobs"),
+    "policy_learning_rate": ("knobs",),
+    "reset_due": ("knobs", "iteration"),
+    "reward_rows": ("shape", "constants", "knobs", "slots", "rows"),
+    "shape_reward": ("rewards", "batch", "knobs"),
+    "log_prob_weight": ("knobs",),
+    "start_iteration": ("context", "own"),
+    "end_iteration": ("context", "own"),
+    "after_step": ("step", "own"),
+    "view": ("context",),
+}
+ROW_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "schedule": ("knobs", "n_outputs"),
+    "unit": ("step",),
+    "arguments": ("step", "group", "networks"),
+    "due": ("step", "group", "networks"),
+    "group_size": ("knobs_of_runs", "n_outputs"),
+}
+
 
 def where_defined(function: Callable) -> str:
     """`file:line, in name` of a function (what a partial wraps, what a decorator wraps); its name alone where Python
@@ -31,6 +67,19 @@ def where_defined(function: Callable) -> str:
         return f"{inspect.getsourcefile(target)}:{target.__code__.co_firstlineno}, in {name}"
     except (TypeError, AttributeError):
         return f"in {name}"
+
+
+def call_mismatch(function: Callable, arguments: tuple[str, ...], where: str) -> str | None:
+    """Why `function` cannot be called with `arguments` (positional, by these names in the contract), in one line
+    naming its file and line and `where` ("hook 'x'", "row 'y' due"); None where it can, or where Python cannot read
+    its signature."""
+    try:
+        inspect.signature(function).bind(*arguments)
+    except TypeError as error:
+        return f"{where} ({where_defined(function)}) is called with ({', '.join(arguments)}), and {error}"
+    except ValueError:
+        return None
+    return None
 
 
 def _described(leaf: Any) -> str:

@@ -28,8 +28,8 @@ from typing import Any
 
 from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
-from harness.grid.contract import SINGLE_HOOKS, STAGES, Mechanism, RunTable, Stage, StepRow
-from harness.grid.contract_checks import checked
+from harness.grid.contract import SINGLE_HOOKS, STAGES, STATE_HOOKS, Mechanism, RunTable, Stage, StepRow
+from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS, call_mismatch, checked
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
 from harness.grid.report_section import MechanismReport
@@ -102,6 +102,28 @@ def _check_knobs(mechanism: Mechanism) -> None:
             )
 
 
+def _check_hooks(mechanism: Mechanism) -> None:
+    """Every function of `mechanism` takes the arguments its hook or row is called with; a state hook changes only its
+    mechanism's own state, so a mechanism that keeps none has nothing to give it."""
+    functions = [(getattr(mechanism, hook), arguments, f"hook '{hook}'") for hook, arguments in HOOK_ARGUMENTS.items()]
+    functions += [
+        (getattr(row, field), arguments, f"row '{row.name}' {field}")
+        for row in mechanism.rows
+        for field, arguments in ROW_ARGUMENTS.items()
+    ]
+    for function, arguments, where in functions:
+        problem = call_mismatch(function, arguments, where) if function is not None else None
+        if problem:
+            raise MechanismError(f"mechanism '{mechanism.name}': {problem}")
+    if mechanism.run_state is None and mechanism.slot_state is None:
+        for hook in STATE_HOOKS:
+            if getattr(mechanism, hook) is not None:
+                raise MechanismError(
+                    f"mechanism '{mechanism.name}': hook '{hook}' changes only the mechanism's own state, and it "
+                    "keeps none (declare run_state or slot_state)"
+                )
+
+
 def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
     """What of `mechanism` another registered mechanism already has, in words (or a table named like a run
     directory's own files); None if nothing."""
@@ -137,7 +159,8 @@ def register(
     """Add `mechanism` to the catalog. Registering the same mechanism from the same source again does nothing.
 
     Raises:
-        MechanismError: it is not a `Mechanism`, its knobs are malformed, or it clashes with a registered one.
+        MechanismError: it is not a `Mechanism`, its knobs are malformed, a function of it cannot take its hook's
+            arguments, it takes a state hook without keeping a state, or it clashes with a registered one.
     """
     if not isinstance(mechanism, Mechanism):
         raise MechanismError(f"{module or 'register'}: expected a harness.grid.contract.Mechanism, got {mechanism!r}")
@@ -152,6 +175,7 @@ def register(
     if previous is not None and (previous.mechanism is mechanism or (digest and previous.digest == digest)):
         return
     _check_knobs(mechanism)
+    _check_hooks(mechanism)
     problem = _clashes(mechanism, [entry.mechanism for entry in _CATALOG.values()])
     if problem:
         where = f" ({module})" if module else ""

@@ -19,7 +19,16 @@ import jax.numpy as jnp
 from harness.engine import streams
 from harness.engine.state import CoevolutionState, fresh_networks, select
 from harness.grid import registry
-from harness.grid.contract import AppliedRows, GridConstants, GridShape, PairSides, StepContext
+from harness.grid.contract import (
+    AppliedRows,
+    GridConstants,
+    GridShape,
+    IterationContext,
+    OwnState,
+    PairSides,
+    StepContext,
+)
+from harness.grid.contract_checks import checked
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import policy_step
 from harness.grid.step_table import apply_rows
@@ -31,6 +40,26 @@ def mechanism_states(shape: GridShape, policies: jax.Array, judges: jax.Array) -
     runs = {m.name: jax.vmap(partial(m.run_state, shape))(policies) for m in shape.mechanisms if m.run_state}
     slots = {m.name: jax.vmap(partial(m.slot_state, shape))(judges) for m in shape.mechanisms if m.slot_state}
     return runs, slots
+
+
+def with_state_hooks(hook: str, context: StepContext | IterationContext) -> CoevolutionState:
+    """`context.state` after every used mechanism's state hook `hook` (`contract.STATE_HOOKS`): each is given the
+    context and its own state (`OwnState`) and returns that alone, checked against what it was given. Every hook
+    reads the state as the point found it and writes only its own part, so no hook's result depends on another's
+    or on their order."""
+    state = context.state
+    runs, slots = state.runs, state.slots
+    for mechanism in context.shape.used_mechanisms:
+        function = getattr(mechanism, hook)
+        if function is None:
+            continue
+        own = OwnState(runs=runs.mechanisms.get(mechanism.name), slots=slots.mechanisms.get(mechanism.name))
+        own = checked(function, 1, mechanism.name, f"hook '{hook}'")(context, own)
+        if own.runs is not None:
+            runs = runs.with_state(mechanism.name, own.runs)
+        if own.slots is not None:
+            slots = slots.with_state(mechanism.name, own.slots)
+    return state.replace(runs=runs, slots=slots)
 
 
 def judge_update_due(shape: GridShape, knobs: RunKnobs, counter: jax.Array) -> jax.Array:
@@ -89,8 +118,7 @@ def inner_step(
         state = policy_step(shape, constants, knobs, state, keys.policy)
     with jax.named_scope("judge_stages"):
         state, step, applied = judge_stages(StepContext(shape, constants, knobs, state, keys, counter, update_due))
-    for hook in registry.checked_hooks(shape.used_mechanisms, "after_step", given_at=1):
-        state = hook(step, state, applied)
+    state = with_state_hooks("after_step", step._replace(state=state, applied=applied))
     return state.replace(step=state.step + 1, runs=state.runs.replace(stream_key=keys.next))
 
 
@@ -105,8 +133,7 @@ def train_iteration(
     """Outer iteration `iteration` (0-based) of `steps` inner steps (int32 scalars): the mechanisms' start hooks, the
     inner steps, their end hooks, then the reset of the judges of the runs `reset_due` names (`reset_judges`). The
     step count is a value, not a size: one compiled program serves every count."""
-    for hook in registry.checked_hooks(shape.used_mechanisms, "start_iteration", given_at=3):
-        state = hook(shape, constants, knobs, state, iteration)
+    state = with_state_hooks("start_iteration", IterationContext(shape, constants, knobs, state, iteration))
 
     def body(step_in_iteration: jax.Array, carry: CoevolutionState) -> CoevolutionState:
         return inner_step(shape, constants, knobs, carry, step_in_iteration)
@@ -114,8 +141,7 @@ def train_iteration(
     # A loop with a run-time trip count (XLA's while) rather than a scan of a fixed length: one program serves every
     # step count, and the published grid's metrics are byte for byte those the fixed-length scan gave.
     state = jax.lax.fori_loop(jnp.int32(0), steps, body, state)
-    for hook in registry.checked_hooks(shape.used_mechanisms, "end_iteration", given_at=3):
-        state = hook(shape, constants, knobs, state, iteration)
+    state = with_state_hooks("end_iteration", IterationContext(shape, constants, knobs, state, iteration))
     due = registry.single_hook(shape.used_mechanisms, "reset_due")
     return state if due is None else reset_judges(shape, constants, state, due(knobs, iteration))
 

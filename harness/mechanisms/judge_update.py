@@ -19,14 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_bce_labelled
 from harness.engine.metrics import NON_NEGATIVE, Metric
-from harness.engine.state import CoevolutionState, Network, adam_step
+from harness.engine.state import Network, adam_step
 from harness.grid.contract import (
-    AppliedRows,
     Cadence,
-    GridConstants,
-    GridShape,
     Group,
+    IterationContext,
     Mechanism,
+    OwnState,
     StepContext,
     StepRow,
     cadence_of,
@@ -89,17 +88,13 @@ class UpdateCount:
     updates: jax.Array
 
 
-def _start_iteration(
-    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-) -> CoevolutionState:
+def _start_iteration(context: IterationContext, own: OwnState) -> OwnState:
     # zeros_like of the carried count: a per-shard value, as shard_map requires of the scan's carry.
-    count = state.runs.of("judge_update")
-    return state.replace(runs=state.runs.with_state("judge_update", UpdateCount(jnp.zeros_like(count.updates))))
+    return own._replace(runs=UpdateCount(jnp.zeros_like(own.runs.updates)))
 
 
-def _after_step(step: StepContext, state: CoevolutionState, applied: AppliedRows) -> CoevolutionState:
-    count = state.runs.of("judge_update")
-    return state.replace(runs=state.runs.with_state("judge_update", UpdateCount(count.updates + step.update_due)))
+def _after_step(step: StepContext, own: OwnState) -> OwnState:
+    return own._replace(runs=UpdateCount(own.runs.updates + step.update_due))
 
 
 MECHANISM = Mechanism(

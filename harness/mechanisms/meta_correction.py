@@ -20,21 +20,21 @@ from harness.engine import keys
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_bce
 from harness.engine.metrics import NON_NEGATIVE, Metric, ValidValues
-from harness.engine.state import CoevolutionState, Network, SlotState, adam_step
+from harness.engine.state import Network, SlotState, adam_step
 from harness.grid.contract import (
-    AppliedRows,
     Cadence,
     DiagnosticsContext,
-    GridConstants,
     GridShape,
     Group,
     HostRuns,
+    IterationContext,
     Mechanism,
+    OwnState,
     StepContext,
     StepRow,
     cadence_of,
 )
-from harness.grid.knobs import INNER_STEPS, UNIT, Knobs, RunKnobs
+from harness.grid.knobs import INNER_STEPS, UNIT, Knobs
 from harness.grid.memory import FLOAT_BYTES, activation_width
 from harness.mechanisms.meta_correction_report import REPORT
 from harness.original import streams as original_streams
@@ -171,21 +171,16 @@ class CorrectionCount:
     corrections: jax.Array
 
 
-def _start_iteration(
-    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-) -> CoevolutionState:
-    count = state.runs.of("meta_correction")
-    return state.replace(
-        runs=state.runs.with_state("meta_correction", CorrectionCount(jnp.zeros_like(count.corrections)))
-    )
+def _start_iteration(context: IterationContext, own: OwnState) -> OwnState:
+    return own._replace(runs=CorrectionCount(jnp.zeros_like(own.runs.corrections)))
 
 
-def _after_step(step: StepContext, state: CoevolutionState, applied: AppliedRows) -> CoevolutionState:
-    corrections = state.runs.of("meta_correction").corrections
-    for group, corrected in applied.get(ROW, ()):
+def _after_step(step: StepContext, own: OwnState) -> OwnState:
+    corrections = own.runs.corrections
+    for group, corrected in step.applied.get(ROW, ()):
         n_runs = step.shape.n_runs
         corrections += jax.ops.segment_sum(corrected.astype(jnp.int32), group.ids.slot_run, num_segments=n_runs)
-    return state.replace(runs=state.runs.with_state("meta_correction", CorrectionCount(corrections)))
+    return own._replace(runs=CorrectionCount(corrections))
 
 
 @flax.struct.dataclass

@@ -23,9 +23,16 @@ import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.metrics import Metric, ValidValues
-from harness.engine.state import CoevolutionState
 from harness.engine.world import output_index
-from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape, Mechanism, PolicyBatch
+from harness.grid.contract import (
+    DiagnosticsContext,
+    GridConstants,
+    GridShape,
+    IterationContext,
+    Mechanism,
+    OwnState,
+    PolicyBatch,
+)
 from harness.grid.diagnostics import judge_score_tables
 from harness.grid.knobs import NOISY_PROXY, STUDY_ROLE, Knobs, RunKnobs
 from harness.grid.reward import run_rewards
@@ -68,17 +75,13 @@ def proxy_tables(shape: GridShape, constants: GridConstants, knobs: RunKnobs) ->
     return noisy.astype(jnp.float32)
 
 
-def _start_iteration(
-    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-) -> CoevolutionState:
+def _start_iteration(context: IterationContext, own: OwnState) -> OwnState:
     """Make every run's table once, at the start of the first outer iteration (later ones keep it)."""
 
     def make(proxy: NoisyProxy) -> NoisyProxy:
-        return NoisyProxy(proxy_tables(shape, constants, knobs), jnp.ones_like(proxy.made))
+        return NoisyProxy(proxy_tables(context.shape, context.constants, context.knobs), jnp.ones_like(proxy.made))
 
-    proxy = state.runs.of(NAME)
-    proxy = jax.lax.cond(jnp.all(proxy.made), lambda kept: kept, make, proxy)
-    return state.replace(runs=state.runs.with_state(NAME, proxy))
+    return own._replace(runs=jax.lax.cond(jnp.all(own.runs.made), lambda kept: kept, make, own.runs))
 
 
 def noisy_gold_rewards(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:

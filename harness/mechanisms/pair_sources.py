@@ -23,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine import streams
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
-from harness.engine.state import CoevolutionState, Network, take
+from harness.engine.state import Network, take
 from harness.grid.contract import (
     Cadence,
-    GridConstants,
     GridFacts,
     GridShape,
     Group,
+    IterationContext,
     Mechanism,
+    OwnState,
     PairSides,
     StepContext,
     StepRow,
@@ -202,14 +203,11 @@ def _initial_history(shape: GridShape, policy: jax.Array) -> PolicyHistory:
     return PolicyHistory(jnp.repeat(policy[None], shape.size(HISTORY_DEPTH), axis=0))
 
 
-def _checkpoint(
-    shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState, iteration: jax.Array
-) -> CoevolutionState:
+def _checkpoint(context: IterationContext, own: OwnState) -> OwnState:
     """A checkpoint at the start of every outer iteration, latest first: what a past rejected side is drawn from."""
-    runs = state.runs
-    history = jnp.concatenate([runs.policy.params[:, None], runs.of("pair_sources").history[:, :-1]], axis=1)
-    history = history[:, : shape.size(HISTORY_DEPTH)]
-    return state.replace(runs=runs.with_state("pair_sources", PolicyHistory(history)))
+    policy = context.state.runs.policy.params
+    history = jnp.concatenate([policy[:, None], own.runs.history[:, :-1]], axis=1)
+    return own._replace(runs=PolicyHistory(history[:, : context.shape.size(HISTORY_DEPTH)]))
 
 
 MECHANISM = Mechanism(
