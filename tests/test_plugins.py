@@ -21,7 +21,7 @@ from harness.engine.metrics import Metric
 from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
-from harness.grid.knobs import Knobs
+from harness.grid.knobs import Knobs, knob_owners
 from harness.grid.layout import Condition, GridSpec, MechanismSource, layout_grid
 from harness.mechanisms import BUILT_IN
 from tests.jax_logs import compile_log
@@ -320,12 +320,15 @@ def test_a_condition_file_whose_module_fails_is_one_line(
 
 def test_knobs_of_a_mechanism_the_grid_does_not_load_are_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with registry.restored_catalog():
+        assert "pull" not in knob_owners()  # read before the mechanism registers: what is known must follow it
         registry.register(Mechanism("pulling", "a knob of its own", knobs=_OwnKnobs), module="mine.py")
         assert Knobs(pull=0.1).pull == 0.1
         (tmp_path / "grid.toml").write_text("[conditions.pulled]\npull = 0.5\n")
         assert cli.main(["list", str(tmp_path / "grid.toml")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "key 'pull': a knob of mechanism 'pulling', which this file does not load" in line
+    with pytest.raises(ValueError, match="pull"):  # unregistered with the catalog's restore
+        Knobs(pull=0.1)
 
 
 def test_a_helper_module_beside_the_mechanism_is_refused_in_one_line(

@@ -48,15 +48,20 @@ class _KnobModel(NamedTuple):
 
 # Every registered mechanism's knob model, by mechanism name, in registration order.
 _MODELS: dict[str, _KnobModel] = {}
+# Tables drawn from _MODELS, made on first use after each change to it: a grid's layout reads a knob's field for
+# every run and knob (35,000 reads for a 600-run grid), and rebuilding them on each read was most of its time.
+_DERIVED: dict[str, dict[str, Any]] = {}
 
 
 def register_knobs(mechanism: str, model: type[BaseModel], builtin: bool) -> None:
     """Declare `mechanism`'s knobs (as registering the mechanism does; `harness.grid.registry` checks clashes)."""
     _MODELS[mechanism] = _KnobModel(model, builtin)
+    _DERIVED.clear()
 
 
 def unregister_knobs(mechanism: str) -> None:
     _MODELS.pop(mechanism, None)
+    _DERIVED.clear()
 
 
 def _models() -> dict[str, _KnobModel]:
@@ -65,15 +70,36 @@ def _models() -> dict[str, _KnobModel]:
     return _MODELS
 
 
+def _derived() -> dict[str, dict[str, Any]]:
+    """{"fields": every registered knob -> its field, "owners": -> its mechanism's name}, in mechanism order."""
+    if not _DERIVED:
+        models = _models()
+        _DERIVED["fields"] = {
+            knob: field for entry in models.values() for knob, field in entry.model.model_fields.items()
+        }
+        _DERIVED["owners"] = {knob: name for name, entry in models.items() for knob in entry.model.model_fields}
+    return _DERIVED
+
+
 def knob_fields(mechanisms: Sequence[str] | None = None) -> dict[str, FieldInfo]:
     """Every knob of the named mechanisms (default: every registered one), in mechanism order: name -> its field."""
-    chosen = [(name, entry) for name, entry in _models().items() if mechanisms is None or name in mechanisms]
-    return {knob: field for _, entry in chosen for knob, field in entry.model.model_fields.items()}
+    if mechanisms is None:
+        return dict(_derived()["fields"])
+    chosen = [entry for name, entry in _models().items() if name in mechanisms]
+    return {knob: field for entry in chosen for knob, field in entry.model.model_fields.items()}
 
 
 def knob_owners() -> dict[str, str]:
     """Every registered knob -> the name of the mechanism that declares it."""
-    return {knob: name for name, entry in _models().items() for knob in entry.model.model_fields}
+    return dict(_derived()["owners"])
+
+
+def _field(name: str) -> FieldInfo:
+    return _derived()["fields"][name]
+
+
+def _owner(name: str) -> str | None:
+    return _derived()["owners"].get(name)
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -92,12 +118,12 @@ def field_choices(field: FieldInfo) -> tuple[str, ...]:
 
 def host_only(name: str) -> bool:
     """Whether a knob acts on the host only (see HOST_ONLY), and so has no array in `RunKnobs`."""
-    return field_host_only(knob_fields()[name])
+    return field_host_only(_field(name))
 
 
 def knob_unit(name: str) -> str | None:
     """What a counting knob counts (INNER_STEPS or OUTER_ITERATIONS); None for a knob that counts nothing."""
-    return _extra(knob_fields()[name]).get(UNIT)
+    return _extra(_field(name)).get(UNIT)
 
 
 def knobs_with_role(role: str) -> tuple[str, ...]:
@@ -107,7 +133,7 @@ def knobs_with_role(role: str) -> tuple[str, ...]:
 
 def choices(name: str) -> tuple[str, ...]:
     """The values of a categorical knob, in the order of their codes in `RunKnobs`; () for other knobs."""
-    return field_choices(knob_fields()[name])
+    return field_choices(_field(name))
 
 
 def program_knobs(mechanisms: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -144,7 +170,7 @@ class Knobs:
         object.__setattr__(self, "_parts", parts)
 
     def __getattr__(self, name: str) -> Any:
-        owner = knob_owners().get(name)
+        owner = _owner(name)
         if owner is None:
             raise AttributeError(f"no knob {name!r}")
         return getattr(self.of(owner), name)
@@ -274,16 +300,17 @@ def _array_dtype(name: str, default: Any) -> Any:
     return {bool: jnp.bool_, int: jnp.int32, float: jnp.float32}[type(default)]
 
 
-def _code(name: str, value: object) -> object:
+def _codes(name: str, values: list[object]) -> list[object]:
+    """A knob's values as they enter the program: a category's code (its place in `choices`), others as they are."""
     categories = choices(name)
-    return categories.index(value) if categories else value
+    return [categories.index(value) for value in values] if categories else values
 
 
 def stack_knobs(knobs: Sequence[Knobs], mechanisms: Sequence[str]) -> RunKnobs:
     """`RunKnobs` of the program knobs of the named mechanisms, one entry per run, in run order."""
     fields = knob_fields(mechanisms)
     arrays = {
-        name: jnp.asarray([_code(name, getattr(k, name)) for k in knobs], _array_dtype(name, fields[name].default))
+        name: jnp.asarray(_codes(name, [getattr(k, name) for k in knobs]), _array_dtype(name, fields[name].default))
         for name in program_knobs(mechanisms)
     }
     chex.assert_equal_shape(list(arrays.values()))
