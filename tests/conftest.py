@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import jax
 import pandas as pd
 import pytest
+from hypothesis import settings
 from xdist.scheduler import LoadFileScheduling
 
 import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, which every grid uses)
@@ -21,6 +23,12 @@ from tests.original_streams_grid import TrainedGrid, original_streams_spec
 
 # The test process starts here: one CPU device per core, before any JAX operation, as the command line does.
 use_every_cpu_core()
+
+# Property-based tests draw the same examples on every run of the suite (derandomize), so that a test cannot pass on
+# one run and fail on the next; HYPOTHESIS_PROFILE=explore draws afresh each time, to look for new failing inputs.
+settings.register_profile("suite", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 ROOT = Path(__file__).resolve().parents[1]
 

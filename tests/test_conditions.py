@@ -187,6 +187,32 @@ def test_any_document_loads_or_fails_with_a_located_message(conditions, run) -> 
         assert len(spec.conditions) >= 1
 
 
+@pytest.mark.parametrize(
+    ("document", "condition", "key", "detail"),
+    [
+        ({"conditions": {"a": {"judge_pretrain_steps": 1}}}, "a", None, "pretrains its judges for 1 steps"),
+        (
+            {"run": {"streams": "original"}, "conditions": {"a": {"judge_pretrain_examples": 64}}},
+            "a",
+            None,
+            "the original lab's streams draw fresh, uncorrupted batches only",
+        ),
+        (
+            {"run": {"streams": "original"}, "model": {"policy_hidden_dim": 64}, "conditions": {"a": {}}},
+            None,
+            "model",
+            "a non-default [model] needs streams = 'coevolab'",
+        ),
+    ],
+)
+def test_a_rule_across_tables_is_located(document: dict, condition: str | None, key: str | None, detail: str) -> None:
+    # Found by the property test above: a rule the grid checks across its tables named neither condition nor key.
+    with pytest.raises(ConditionFileError) as caught:
+        parse_grid(document, "rules.toml")
+    assert (caught.value.condition, caught.value.key) == (condition, key)
+    assert detail in str(caught.value) and str(caught.value).count("condition '") == (condition is not None)
+
+
 def test_the_old_name_of_coevolab_streams_still_reads() -> None:
     # Earlier condition files and every committed run's grid.json name coevolab's own streams "harness".
     assert RunSettings.model_validate({"streams": "harness"}).streams == "coevolab"

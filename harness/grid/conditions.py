@@ -27,7 +27,7 @@ from harness.engine.world import WorldConfig
 from harness.grid import registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs, host_only, knob_fields, knob_owners
-from harness.grid.layout import Condition, GridSpec, MechanismSource, PretrainSettings, RunSettings
+from harness.grid.layout import Condition, GridRuleError, GridSpec, MechanismSource, PretrainSettings, RunSettings
 from harness.grid.overrides import Override, OverrideError, apply_overrides
 from harness.inference.claims import Claim
 
@@ -223,8 +223,13 @@ def parse_grid(document: Mapping[str, Any], file: str, name: str | None = None) 
             **settings,
         )
     except ValidationError as error:
-        # A rule across tables (e.g. the original lab's streams with a non-default [model]): one line, its message.
-        raise ConditionFileError(file, str(error.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+        # A rule across tables (e.g. the original lab's streams with a non-default [model]): one line, located where
+        # the rule says (`GridRuleError`).
+        first = error.errors()[0]
+        rule = first.get("ctx", {}).get("error")
+        if isinstance(rule, GridRuleError):
+            raise ConditionFileError(file, rule.detail, rule.condition, rule.key) from None
+        raise ConditionFileError(file, str(first["msg"]).removeprefix("Value error, ")) from None
 
 
 def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,16 @@ class PretrainSettings(BaseModel):
     label_noise: float = Field(0.1, ge=0.0)
 
 
+class GridRuleError(ValueError):
+    """A rule across a grid's tables that it breaks, with where: detail (the rule, in words), condition (the condition
+    it is about) and key (the table or key it is about), each None where the rule has none. Its text names them."""
+
+    def __init__(self, detail: str, condition: str | None = None, key: str | None = None) -> None:
+        self.detail, self.condition, self.key = detail, condition, key
+        where = [f"condition '{condition}'"] * (condition is not None) + [f"key '{key}'"] * (key is not None)
+        super().__init__(f"{', '.join(where)}: {detail}" if where else detail)
+
+
 class Condition(BaseModel):
     """A named set of knobs. `boundary` marks reference conditions (e.g. frozen judge, oracle anchor)."""
 
@@ -193,9 +203,10 @@ class GridSpec(BaseModel):
     def _original_streams_need_default_networks(self) -> GridSpec:
         # The original lab's streams restate its initialisation of its own GRUs only.
         if self.run.streams == "original" and not self.model.is_default:
-            raise ValueError(
+            raise GridRuleError(
                 "streams = 'original' restates the original lab's GRU initialisation; "
-                "a non-default [model] needs streams = 'coevolab'"
+                "a non-default [model] needs streams = 'coevolab'",
+                key="model",
             )
         return self
 
@@ -206,9 +217,10 @@ class GridSpec(BaseModel):
         for condition in self.conditions:
             foreign = [name for name in condition.knobs.mechanisms() if name not in loaded]
             if foreign:
-                raise ValueError(
-                    f"condition '{condition.name}' sets knobs of mechanism '{foreign[0]}', which this grid does not "
-                    "load: add its module to [mechanisms] modules"
+                raise GridRuleError(
+                    f"it sets knobs of mechanism '{foreign[0]}', which this grid does not load: add its module to "
+                    "[mechanisms] modules",
+                    condition.name,
                 )
         return self
 
@@ -225,15 +237,19 @@ class GridSpec(BaseModel):
     @model_validator(mode="after")
     def _claims_fit_the_grid(self) -> GridSpec:
         for claim in self.claims:
-            claim.check_against([c.name for c in self.conditions], self.run.iterations)
+            try:
+                claim.check_against([c.name for c in self.conditions], self.run.iterations)
+            except ValueError as error:
+                raise GridRuleError(str(error), key=f"claims.{claim.name}") from None
         reading_tables = [claim for claim in self.claims if claim.metric in FRONTIER_MEASURES]
         if reading_tables and BEST_OF_N_TABLE not in {table.name for table in grid_tables(self)}:
             owners = [m for m in self.active_mechanisms if any(t.name == BEST_OF_N_TABLE for t in m.tables)]
             knobs = " or ".join(f"{k} = true" for m in owners if m.knobs for k in m.knobs.model_fields)
-            raise ValueError(
+            raise GridRuleError(
                 f"claim {reading_tables[0].name!r} reads {reading_tables[0].metric}, a measure of the per-run table "
                 f"{BEST_OF_N_TABLE!r}, which no condition of the grid records "
-                f"({knobs or 'its mechanism is not loaded'} on a condition records it)"
+                f"({knobs or 'its mechanism is not loaded'} on a condition records it)",
+                key=f"claims.{reading_tables[0].name}",
             )
         # A mechanism's metric is a column only of a grid some run of which uses the mechanism.
         recorded = {metric.name for metric in grid_metrics(self)}
@@ -241,10 +257,11 @@ class GridSpec(BaseModel):
         for claim in self.claims:
             if claim.metric in owners and claim.metric not in recorded:
                 owner = owners[claim.metric]
-                raise ValueError(
+                raise GridRuleError(
                     f"claim {claim.name!r} reads {claim.metric}, a metric of mechanism '{owner.name}', which no "
                     f"condition of the grid uses (a condition that sets one of its knobs, "
-                    f"{', '.join(owner.knobs.model_fields) if owner.knobs else 'none'}, records it)"
+                    f"{', '.join(owner.knobs.model_fields) if owner.knobs else 'none'}, records it)",
+                    key=f"claims.{claim.name}",
                 )
         return self
 
@@ -274,14 +291,16 @@ class GridSpec(BaseModel):
         for condition in self.conditions:
             data = self.judge_data(condition)
             if data.fixed_steps % self.pretrain.check_every:
-                raise ValueError(
-                    f"condition '{condition.name}' pretrains its judges for {data.fixed_steps} steps, not a multiple "
-                    f"of [pretrain] check_every = {self.pretrain.check_every}"
+                raise GridRuleError(
+                    f"it pretrains its judges for {data.fixed_steps} steps, not a multiple of [pretrain] check_every = "
+                    f"{self.pretrain.check_every}",
+                    condition.name,
                 )
             if self.run.streams == "original" and (data.examples or data.corruption):
-                raise ValueError(
-                    f"condition '{condition.name}' pretrains its judges on a dataset or corrupted labels; the "
-                    "original lab's streams draw fresh, uncorrupted batches only: use streams = 'coevolab'"
+                raise GridRuleError(
+                    "it pretrains its judges on a dataset or corrupted labels; the original lab's streams draw "
+                    "fresh, uncorrupted batches only: use streams = 'coevolab'",
+                    condition.name,
                 )
         return self
 
