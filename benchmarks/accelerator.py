@@ -27,9 +27,10 @@ import pandas as pd
 
 import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, which every grid uses)
 from benchmarks import support
-from harness.grid.layout import GridSpec, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.sharding import plan_shards
+from harness.grid.spec import GridSpec
 
 REFERENCE = support.ROOT / "artifacts" / "reference" / "paper"
 COMPARED = ("policy_quality_mean", "judge_alignment_mean", "policy_entropy_mean")

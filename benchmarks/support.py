@@ -25,8 +25,9 @@ from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import load_grid
 from harness.grid.executables import clear_program_caches
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.pretrain import PretrainResult
+from harness.grid.spec import Condition, GridSpec
 from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]

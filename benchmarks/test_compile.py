@@ -9,8 +9,8 @@ are cleared (`harness.grid.executables.clear_program_caches()`).
 from __future__ import annotations
 
 from benchmarks import profiling, support
-from harness.grid.layout import GridSpec
 from harness.grid.pretrain import PretrainResult
+from harness.grid.spec import GridSpec
 
 
 def _compile_afresh(spec: GridSpec, pool: PretrainResult) -> float:

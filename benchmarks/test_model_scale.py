@@ -17,8 +17,8 @@ from benchmarks import support
 from harness.engine.architecture import ModelConfig
 from harness.engine.models import init_judges
 from harness.engine.world import WorldConfig
-from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 
 # (vocab_size, seq_len) by mode: untimed runs each body once in the smallest world.

@@ -44,9 +44,10 @@ from harness.grid.compile_cache import enable_compilation_cache
 from harness.grid.conditions import ConditionFileError, duplicate_conditions, grid_from_mapping, load_grid
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs
-from harness.grid.layout import GridSpec, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.sharding import use_every_cpu_core
+from harness.grid.spec import GridSpec, RunSettings
 from harness.inference.verdicts import verdict_table
 from harness.report import REPORT_FILE, claim_ranges, run_report_table
 from harness.report.figures import FIGURE_KEYS, draw_figures
@@ -221,7 +222,7 @@ class GridResult:
         run_dir: its run directory (metrics.csv.gz, grid.json, manifest.json, summary, report.md, figures/).
         metrics: the tidy metrics table, one row per condition × seed × iteration (0 = before training), as read
             from metrics.csv.gz; columns: condition, seed, iteration, every metric of the grid (the loop's and those
-            of the mechanisms its runs use, `harness.grid.layout.grid_metrics`),
+            of the mechanisms its runs use, `harness.grid.spec.grid_metrics`),
             mode_sequence, boundary, diverged.
         summary: one row per condition at the final iteration: mean, std and CI per headline metric, paired
             differences from the reference condition (the unrounded table behind summary.csv).

@@ -8,7 +8,7 @@ RETUNED has MECHANISMS's shape, so it runs on that program too.
 from __future__ import annotations
 
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from tests.worlds import TWO_POSITIONS
 
 MECHANISMS = GridSpec(

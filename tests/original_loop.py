@@ -32,8 +32,8 @@ import scipy.stats
 from harness.engine.models import HIDDEN_DIM, Judge, Params, Policy
 from harness.engine.world import World
 from harness.grid.knobs import Knobs
-from harness.grid.layout import PretrainSettings
 from harness.grid.pretrain import pretrain_judges
+from harness.grid.spec import PretrainSettings
 from harness.original import streams as original_streams
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.grid.conditions import load_grid
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec
+from harness.grid.spec import Condition, GridSpec
 from harness.grid.trainer import GridTrainer
 
 FILES = ("test_original_engine.py", "test_paper_claims.py")

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import cli
-from harness.grid.layout import MAX_SEEDS
+from harness.grid.spec import MAX_SEEDS
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from harness.grid.conditions import ConditionFileError, load_grid, parse_grid
 from harness.grid.knobs import Knobs, knob_fields
-from harness.grid.layout import GridSpec, RunSettings
+from harness.grid.spec import GridSpec, RunSettings
 from harness.mechanisms.ensemble import MAX_JUDGES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from harness.engine.models import Judge, Policy
 from harness.engine.state import CoevolutionState
 from harness.grid.diagnostics import Diagnostics
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 from tests.networks import init_judges, init_policy, perturbed
 

@@ -11,7 +11,7 @@ import scipy.optimize
 import scipy.stats
 
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.inference.claims import Claim
 from harness.rendering.metrics_table import GridFacts
 from harness.report import attractors, write_report

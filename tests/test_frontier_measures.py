@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from harness.common.run_tables import write_run_tables
-from harness.grid.layout import Condition, GridSpec
+from harness.grid.spec import Condition, GridSpec
 from harness.grid.study import Shape, StudySpec
 from harness.inference.claims import Claim
 from harness.inference.frontier_measures import (

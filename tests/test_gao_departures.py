@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.grid import registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import PERFECT_PROXY, STUDY_ROLE, Knobs, knobs_with_role
-from harness.grid.layout import Condition, GridSpec, MechanismSource, PretrainSettings
+from harness.grid.spec import Condition, GridSpec, MechanismSource, PretrainSettings
 from harness.grid.study import Shape, StudySpec
 from harness.inference.claims import Claim
 from harness.inference.overoptimization import best_of_n_gold, rl_gold

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.grid.conditions import load_grid
-from harness.grid.layout import grid_metrics
+from harness.grid.spec import grid_metrics
 from tests.conftest import ROOT
 from tools.golden_diff import TOLERANCE  # (float32 training over 40 steps: why 1e-4, beside it)
 

@@ -11,9 +11,10 @@ import pytest
 
 from harness.grid.conditions import load_grid
 from harness.grid.executables import iteration_program
-from harness.grid.layout import GridSpec, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.sharding import usable_cores
+from harness.grid.spec import GridSpec
 from harness.grid.trainer import GridTrainer
 from tests.jax_logs import compile_log
 from tests.mechanisms_grid import MECHANISMS, RETUNED

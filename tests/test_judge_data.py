@@ -14,9 +14,10 @@ from pydantic import ValidationError
 
 from harness.engine.world import World, WorldConfig
 from harness.grid.knobs import Knobs, program_knobs
-from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.origins import JudgeSource
 from harness.grid.pretrain_data import corrupted_count, no_dataset, pretraining_batch, pretraining_dataset
+from harness.grid.spec import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.trainer import GridTrainer
 from tests.worlds import TWO_POSITIONS
 

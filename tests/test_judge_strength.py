@@ -20,9 +20,10 @@ from harness.engine.world import World, WorldConfig
 from harness.grid import trainer as program_module
 from harness.grid.conditions import duplicate_conditions, parse_grid
 from harness.grid.knobs import Knobs, program_knobs
-from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.origins import JudgeSource, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
+from harness.grid.spec import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.trainer import GridTrainer, PretrainingFailed, grid_constants
 
 VOCAB, SEQ_LEN = 8, 4

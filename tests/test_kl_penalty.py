@@ -21,8 +21,9 @@ from harness.engine.streams import sampling_noise
 from harness.grid import registry
 from harness.grid.contract import PolicyBatch
 from harness.grid.knobs import Knobs, stack_knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.reward import run_policy_step
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 from harness.mechanisms import kl_penalty
 from tests.networks import idle_run_states, init_judge, init_policy, perturbed

@@ -21,10 +21,10 @@ from harness.engine.flat_params import ravel_rows
 from harness.engine.state import CoevolutionState, fresh_networks, initial_state
 from harness.grid import registry
 from harness.grid.knobs import Knobs, choices, knob_fields, program_knobs, stack_knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.origins import JudgeSource
 from harness.grid.pretrain import pretrain_judges
 from harness.grid.reward import policy_step
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 from harness.grid.training_step import mechanism_states
 from tests.worlds import TWO_POSITIONS

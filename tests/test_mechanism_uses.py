@@ -20,9 +20,10 @@ from harness.engine.metrics import Metric
 from harness.grid import registry
 from harness.grid.contract import DiagnosticsContext, Mechanism, PolicyBatch
 from harness.grid.knobs import Knobs, RunKnobs
-from harness.grid.layout import Condition, GridSpec, MechanismSource, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.sharding import deal_runs
+from harness.grid.spec import Condition, GridSpec, MechanismSource, RunSettings
 from harness.grid.trainer import GridTrainer
 from tests.worlds import TWO_POSITIONS
 

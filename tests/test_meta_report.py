@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec
 from harness.grid.report_section import ReportInputs
+from harness.grid.spec import Condition, GridSpec
 from harness.mechanisms.meta_correction_report import ends_with_twin, meta_section, meta_table, meta_twins
 from harness.rendering.metrics_table import prepare
 from harness.report.identical import explain, identical_groups

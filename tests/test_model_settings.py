@@ -12,8 +12,9 @@ from harness.engine.architecture import DEFAULT_MODEL, ModelConfig, NetworkConfi
 from harness.engine.flat_params import judge_layout, policy_layout
 from harness.grid.conditions import ConditionFileError, grid_from_mapping
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
 from harness.grid.memory import estimate_bytes, parameter_count
+from harness.grid.spec import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.trainer import GridTrainer
 from tests.networks import init_judge, init_policy
 

@@ -17,7 +17,7 @@ from harness.engine.world import World, enumerate_outputs
 from harness.grid import registry
 from harness.grid.contract import PolicyBatch
 from harness.grid.knobs import Knobs, stack_knobs
-from harness.grid.layout import grid_metrics
+from harness.grid.spec import grid_metrics
 from harness.mechanisms.noisy_gold_reward import NAME, NoisyProxy, noisy_gold_rewards
 from tests.worlds import TWO_POSITIONS
 

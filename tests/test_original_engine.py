@@ -20,8 +20,8 @@ import pytest
 from harness.engine import keys
 from harness.engine.models import init_judges, judge_score_table, policy_log_prob_tables
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
 from harness.grid.pretrain import PretrainResult
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer, grid_constants
 from harness.original import streams as original_streams
 from tests.original_loop import OriginalLoop, OriginalRunSettings

@@ -9,8 +9,8 @@ import pandas as pd
 
 from harness.engine.world import WorldConfig
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec
 from harness.grid.report_section import ReportInputs
+from harness.grid.spec import Condition, GridSpec
 from harness.mechanisms.pair_audit_report import FIGURE, pair_section, pair_source, pair_table
 from harness.report import mechanism_sections
 

@@ -12,7 +12,7 @@ from scipy import stats
 from harness.engine.streams import StepKeys
 from harness.grid.contract import StepContext
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.step_table import pair_tokens
 from harness.grid.trainer import GridTrainer
 from harness.grid.training_step import judge_stages, pair_sides

@@ -22,7 +22,8 @@ from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
 from harness.grid.knobs import Knobs, knob_owners
-from harness.grid.layout import Condition, GridSpec, MechanismSource, layout_grid
+from harness.grid.layout import layout_grid
+from harness.grid.spec import Condition, GridSpec, MechanismSource
 from harness.mechanisms import BUILT_IN
 from tests.jax_logs import compile_log
 

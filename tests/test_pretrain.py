@@ -17,8 +17,8 @@ from harness.engine.models import judge_score_table
 from harness.engine.world import World, WorldConfig
 from harness.grid import trainer
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.pretrain import PRETRAIN_LADDER_LIMIT, PretrainResult, judges_per_shard, pretrain_judges
+from harness.grid.spec import Condition, GridSpec, PretrainSettings, RunSettings
 from harness.grid.trainer import GridTrainer, PretrainingFailed
 from tests.jax_logs import compile_log
 from tests.worlds import TWO_POSITIONS

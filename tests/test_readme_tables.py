@@ -17,7 +17,7 @@ import pandas as pd
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, METRICS_FILE
 from harness.experiment.until_decided import LOOKS_FILE
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec
+from harness.grid.spec import Condition, GridSpec
 from harness.inference.claims import Claim
 from harness.inference.verdicts import verdict_table
 from tools.block_files import ROOT, relative_links

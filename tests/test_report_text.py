@@ -20,8 +20,8 @@ from harness.engine.world import World
 from harness.grid import registry as mechanism_registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, MechanismSource
 from harness.grid.report_section import MechanismReport, ReportInputs
+from harness.grid.spec import Condition, GridSpec, MechanismSource
 from harness.rendering.metrics_table import belief_gap, prepare
 from harness.report import mode_shares, summarize, write_report
 from harness.report.figures import boundaries_title

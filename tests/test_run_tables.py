@@ -19,7 +19,7 @@ from harness.experiment.runner import SilentProgress, execute
 from harness.grid import registry
 from harness.grid.contract import Mechanism, RunTable
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 from harness.mechanisms.best_of_n import N_GRID
 from tests.worlds import TWO_POSITIONS

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from harness.engine.world import World
 from harness.grid.conditions import load_grid
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings, group_membership, layout_grid
+from harness.grid.layout import group_membership, layout_grid
 from harness.grid.pretrain import pretrain_program
 from harness.grid.sharding import (
     PIECE_OVERHEAD,
@@ -30,6 +30,7 @@ from harness.grid.sharding import (
     seeds_per_shard,
     shard_mesh,
 )
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from harness.grid.trainer import GridTrainer
 from tests.mechanisms_grid import MECHANISMS, RETUNED
 

@@ -14,7 +14,8 @@ import pytest
 
 from harness.engine import streams
 from harness.grid.knobs import Knobs
-from harness.grid.layout import Condition, GridSpec, RunSettings, layout_grid
+from harness.grid.layout import layout_grid
+from harness.grid.spec import Condition, GridSpec, RunSettings
 from tests.worlds import TWO_POSITIONS
 
 MAX_MEMBERS = 4

@@ -40,7 +40,7 @@ from harness.experiment.runner import execute, load_spec
 from harness.experiment.until_decided import LOOKS_FILE, PLAN_FILE, STAGES_DIR, SequentialPlan, stage_dir
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.conditions import grid_from_mapping
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.inference.sequential import look_levels
 from tests.compile_cache_settings import compile_cache_settings_restored
 from tests.tampering import Edit, check_commands, edits

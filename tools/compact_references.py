@@ -46,7 +46,7 @@ from harness.common.run_tables import legacy_table_file, table_bytes, table_file
 from harness.experiment.study import STUDY_FILE
 from harness.experiment.verify import verify_run_dir
 from harness.grid.grid_file import grid_from_json, read_grid_file
-from harness.grid.layout import grid_tables
+from harness.grid.spec import grid_tables
 from harness.grid.study import StudySpec
 from harness.inference.frontier_measures import BEST_OF_N_TABLE
 from harness.mechanisms.best_of_n import COLUMNS

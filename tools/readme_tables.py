@@ -24,7 +24,7 @@ from harness import report
 from harness.common.run_files import CLAIMS_FILE, MANIFEST_FILE, metrics_file
 from harness.common.wording import plural
 from harness.experiment.until_decided import LOOKS_FILE
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.inference.sequential import SPENDING_NAMES
 from harness.mechanisms.pair_audit_report import pair_source
 from harness.rendering.markdown import markdown_table

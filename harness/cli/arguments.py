@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     import pandas as pd
 
-    from harness.grid.layout import GridSpec
     from harness.grid.overrides import Override
+    from harness.grid.spec import GridSpec
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 # The built-in grids (the repository's conditions/*.toml), found beside the package so that a name works from any
@@ -43,7 +43,7 @@ def seed_count(text: str) -> int:
         count = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a count of seeds (a whole number ≥ 1), got {text!r}") from None
-    from harness.grid.layout import MAX_SEEDS
+    from harness.grid.spec import MAX_SEEDS
 
     if count < 1:
         raise argparse.ArgumentTypeError(f"a seed count must be at least 1, got {count}")
@@ -54,7 +54,7 @@ def seed_count(text: str) -> int:
 
 def seed_list(text: str) -> tuple[int, ...]:
     """--seed-list SPEC: comma-separated seeds and inclusive ranges A-B, distinct and non-negative, in order given."""
-    from harness.grid.layout import MAX_SEEDS
+    from harness.grid.spec import MAX_SEEDS
 
     seeds: list[int] = []
     given: set[int] = set()

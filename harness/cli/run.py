@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from harness.experiment.runner import Progress
-    from harness.grid.layout import GridSpec
+    from harness.grid.spec import GridSpec
 
 
 def _prepare_run_dir(args: argparse.Namespace, grid_name: str) -> Path:

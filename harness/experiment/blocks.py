@@ -41,7 +41,7 @@ from harness.common.run_tables import table_files
 from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import Progress, execute, load_spec
 from harness.grid.grid_file import read_grid_file, write_grid_file
-from harness.grid.layout import GridSpec, grid_tables
+from harness.grid.spec import GridSpec, grid_tables
 
 # Runs per block from which a run's cost stops falling as a grid grows (artifacts/bench/bench.md: flat from ~360).
 BLOCK_RUNS = 360

@@ -25,8 +25,8 @@ import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, who
 from harness.common.run_files import CHECKPOINT_FILE, atomic_write_bytes
 from harness.engine.state import LAYOUT_VERSION, CoevolutionState
 from harness.grid.diagnostics import Diagnostics
-from harness.grid.layout import GridSpec
 from harness.grid.pretrain import PretrainResult
+from harness.grid.spec import GridSpec
 
 
 class CheckpointMismatch(ValueError):

@@ -52,7 +52,7 @@ from harness.experiment.checkpoint import has_checkpoint
 from harness.experiment.runner import ExperimentOutcome, Progress, SilentProgress, diverged_runs, load_spec
 from harness.experiment.validation import metrics_text, validated_metrics
 from harness.grid.grid_file import MECHANISMS_DIR, write_grid_file
-from harness.grid.layout import GridSpec, grid_tables
+from harness.grid.spec import GridSpec, grid_tables
 
 # How the blocks of a run were run, as the manifest and the report name it.
 IN_PROCESS = "in-process"

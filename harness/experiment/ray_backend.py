@@ -40,7 +40,7 @@ from harness.common import stop_signals
 
 if TYPE_CHECKING:  # at run time these come after a worker has set JAX's device count (run_block_task)
     from harness.experiment.blocks import BlockRunner
-    from harness.grid.layout import GridSpec
+    from harness.grid.spec import GridSpec
 
 RAY = "Ray"  # how the blocks ran, as the manifest and the report name it
 LOCAL = "local"  # --ray without an address: a Ray instance of this machine alone, started and stopped by the run

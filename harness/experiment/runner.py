@@ -41,7 +41,7 @@ from harness.experiment.checkpoint import (
 from harness.experiment.live import LiveLog
 from harness.experiment.validation import read_metrics
 from harness.grid.grid_file import read_grid_file, write_grid_file
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.grid.trainer import GridTrainer
 
 

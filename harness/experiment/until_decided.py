@@ -63,7 +63,7 @@ from harness.experiment.merge import IN_PROCESS, how_run_line_of, ordered_metric
 from harness.experiment.runner import Progress, SilentProgress, diverged_runs, load_spec
 from harness.experiment.validation import read_metrics_frame
 from harness.grid.grid_file import write_grid_file
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.inference.anytime import anytime_table
 from harness.inference.claims import Claim
 from harness.inference.run_measures import metric_ranges

@@ -1,6 +1,6 @@
 """Reading a metrics.csv.gz back against the grid.json beside it: every run's rows exactly once, every value of its
 metric's kind, finite and in range where the metric says it must be (`harness.engine.metrics.ValidValues`; the
-grid's metrics are the loop's and those of the mechanisms its runs use, `harness.grid.layout.grid_metrics`).
+grid's metrics are the loop's and those of the mechanisms its runs use, `harness.grid.spec.grid_metrics`).
 
 What the manifest cannot vouch for (a directory written before manifests listed files, a block's table before it is
 merged) is caught here; what it can, this checks a second time, from the meaning of the numbers rather than their
@@ -20,7 +20,7 @@ import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, who
 from harness.common.integrity import RunDirectoryError
 from harness.common.run_files import read_metrics_text
 from harness.engine.metrics import Metric
-from harness.grid.layout import GridSpec, grid_metrics
+from harness.grid.spec import GridSpec, grid_metrics
 
 KEY_COLUMNS = ("condition", "seed", "iteration")
 # Past a bound by float32 rounding (a Spearman of 1.0000001, a KL of −1e−7): still the bound.

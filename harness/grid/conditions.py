@@ -27,8 +27,8 @@ from harness.engine.world import WorldConfig
 from harness.grid import registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs, host_only, knob_fields, knob_owners
-from harness.grid.layout import Condition, GridRuleError, GridSpec, MechanismSource, PretrainSettings, RunSettings
 from harness.grid.overrides import Override, OverrideError, apply_overrides
+from harness.grid.spec import Condition, GridRuleError, GridSpec, MechanismSource, PretrainSettings, RunSettings
 from harness.inference.claims import Claim
 
 _SECTIONS: dict[str, type[BaseModel]] = {

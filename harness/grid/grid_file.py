@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.common.run_files import atomic_write_bytes, atomic_write_text
 from harness.grid import registry
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 
 MECHANISMS_DIR = "mechanisms"
 

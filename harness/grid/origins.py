@@ -28,7 +28,8 @@ import numpy as np
 from harness.engine import keys
 from harness.engine.models import init_policies
 from harness.grid.contract import PretrainData
-from harness.grid.layout import Condition, GridLayout, GridSpec, judges_per_run
+from harness.grid.layout import GridLayout
+from harness.grid.spec import Condition, GridSpec, judges_per_run
 from harness.original import streams as original_streams
 
 

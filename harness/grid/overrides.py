@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from harness.grid.knobs import Knobs
 
 if TYPE_CHECKING:
-    from harness.grid.layout import GridSpec
+    from harness.grid.spec import GridSpec
 
 CONDITIONS = "conditions"
 EVERY_CONDITION = "*"

@@ -31,9 +31,9 @@ from harness.engine.rank_stats import spearman
 from harness.engine.streams import Streams
 from harness.engine.world import World, WorldConfig
 from harness.grid.compile_cache import compile_exported
-from harness.grid.layout import PretrainSettings
 from harness.grid.pretrain_data import JudgeData, no_dataset, pretraining_batch, pretraining_dataset
 from harness.grid.sharding import SHARD_AXIS, from_shards, shard_mesh, to_shards
+from harness.grid.spec import PretrainSettings
 from harness.original.streams import init_original_judges, pretrain_step_keys
 
 

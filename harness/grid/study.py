@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.grid.conditions import ConditionFileError, parse_grid, read_document, validated, with_seeds
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.inference.across_shapes import AcrossClaim
 
 SHAPES, ACROSS = "shapes", "across"

@@ -28,11 +28,12 @@ from harness.grid.contract import GridConstants, HostRuns, PretrainData
 from harness.grid.diagnostics import Diagnostics
 from harness.grid.executables import Executable, compile_diagnostics, compile_iteration
 from harness.grid.knobs import RunKnobs
-from harness.grid.layout import GridLayout, GridShape, GridSpec, layout_grid
+from harness.grid.layout import GridLayout, GridShape, layout_grid
 from harness.grid.memory import check_fits
 from harness.grid.origins import GridOrigins, grid_origins
 from harness.grid.pretrain import PretrainResult, pretrain_judges
 from harness.grid.sharding import ShardPlan, from_pieces, piece_work_for, plan_shards, to_pieces
+from harness.grid.spec import GridSpec
 from harness.grid.training_step import mechanism_states
 
 

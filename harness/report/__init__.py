@@ -20,8 +20,8 @@ from harness.common.run_files import CLAIMS_FILE, GRID_FILE, atomic_write_bytes
 from harness.common.run_tables import read_run_table
 from harness.common.wording import plural
 from harness.grid.grid_file import read_grid_file
-from harness.grid.layout import GridSpec
 from harness.grid.report_section import ReportInputs
+from harness.grid.spec import GridSpec
 from harness.inference.frontier_measures import BEST_OF_N_TABLE, with_frontier_measures
 from harness.inference.run_measures import metric_ranges
 from harness.rendering.markdown import literal_stars, markdown_table

@@ -14,7 +14,7 @@ import numpy as np
 from harness.common.wording import plural
 from harness.engine.world import World
 from harness.grid.knobs import Knobs, knob_fields, knob_unit
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.rendering.metrics_table import num
 
 DEFAULTS = Knobs()

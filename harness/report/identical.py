@@ -16,7 +16,7 @@ from harness.common.wording import plural
 from harness.engine import metrics as registry
 from harness.grid import registry as mechanism_registry
 from harness.grid.contract import Mechanism
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.rendering.metrics_table import conditions, power_of_ten
 from harness.report.grid_info import knob_value
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from harness.engine import metrics as registry
 from harness.engine.metrics import QUALITY_RESOLUTION
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.rendering.metrics_table import (
     ALIGNMENT,
     PERCEIVED,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness.grid.knobs import DATA_SIZE, NOISY_PROXY, PERFECT_PROXY, Knobs, knobs_with_role
-from harness.grid.layout import GridSpec
+from harness.grid.spec import GridSpec
 from harness.grid.study import StudySpec
 
 
