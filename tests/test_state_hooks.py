@@ -4,6 +4,10 @@ mechanism's hook changes what one computes."""
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -76,3 +80,37 @@ def test_a_point_no_mechanism_hooks_leaves_the_state_as_it_was() -> None:
     state = with_state_hooks("end_iteration", _context((READER, COUNTER)))
     np.testing.assert_array_equal(state.runs.of("counter"), [0, 1, 2])
     np.testing.assert_array_equal(state.runs.of("reader"), [0, 0, 0])
+
+
+def test_each_mechanism_gets_a_key_of_its_own_at_each_point() -> None:
+    # A hook's key (R, 2): its run's stream key folded with the mechanism's stream number, then with the point (2i at
+    # the start of iteration i, 2i + 1 at its end): computed here by hand from jax.random.fold_in and zlib.crc32.
+    seen: dict[tuple[str, str], np.ndarray] = {}
+
+    def recorder(name: str) -> Mechanism:
+        def record(point: str) -> Callable[[IterationContext, OwnState], OwnState]:
+            def hook(context: IterationContext, own: OwnState) -> OwnState:
+                seen[(name, point)] = np.asarray(context.key)
+                return own
+
+            return hook
+
+        return Mechanism(
+            name,
+            "records its keys",
+            run_state=lambda shape, row: jnp.zeros(()),
+            start_iteration=record("start_iteration"),
+            end_iteration=record("end_iteration"),
+        )
+
+    context = _context((recorder("first"), recorder("second")))
+    stream_keys = jnp.stack([jax.random.PRNGKey(run) for run in range(RUNS)])
+    runs = context.state.runs.replace(stream_key=stream_keys)
+    context = context._replace(state=context.state.replace(runs=runs), iteration=jnp.int32(3))
+    for point, fold in (("start_iteration", 6), ("end_iteration", 7)):
+        with_state_hooks(point, context)
+        for name in ("first", "second"):
+            own = [jax.random.fold_in(jax.random.fold_in(key, zlib.crc32(name.encode())), fold) for key in stream_keys]
+            np.testing.assert_array_equal(seen[(name, point)], np.stack(own))
+    keys = [tuple(key) for key in np.concatenate(list(seen.values()))]
+    assert len(set(keys)) == len(keys) == 4 * RUNS  # per run, mechanism and point, no key twice

@@ -4,13 +4,12 @@ Bradley–Terry step on a batch drawn from them, labelled by its current prefere
 A second mechanism of a lab's own (beside judge_tether.py), loaded by replay.toml with
 `[mechanisms] modules = ["judge_replay.py"]`. It shows what the tether does not: state carried across inner steps
 and outer iterations (the buffer, per judge), a static size (the buffer's capacity, the largest of the grid's
-runs), a random draw of its own (which stored batch to replay, from a key folded from the run's judge-pair key with
-this mechanism's own stream number), two rows of one stage in order (replay, then store), and a metric.
+runs), a random draw of its own (which stored batch to replay, from the mechanism's own key of the step, `step.key`),
+two rows of one stage in order (replay, then store), and a metric.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from functools import partial
 
@@ -38,9 +37,6 @@ from harness.mechanisms.judge_update import judge_cadence, judge_pair_update
 
 NAME = "judge_replay"
 CAPACITY = "judge_replay_capacity"  # the static size: stored batches per judge, the largest of the grid's runs
-# This mechanism's own stream: its draws come from the run's judge-pair key folded with this number, so they are
-# independent of every draw the loop makes from that key.
-STREAM = zlib.crc32(NAME.encode())
 
 
 class ReplayKnobs(BaseModel):
@@ -82,7 +78,7 @@ def replay(
     model: ModelConfig,
 ) -> Network:
     """One self-labelled Bradley–Terry step of one judge on a stored batch drawn uniformly from its filled entries."""
-    entry = jax.random.randint(jax.random.fold_in(key, STREAM), (), 0, jnp.minimum(buffer.stored, capacity))
+    entry = jax.random.randint(key, (), 0, jnp.minimum(buffer.stored, capacity))
     ordered = jnp.zeros((), bool)  # labelled by the judge's current preference, as its own update labels
     return judge_pair_update(judge, buffer.chosen[entry], buffer.rejected[entry], ordered, lr, vocab=vocab, model=model)
 
@@ -101,7 +97,8 @@ def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
 def _replay_arguments(step: StepContext, group: Group, slots: object) -> tuple:
     ids, runs = group.ids.slot_ids, group.ids.slot_run
     buffers = jax.tree.map(lambda leaf: leaf[ids], slots.of(NAME))
-    return buffers, step.keys.judge_pairs[runs], step.knobs.replay_buffer[runs], step.knobs.lr_judge[runs]
+    # The mechanism's own key of the step (`step.key`): its draw is independent of the loop's and of other mechanisms'.
+    return buffers, step.key[runs], step.knobs.replay_buffer[runs], step.knobs.lr_judge[runs]
 
 
 def _replay_due(step: StepContext, group: Group, slots: object) -> jax.Array:

@@ -22,6 +22,7 @@ key bookkeeping so that the expensive draws run only for the runs that use them.
 
 from __future__ import annotations
 
+import zlib
 from typing import Literal, NamedTuple
 
 import jax
@@ -84,6 +85,18 @@ def step_keys(
     after_update, members = jax.lax.scan(member_key, after_pairs, jnp.arange(max_members))
     contrast = jax.random.fold_in(after_policy, _ORIGINAL_CONTRAST_FOLD)
     return StepKeys(policy, after_policy, members, contrast, jnp.where(update_due, after_update, after_policy))
+
+
+def mechanism_stream(name: str) -> int:
+    """A mechanism's stream number: the CRC-32 of its name, what its own keys are folded with (`own_keys`)."""
+    return zlib.crc32(name.encode())
+
+
+def own_keys(judge_pair_keys: jax.Array, name: str) -> jax.Array:
+    """Mechanism `name`'s own key of a step, one per run: each run's judge-pair key of the step (R, 2) folded with
+    the mechanism's stream number. A draw from it is independent of every draw the loop makes from that key and of
+    every other mechanism's (another name folds another number)."""
+    return jax.vmap(lambda key: jax.random.fold_in(key, mechanism_stream(name)))(judge_pair_keys)
 
 
 def _position_chain(key: jax.Array, seq_len: int) -> jax.Array:

@@ -188,7 +188,10 @@ class StepContext(NamedTuple):
     1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due), and, from
     the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected) and
     sides (the `PairSides` each run draws its judge's pairs from); after the stages (`after_step`), applied: every
-    work group each row acted on and its due mask (`AppliedRows`)."""
+    work group each row acted on and its due mask (`AppliedRows`); key: where a mechanism's own row or hook reads
+    the step, that mechanism's own key of the step, (R, 2) (`streams.own_keys`: independent of the loop's draws
+    and of every other mechanism's; one for all the mechanism's rows and its `after_step`, so a mechanism that draws
+    in more than one of them splits it)."""
 
     shape: GridShape
     constants: GridConstants
@@ -200,6 +203,7 @@ class StepContext(NamedTuple):
     contrast: jax.Array | None = None
     sides: PairSides | None = None
     applied: AppliedRows | None = None
+    key: jax.Array | None = None
 
 
 class OwnState(NamedTuple):
@@ -213,14 +217,15 @@ class OwnState(NamedTuple):
 
 class IterationContext(NamedTuple):
     """What the hooks around an outer iteration read: the grid's static shape, constants and knobs, the state as the
-    hook point found it (before any mechanism's hook there) and iteration, the outer iteration's 0-based int32
-    count."""
+    hook point found it (before any mechanism's hook there), iteration, the outer iteration's 0-based int32 count,
+    and key, the hook's mechanism's own key of this point (R, 2), independent of every other draw."""
 
     shape: GridShape
     constants: GridConstants
     knobs: RunKnobs
     state: CoevolutionState
     iteration: jax.Array
+    key: jax.Array | None = None
 
 
 class StepRow(NamedTuple):

@@ -79,6 +79,7 @@ def apply_rows(stage: Stage, step: StepContext, networks: PairSides | SlotState)
     applied: dict[str, tuple[tuple[Group, jax.Array], ...]] = {}
     owners = registry.row_owners(step.shape.mechanisms)
     for row in registry.stage_rows(step.shape.mechanisms, stage):
+        step = step._replace(key=streams.own_keys(step.keys.judge_pairs, owners[row.name]))  # unused keys cost nothing
         # The row's function of one network, checked while traced to return that network's kind (one line, not an
         # error deep in the batching, where its output is merged back).
         unit = checked(row.unit(step), 0, owners[row.name], f"row '{row.name}'")

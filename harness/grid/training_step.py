@@ -54,12 +54,23 @@ def with_state_hooks(hook: str, context: StepContext | IterationContext) -> Coev
         if function is None:
             continue
         own = OwnState(runs=runs.mechanisms.get(mechanism.name), slots=slots.mechanisms.get(mechanism.name))
-        own = checked(function, 1, mechanism.name, f"hook '{hook}'")(context, own)
+        own = checked(function, 1, mechanism.name, f"hook '{hook}'")(with_own_key(context, mechanism.name, hook), own)
         if own.runs is not None:
             runs = runs.with_state(mechanism.name, own.runs)
         if own.slots is not None:
             slots = slots.with_state(mechanism.name, own.slots)
     return state.replace(runs=runs, slots=slots)
+
+
+def with_own_key(context: StepContext | IterationContext, name: str, hook: str) -> StepContext | IterationContext:
+    """`context` with mechanism `name`'s own key (R, 2) for `hook`: of the step, from each run's judge-pair key
+    (`streams.own_keys`); around an outer iteration, from each run's stream key folded with the point, 2i at the
+    start of iteration i and 2i + 1 at its end (a run's stream key need not change between them)."""
+    if isinstance(context, StepContext):
+        return context._replace(key=streams.own_keys(context.keys.judge_pairs, name))
+    point = 2 * context.iteration + (hook == "end_iteration")
+    keys = streams.own_keys(context.state.runs.stream_key, name)
+    return context._replace(key=jax.vmap(jax.random.fold_in, (0, None))(keys, point))
 
 
 def judge_update_due(shape: GridShape, knobs: RunKnobs, counter: jax.Array) -> jax.Array:
