@@ -21,6 +21,7 @@ from harness.engine.metrics import Metric
 from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV
 from harness.grid.contract import Mechanism, StepRow
+from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS
 from harness.grid.knobs import Knobs, knob_owners
 from harness.grid.layout import layout_grid
 from harness.grid.spec import Condition, GridSpec, MechanismSource
@@ -282,6 +283,17 @@ def test_a_clash_is_refused_naming_the_mechanism(mechanism: Mechanism, problem: 
     assert problem in str(caught.value)
     assert "\n" not in str(caught.value)
     assert "mine" not in registry.catalog()
+
+
+def test_every_function_of_the_contract_has_its_arguments_listed() -> None:
+    # A hook or row field added to the contract without its arguments would never be checked when a mechanism
+    # registers: the lists must name exactly the fields that hold functions.
+    def functions(annotations: dict[str, object]) -> set[str]:
+        written = {name: str(getattr(hint, "__forward_arg__", hint)) for name, hint in annotations.items()}
+        return {name for name, hint in written.items() if hint.startswith("Callable")}
+
+    assert set(HOOK_ARGUMENTS) == functions({field.name: field.type for field in dataclasses.fields(Mechanism)})
+    assert set(ROW_ARGUMENTS) == functions(StepRow.__annotations__)
 
 
 def test_a_mechanism_runs_where_its_order_says_and_a_contradiction_is_refused() -> None:

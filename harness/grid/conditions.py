@@ -28,7 +28,15 @@ from harness.grid import registry
 from harness.grid.contract import Mechanism
 from harness.grid.knobs import Knobs, host_only, knob_fields, knob_owners
 from harness.grid.overrides import Override, OverrideError, apply_overrides
-from harness.grid.spec import Condition, GridRuleError, GridSpec, MechanismSource, PretrainSettings, RunSettings
+from harness.grid.spec import (
+    Condition,
+    GridRuleError,
+    GridSpec,
+    MechanismSource,
+    PretrainSettings,
+    RunSettings,
+    location,
+)
 from harness.inference.claims import Claim
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -50,12 +58,7 @@ class ConditionFileError(ValueError):
 
     def __init__(self, file: str, message: str, condition: str | None = None, key: str | None = None) -> None:
         self.file, self.condition, self.key = file, condition, key
-        where = [file]
-        if condition is not None:
-            where.append(f"condition '{condition}'")
-        if key is not None:
-            where.append(f"key '{key}'")
-        super().__init__(f"{': '.join([', '.join(where), message])}")
+        super().__init__(f"{', '.join([file, *location(condition, key)])}: {message}")
 
 
 def _unknown_key_message(key: str, valid: list[str]) -> str:

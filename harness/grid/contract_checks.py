@@ -77,8 +77,8 @@ def call_mismatch(function: Callable, arguments: tuple[str, ...], where: str) ->
         inspect.signature(function).bind(*arguments)
     except TypeError as error:
         return f"{where} ({where_defined(function)}) is called with ({', '.join(arguments)}), and {error}"
-    except ValueError:
-        return None
+    except ValueError:  # no signature to read (a builtin)
+        pass
     return None
 
 

@@ -9,6 +9,7 @@ knob values share one compiled executable.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -48,20 +49,24 @@ class _KnobModel(NamedTuple):
 
 # Every registered mechanism's knob model, by mechanism name, in registration order.
 _MODELS: dict[str, _KnobModel] = {}
-# Tables drawn from _MODELS, made on first use after each change to it: a grid's layout reads a knob's field for
-# every run and knob (35,000 reads for a 600-run grid), and rebuilding them on each read was most of its time.
-_DERIVED: dict[str, dict[str, Any]] = {}
+
+
+class _KnobTables(NamedTuple):
+    """Every registered knob -> its field, and -> the name of its mechanism, in mechanism order."""
+
+    fields: dict[str, FieldInfo]
+    owners: dict[str, str]
 
 
 def register_knobs(mechanism: str, model: type[BaseModel], builtin: bool) -> None:
     """Declare `mechanism`'s knobs (as registering the mechanism does; `harness.grid.registry` checks clashes)."""
     _MODELS[mechanism] = _KnobModel(model, builtin)
-    _DERIVED.clear()
+    _tables.cache_clear()
 
 
 def unregister_knobs(mechanism: str) -> None:
     _MODELS.pop(mechanism, None)
-    _DERIVED.clear()
+    _tables.cache_clear()
 
 
 def _models() -> dict[str, _KnobModel]:
@@ -70,36 +75,26 @@ def _models() -> dict[str, _KnobModel]:
     return _MODELS
 
 
-def _derived() -> dict[str, dict[str, Any]]:
-    """{"fields": every registered knob -> its field, "owners": -> its mechanism's name}, in mechanism order."""
-    if not _DERIVED:
-        models = _models()
-        _DERIVED["fields"] = {
-            knob: field for entry in models.values() for knob, field in entry.model.model_fields.items()
-        }
-        _DERIVED["owners"] = {knob: name for name, entry in models.items() for knob in entry.model.model_fields}
-    return _DERIVED
+@functools.cache
+def _tables() -> _KnobTables:
+    """The knob tables, made once after each change to the registered models: a grid's layout reads a knob's field
+    for every run and knob (35,000 reads for a 600-run grid), and rebuilding them on each read was most of its time."""
+    models = _models()
+    return _KnobTables(
+        fields={knob: field for entry in models.values() for knob, field in entry.model.model_fields.items()},
+        owners={knob: name for name, entry in models.items() for knob in entry.model.model_fields},
+    )
 
 
 def knob_fields(mechanisms: Sequence[str] | None = None) -> dict[str, FieldInfo]:
     """Every knob of the named mechanisms (default: every registered one), in mechanism order: name -> its field."""
-    if mechanisms is None:
-        return dict(_derived()["fields"])
-    chosen = [entry for name, entry in _models().items() if name in mechanisms]
-    return {knob: field for entry in chosen for knob, field in entry.model.model_fields.items()}
+    fields, owners = _tables()
+    return {knob: field for knob, field in fields.items() if mechanisms is None or owners[knob] in mechanisms}
 
 
 def knob_owners() -> dict[str, str]:
     """Every registered knob -> the name of the mechanism that declares it."""
-    return dict(_derived()["owners"])
-
-
-def _field(name: str) -> FieldInfo:
-    return _derived()["fields"][name]
-
-
-def _owner(name: str) -> str | None:
-    return _derived()["owners"].get(name)
+    return dict(_tables().owners)
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -118,12 +113,12 @@ def field_choices(field: FieldInfo) -> tuple[str, ...]:
 
 def host_only(name: str) -> bool:
     """Whether a knob acts on the host only (see HOST_ONLY), and so has no array in `RunKnobs`."""
-    return field_host_only(_field(name))
+    return field_host_only(_tables().fields[name])
 
 
 def knob_unit(name: str) -> str | None:
     """What a counting knob counts (INNER_STEPS or OUTER_ITERATIONS); None for a knob that counts nothing."""
-    return _extra(_field(name)).get(UNIT)
+    return _extra(_tables().fields[name]).get(UNIT)
 
 
 def knobs_with_role(role: str) -> tuple[str, ...]:
@@ -133,7 +128,7 @@ def knobs_with_role(role: str) -> tuple[str, ...]:
 
 def choices(name: str) -> tuple[str, ...]:
     """The values of a categorical knob, in the order of their codes in `RunKnobs`; () for other knobs."""
-    return field_choices(_field(name))
+    return field_choices(_tables().fields[name])
 
 
 def program_knobs(mechanisms: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -170,7 +165,7 @@ class Knobs:
         object.__setattr__(self, "_parts", parts)
 
     def __getattr__(self, name: str) -> Any:
-        owner = _owner(name)
+        owner = _tables().owners.get(name)
         if owner is None:
             raise AttributeError(f"no knob {name!r}")
         return getattr(self.of(owner), name)

@@ -92,13 +92,23 @@ class PretrainSettings(BaseModel):
     label_noise: float = Field(0.1, ge=0.0)
 
 
+def location(condition: str | None, key: str | None) -> list[str]:
+    """The words that place a problem in a grid: its condition and its key, where it has them."""
+    where = []
+    if condition is not None:
+        where.append(f"condition '{condition}'")
+    if key is not None:
+        where.append(f"key '{key}'")
+    return where
+
+
 class GridRuleError(ValueError):
     """A rule across a grid's tables that it breaks, with where: detail (the rule, in words), condition (the condition
     it is about) and key (the table or key it is about), each None where the rule has none. Its text names them."""
 
     def __init__(self, detail: str, condition: str | None = None, key: str | None = None) -> None:
         self.detail, self.condition, self.key = detail, condition, key
-        where = [f"condition '{condition}'"] * (condition is not None) + [f"key '{key}'"] * (key is not None)
+        where = location(condition, key)
         super().__init__(f"{', '.join(where)}: {detail}" if where else detail)
 
 
