@@ -32,26 +32,32 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The files that take longest (cold compiles of grids of their own, `coevolab` subprocesses), longest first, as
-# `make test-profile` measured them. `make test` deals whole files (the files of a shared grid together) to two
-# processes in collection order (--dist loadfile --no-loadscope-reorder): started first, they run beside the many short
-# files instead of leaving one process alone with a long file at the end.
+# The units that take longest (cold compiles of grids of their own, `coevolab` subprocesses), longest first, as
+# `make test-profile` measured them (a fresh clone, 2026-11-30; a unit is a file, or the files of a shared grid, listed
+# together). `make test` deals whole units to two processes in collection order (--dist loadfile
+# --no-loadscope-reorder): started first, they run beside the many short files instead of leaving one process alone
+# with a long file at the end (test_until_decided.py, left out, ran last on its own for 197 s).
 LONGEST_FIRST = (
-    "test_original_engine.py",  # with test_paper_claims.py: one unit (tests/original_streams_grid.py)
-    "test_paper_claims.py",
-    "test_ray_backend.py",
-    "test_cli.py",
-    "test_run_directories.py",  # with test_damaged_run_directories.py: one unit (tests/run_directories.py)
-    "test_damaged_run_directories.py",
-    "test_plugins.py",
-    "test_grid_program.py",  # with test_sharding.py: one unit (tests/mechanisms_grid.py)
+    "test_ray_backend.py",  # 220 s
+    "test_grid_program.py",  # with test_sharding.py: one unit (tests/mechanisms_grid.py), 216 s
     "test_sharding.py",
-    "test_checkpoint.py",
+    "test_until_decided.py",  # 197 s
+    "test_original_engine.py",  # with test_paper_claims.py: one unit (tests/original_streams_grid.py), 188 s
+    "test_paper_claims.py",
+    "test_run_directories.py",  # with the damaged and tampered runs: one unit (tests/run_directories.py), 189 s
+    "test_damaged_run_directories.py",
+    "test_tampered_runs.py",
+    "test_api.py",  # with test_golden_metrics, test_live and test_notebook: one unit (the smoke grid's shape), 180 s
+    "test_kl_penalty.py",  # with test_mechanism_uses.py: one unit (one pretraining shape), 171 s
+    "test_mechanism_uses.py",
+    "test_checkpoint.py",  # with test_blocks.py: one unit (the smoke grid at one seed), 145 s
     "test_blocks.py",
-    "test_model_settings.py",
-    "test_knobs.py",
-    "test_study.py",
-    "test_original_streams.py",
+    "test_plugins.py",  # 134 s
+    "test_cli.py",  # 124 s
+    "test_model_settings.py",  # 105 s
+    "test_knobs.py",  # 97 s
+    "test_study.py",  # 93 s
+    "test_replay_example.py",  # 88 s
 )
 
 
@@ -59,11 +65,13 @@ LONGEST_FIRST = (
 # (one process, in collection order, so the shape compiles once): test_api trains the shape of conditions/smoke.toml,
 # whose programs the golden metrics' grid, test_live's command and the notebook's kernel load; test_checkpoint's
 # commands compile that grid at one seed, the shape of test_blocks' blocks; test_sharding trains
-# tests/mechanisms_grid.py after test_grid_program; the two run-directory files train test_cli's shape in this process.
+# tests/mechanisms_grid.py after test_grid_program; the two run-directory files train test_cli's shape in this process;
+# test_kl_penalty and test_mechanism_uses pretrain judges of one shape (two processes once compiled it side by side).
 SHARED_GRID_FILES = (
     dict.fromkeys(ORIGINAL_STREAMS_FILES, "original-streams-grid")
     | dict.fromkeys(("test_api.py", "test_golden_metrics.py", "test_live.py", "test_notebook.py"), "smoke-shape")
     | dict.fromkeys(("test_checkpoint.py", "test_blocks.py"), "smoke-one-seed-shape")
+    | dict.fromkeys(("test_kl_penalty.py", "test_mechanism_uses.py"), "two-position-judges")
     | dict.fromkeys(("test_grid_program.py", "test_sharding.py"), "mechanisms-grid")
     | dict.fromkeys(
         ("test_run_directories.py", "test_damaged_run_directories.py", "test_tampered_runs.py"), "run-directories"
