@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 import harness
 from harness.engine.architecture import DEFAULT_MODEL
@@ -82,6 +83,14 @@ def test_the_proxy_is_q_star_plus_the_seeds_noise_at_the_pretrained_judges_align
         assert cosine > 1 - 1e-5
         # The metric measures the same table at every iteration, iteration 0 (before the table is kept) included.
         np.testing.assert_allclose(metrics.loc[condition, seed].to_numpy(), pearson(table, q_star), atol=2e-5)
+        if condition == "noisy":
+            # Judge alignment reads the judges, not the proxy the policy is rewarded by: frozen, this run's equals
+            # the frozen judged run's of its seed at every iteration (the same pretrained judges), and not the
+            # proxy's own rank correlation with q*.
+            alignment = ran.metrics.set_index(["condition", "seed", "iteration"])["judge_alignment"]
+            np.testing.assert_array_equal(alignment.loc[condition, seed], alignment.loc["judged", seed])
+            proxy_rank = scipy.stats.spearmanr(table, q_star).statistic
+            assert np.all(np.abs(alignment.loc[condition, seed] - proxy_rank) > 1e-4)
 
 
 def test_the_reward_hook_reads_the_runs_own_table_and_leaves_a_run_with_the_knob_off_alone() -> None:

@@ -130,7 +130,8 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "judge_alignment",
         "judge alignment",
         "Spearman ρ",
-        "rank correlation between the reward the policy is trained on and q*, over all outputs",
+        "rank correlation between the judges' reward and q*, over all outputs (the reward before any per-sample shaping a "
+        "mechanism adds: what the policy trains on where none does)",
         lambda run: spearman(run.reward, run.q_star),
         headline=True,
         valid=SPEARMAN,
@@ -148,7 +149,8 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "judge_perceived_quality",
         "judge-perceived quality",
         "judge score",
-        "expected reward of the policy's output as the judges see it, Σₓ π(x) J(x): what the loop believes",
+        "expected reward of the policy's output as the judges see it, Σₓ π(x) J(x), before any per-sample shaping a "
+        "mechanism adds: what the loop believes where none does",
         lambda run: run.pi @ run.reward,
         headline=True,
         judge_scale=True,

@@ -58,8 +58,9 @@ def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state:
     log_pi = jax.vmap(lambda row: policy_log_prob_table(unravel_policy(row), vocab, seq_len))(policies)  # (R, N)
     score_table = partial(judge_score_tables, shape)
     slot_tables = score_table(judges)  # (J, N)
-    # The reward the policy trains on (what judge-perceived quality and alignment measure), from the rows the
-    # mechanisms choose; where they are the judges' own rows, their tables are already scored.
+    # The judges' reward (what judge-perceived quality and alignment measure): the rows the mechanisms choose, their
+    # scores combined over each run's judges, before any `shape_reward` hook (a per-sample shaping such as a KL penalty
+    # or a gold reward is not the judges' view). Where the rows are the judges' own, their tables are already scored.
     reward_rows = reward_judges(shape, constants, knobs, state.slots)
     reward = run_rewards(shape, constants, knobs, slot_tables if reward_rows is judges else score_table(reward_rows))
 

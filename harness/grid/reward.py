@@ -5,9 +5,10 @@ mechanism's ``reward_rows`` hook picks others), their scores aggregated over the
 hook; the members' mean where no mechanism takes it), then shaped per sample by every ``shape_reward`` hook in
 mechanism order. The loss puts the summed ``log_prob_weight`` of the mechanisms on mean log π, and Adam steps at the
 ``policy_learning_rate``. Only the mechanisms some run of the grid uses take part (`GridShape.used_mechanisms`).
-The same pieces make the grid's batched step (`policy_step`), one run's step
-(`run_policy_step`, what a look-ahead copy of a policy trains with) and the diagnostics' reward tables, so the
-reward the policy trains on and the judge-perceived quality and alignment the report shows agree.
+The same pieces make the grid's batched step (`policy_step`) and one run's step
+(`run_policy_step`, what a look-ahead copy of a policy trains with). The diagnostics' reward table (what judge-perceived
+quality and judge alignment measure) is the judges' reward: it goes through ``reward_rows`` and ``aggregate`` but not
+``shape_reward``, so it is the reward the policy trains on only where no mechanism shapes it.
 """
 
 from __future__ import annotations
