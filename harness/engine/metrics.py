@@ -130,8 +130,8 @@ LOOP_MEASURES: tuple[Metric, ...] = (
         "judge_alignment",
         "judge alignment",
         "Spearman ρ",
-        "rank correlation between the judges' reward and q*, over all outputs (the reward before any per-sample shaping a "
-        "mechanism adds: what the policy trains on where none does)",
+        "rank correlation between the judges' reward and q*, over all outputs (the reward before any per-sample "
+        "shaping a mechanism adds: what the policy trains on where none does)",
         lambda run: spearman(run.reward, run.q_star),
         headline=True,
         valid=SPEARMAN,
