@@ -66,6 +66,7 @@ def _step(policy, initial, judge, knobs: Knobs, mechanisms) -> jax.Array:
         _row(initial),
         Q_STAR,
         idle_run_states(K**L),
+        jax.random.PRNGKey(5),  # the key the batch's noise was drawn from
     )
     return np.asarray(after.params)
 
@@ -111,7 +112,7 @@ def test_beta_zero_is_the_step_without_the_penalty(networks) -> None:
     rewards = jnp.linspace(-1.0, 1.0, B)
     tokens = jnp.zeros((B, L), jnp.int32)
     batch = PolicyBatch(tokens, jnp.linspace(-5.0, -1.0, B), _row(initial), Q_STAR, K, DEFAULT_MODEL)
-    np.testing.assert_array_equal(kl_penalty.penalised(rewards, batch, _one_run(knobs)), rewards)
+    np.testing.assert_array_equal(kl_penalty.penalised(rewards, batch.replace(knobs=_one_run(knobs)), None)[0], rewards)
     with_hook, without = _step(policy, initial, judge, knobs, ALL), _step(policy, initial, judge, knobs, WITHOUT)
     np.testing.assert_allclose(with_hook, without, rtol=0, atol=1e-6)
 

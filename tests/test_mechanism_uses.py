@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.engine.metrics import Metric
 from harness.grid import registry
 from harness.grid.contract import DiagnosticsContext, Mechanism, PolicyBatch
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.knobs import Knobs
 from harness.grid.layout import layout_grid
 from harness.grid.pretrain import PretrainResult
 from harness.grid.sharding import deal_runs
@@ -37,9 +37,9 @@ class ProbeKnobs(BaseModel):
     probe_bonus: float = Field(0.0, ge=0.0, description="added to every sample's reward")
 
 
-def _shape_reward(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:
+def _shape_reward(rewards: jax.Array, batch: PolicyBatch, own: None) -> tuple[jax.Array, None]:
     CALLS.append("shape_reward")
-    return rewards + knobs.probe_bonus
+    return rewards + batch.knobs.probe_bonus, own
 
 
 def _view(context: DiagnosticsContext) -> jax.Array:

@@ -108,8 +108,11 @@ def test_the_reward_hook_reads_the_runs_own_table_and_leaves_a_run_with_the_knob
     )
     rewards = jnp.array([0.1, 0.2, 0.3, 0.4])
     on, off = (jax.tree.map(lambda x: x[0], stack_knobs([knobs], names)) for knobs in (ON, Knobs()))
-    np.testing.assert_array_equal(noisy_gold_rewards(rewards, batch, on), table[jnp.array([5, 0, 63, 17])])
-    np.testing.assert_array_equal(noisy_gold_rewards(rewards, batch, off), rewards)
+    proxy = batch.mechanisms[NAME]
+    shaped, own = noisy_gold_rewards(rewards, batch.replace(knobs=on), proxy)
+    np.testing.assert_array_equal(shaped, table[jnp.array([5, 0, 63, 17])])
+    assert own is proxy  # read, never changed
+    np.testing.assert_array_equal(noisy_gold_rewards(rewards, batch.replace(knobs=off), proxy)[0], rewards)
 
 
 def test_only_a_grid_that_uses_the_proxy_has_its_metric() -> None:

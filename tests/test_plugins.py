@@ -408,8 +408,8 @@ class BrokenKnobs(BaseModel):
     broken_bonus: float = 0.0
 
 
-def bonus(rewards, batch, knobs):
-    return rewards + jnp.ones(3)  # not the batch's shape
+def bonus(rewards, batch, own):
+    return rewards + jnp.ones(3), own  # not the batch's shape
 
 
 MECHANISM = Mechanism("broken", "a reward hook of the wrong shape", knobs=BrokenKnobs, shape_reward=bonus)

@@ -62,7 +62,8 @@ def test_the_perfect_proxy_step_is_reinforce_on_q_star(policy_tree) -> None:
     step = jax.jit(functools.partial(run_policy_step, vocab=K, model=DEFAULT_MODEL, mechanisms=ALL))
     knobs = _one_run(Knobs(lr_policy=LR, entropy_bonus=0.0, reward_from_q_star=True))
     row = _row(policy_tree)
-    after = step(fresh_network(row), judge[None], jnp.array([True]), noise, knobs, row, Q_STAR, idle_run_states(K**L))
+    states, key = idle_run_states(K**L), jax.random.PRNGKey(5)  # the key the noise was drawn from
+    after = step(fresh_network(row), judge[None], jnp.array([True]), noise, knobs, row, Q_STAR, states, key)
 
     tokens, _ = learning.sample(row, noise, K)
     index = np.asarray(tokens) @ (K ** np.arange(L - 1, -1, -1))
@@ -81,12 +82,12 @@ def test_both_hooks_leave_a_run_with_their_knobs_off_bit_for_bit() -> None:
     tokens = jax.random.randint(jax.random.PRNGKey(7), (B, L), 0, K)
     batch = PolicyBatch(tokens, jnp.linspace(-5.0, -1.0, B), jnp.zeros(3), Q_STAR, K, DEFAULT_MODEL)
     rewards = jnp.linspace(-1.0, 1.0, B)
-    off = _one_run(Knobs())
-    np.testing.assert_array_equal(gold_reward.gold_rewards(rewards, batch, off), rewards)
-    np.testing.assert_array_equal(entropy_regularization.soft_rewards(rewards, batch, off), rewards)
-    tau = _one_run(Knobs(entropy_regularization=0.3))
+    off = batch.replace(knobs=_one_run(Knobs()))
+    np.testing.assert_array_equal(gold_reward.gold_rewards(rewards, off, None)[0], rewards)
+    np.testing.assert_array_equal(entropy_regularization.soft_rewards(rewards, off, None)[0], rewards)
+    tau = batch.replace(knobs=_one_run(Knobs(entropy_regularization=0.3)))
     np.testing.assert_allclose(
-        entropy_regularization.soft_rewards(rewards, batch, tau), rewards - 0.3 * batch.log_pi, rtol=1e-6
+        entropy_regularization.soft_rewards(rewards, tau, None)[0], rewards - 0.3 * batch.log_pi, rtol=1e-6
     )
 
 
@@ -130,8 +131,11 @@ def test_a_replaced_reward_is_still_shaped_by_entropy_regularisation(policy_tree
     log_pi = jnp.array([-4.0, -2.5, -1.0, -3.0])
     table = jnp.linspace(-1.0, 1.0, K**L)
     states = {"noisy_gold_reward": NoisyProxy(table, jnp.array(True))}
-    batch = PolicyBatch(tokens, log_pi, _row(policy_tree), Q_STAR, K, DEFAULT_MODEL, states)
     knobs = _one_run(Knobs(entropy_regularization=0.3, **{replacing: True}))
+    batch = PolicyBatch(
+        tokens, log_pi, _row(policy_tree), Q_STAR, K, DEFAULT_MODEL, states, knobs, jax.random.PRNGKey(0)
+    )
     replaced = (Q_STAR if replacing == "reward_from_q_star" else table)[jnp.array([3, 9, 40, 63])]
-    shaped = shaped_rewards(ALL, jnp.zeros(4), batch, knobs)
+    shaped, own = shaped_rewards(ALL, jnp.zeros(4), batch)
+    assert own.keys() == states.keys() and own["noisy_gold_reward"] is states["noisy_gold_reward"]
     np.testing.assert_allclose(shaped, replaced - 0.3 * log_pi, rtol=1e-6)

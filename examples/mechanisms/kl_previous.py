@@ -21,7 +21,7 @@ from harness.engine.flat_params import policy_layout
 from harness.engine.metrics import NON_NEGATIVE, Metric
 from harness.engine.models import policy_log_prob, policy_log_prob_table
 from harness.grid.contract import DiagnosticsContext, GridShape, IterationContext, Mechanism, OwnState, PolicyBatch
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.knobs import Knobs
 
 NAME = "kl_to_previous"
 
@@ -47,11 +47,12 @@ def _start_iteration(context: IterationContext, own: OwnState) -> OwnState:
     return own._replace(runs=context.state.runs.policy.params)
 
 
-def penalised(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:
-    """One run's rewards (B,) less β times each sample's log-ratio to π_prev."""
+def penalised(rewards: jax.Array, batch: PolicyBatch, own: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One run's rewards (B,) less β times each sample's log-ratio to π_prev, the run's own state (its row, (P,),
+    returned unchanged: only `start_iteration` takes the copy)."""
     layout = policy_layout(batch.vocab, batch.tokens.shape[1], batch.model.policy)
-    previous = policy_log_prob(layout.unravel(batch.mechanisms[NAME]), batch.tokens, batch.vocab)
-    return rewards - knobs.kl_previous * (batch.log_pi - jax.lax.stop_gradient(previous))
+    previous = policy_log_prob(layout.unravel(own), batch.tokens, batch.vocab)
+    return rewards - batch.knobs.kl_previous * (batch.log_pi - jax.lax.stop_gradient(previous)), own
 
 
 def kl_to_previous(context: DiagnosticsContext) -> jax.Array:

@@ -92,11 +92,16 @@ def mechanism_stream(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
+def own_key(key: jax.Array, name: str) -> jax.Array:
+    """Mechanism `name`'s own key (2,) from one key of the loop: `key` folded with the mechanism's stream number."""
+    return jax.random.fold_in(key, mechanism_stream(name))
+
+
 def own_keys(judge_pair_keys: jax.Array, name: str) -> jax.Array:
     """Mechanism `name`'s own key of a step, one per run: each run's judge-pair key of the step (R, 2) folded with
     the mechanism's stream number. A draw from it is independent of every draw the loop makes from that key and of
     every other mechanism's (another name folds another number)."""
-    return jax.vmap(lambda key: jax.random.fold_in(key, mechanism_stream(name)))(judge_pair_keys)
+    return jax.vmap(lambda key: own_key(key, name))(judge_pair_keys)
 
 
 def _position_chain(key: jax.Array, seq_len: int) -> jax.Array:

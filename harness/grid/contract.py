@@ -258,11 +258,13 @@ class StepRow(NamedTuple):
 
 @flax.struct.dataclass
 class PolicyBatch:
-    """One run's policy batch, as the reward hooks see it: tokens int32 (B, L); log_pi (B,) the policy's log π of
-    each sample (no gradient flows through it); initial_policy (P,) the row of the run's π₀; q_star (N,) the world's
-    q* of every output (`harness.engine.world.output_index` of the tokens indexes it); vocab and model (static), to
-    evaluate other rows on the tokens; mechanisms: the run's own state of every mechanism that keeps one
-    (`RunState.mechanisms` without the run axis), so a reward hook can read what its mechanism carries."""
+    """One run's policy batch, as its reward hooks (`shape_reward`) see it: tokens int32 (B, L); log_pi (B,) the
+    policy's log π of each sample (no gradient flows through it); initial_policy (P,) the row of the run's π₀; q_star
+    (N,) the world's q* of every output (`harness.engine.world.output_index` of the tokens indexes it); vocab and model
+    (static), to evaluate other rows on the tokens; mechanisms: the run's own state of every mechanism that keeps one
+    (`RunState.mechanisms` without the run axis), to read; knobs: the run's knobs (`RunKnobs` without the run axis);
+    key (2,): the key the batch was drawn from, which the grid folds with each hook's mechanism's stream number
+    before the hook sees it (`harness.engine.streams.own_key`), so a hook's draws are its own."""
 
     tokens: jax.Array
     log_pi: jax.Array
@@ -271,6 +273,8 @@ class PolicyBatch:
     vocab: int = flax.struct.field(pytree_node=False)
     model: Any = flax.struct.field(pytree_node=False)
     mechanisms: dict[str, Any] = flax.struct.field(default_factory=dict)
+    knobs: Any = None
+    key: jax.Array | None = None
 
 
 class DiagnosticsContext(NamedTuple):
@@ -393,7 +397,10 @@ class Mechanism:
     The loop's hooks, any number, applied in mechanism order:
         reward_rows: (shape, constants, knobs, slots (`SlotState`), rows (J, P)) -> the judge rows that reward each
             run's policy, from the rows the mechanisms before it chose (at first every judge's own).
-        shape_reward: (rewards (B,), `PolicyBatch`, one run's knobs) -> rewards (B,), per sample.
+        shape_reward: (rewards (B,), `PolicyBatch` (with the run's knobs and the mechanism's own key), own) ->
+            (rewards (B,), own), per sample; own is the mechanism's per-run state for the run (None where it keeps
+            none), returned changed or as it was. What the policy's own step returns is kept; a look-ahead copy's
+            step returns it too, but the copy's is dropped with the copy.
         log_prob_weight: (one run's knobs) -> the weight of mean log π in its policy's loss (summed over mechanisms).
     The state hooks, any number: each is given its mechanism's own state (`OwnState`) and returns it, changed; the
     rest of the grid's state it only reads, as the hook point found it, so their order does not matter:
@@ -431,7 +438,7 @@ class Mechanism:
     policy_learning_rate: Callable[[RunKnobs], jax.Array] | None = None
     reset_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
     reward_rows: Callable[..., jax.Array] | None = None
-    shape_reward: Callable[[jax.Array, PolicyBatch, RunKnobs], jax.Array] | None = None
+    shape_reward: Callable[[jax.Array, PolicyBatch, Any], tuple[jax.Array, Any]] | None = None
     log_prob_weight: Callable[[RunKnobs], jax.Array] | None = None
     start_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None
     end_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None

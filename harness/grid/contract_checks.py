@@ -40,7 +40,7 @@ HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "policy_learning_rate": ("knobs",),
     "reset_due": ("knobs", "iteration"),
     "reward_rows": ("shape", "constants", "knobs", "slots", "rows"),
-    "shape_reward": ("rewards", "batch", "knobs"),
+    "shape_reward": ("rewards", "batch", "own"),
     "log_prob_weight": ("knobs",),
     "start_iteration": ("context", "own"),
     "end_iteration": ("context", "own"),
@@ -108,15 +108,16 @@ def check_returns_like(given: Any, returned: Any, mechanism: str, where: str, fu
             )
 
 
-def checked(function: Callable, given_at: int, mechanism: str, where: str) -> Callable:
-    """`function` whose result is checked (`check_returns_like`) against its argument at position `given_at`, its
-    operations traced under the mechanism's name (`jax.named_scope`: the compiled program's metadata says which
-    mechanism each instruction comes from)."""
+def checked(function: Callable, given_at: int | tuple[int, ...], mechanism: str, where: str) -> Callable:
+    """`function` whose result is checked (`check_returns_like`) against its argument at position `given_at` (a tuple
+    of positions: against the tuple of those arguments), its operations traced under the mechanism's name
+    (`jax.named_scope`: the compiled program's metadata says which mechanism each instruction comes from)."""
 
     def call(*arguments: Any) -> Any:
         with jax.named_scope(mechanism):
             returned = function(*arguments)
-        check_returns_like(arguments[given_at], returned, mechanism, where, function)
+        given = arguments[given_at] if isinstance(given_at, int) else tuple(arguments[i] for i in given_at)
+        check_returns_like(given, returned, mechanism, where, function)
         return returned
 
     return call

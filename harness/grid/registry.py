@@ -364,10 +364,14 @@ def hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[Any]:
     return [getattr(m, hook) for m in _hook_order(tuple(mechanisms), hook)]
 
 
-def checked_hooks(mechanisms: Sequence[Mechanism], hook: str, given_at: int) -> list[Callable]:
-    """`hooks`, each checked while traced to return what it was given at argument `given_at` (the state, the rewards)
-    in structure, shapes and dtypes (`contract_checks.checked`)."""
-    return [checked(getattr(m, hook), given_at, m.name, f"hook '{hook}'") for m in _hook_order(tuple(mechanisms), hook)]
+def checked_hooks(
+    mechanisms: Sequence[Mechanism], hook: str, given_at: int | tuple[int, ...]
+) -> list[tuple[str, Callable]]:
+    """(mechanism name, hook) of every mechanism that takes `hook`, in `hooks`' order, each hook checked while traced
+    to return what it was given at argument `given_at` (the rewards and its own state) in structure, shapes and dtypes
+    (`contract_checks.checked`)."""
+    ordered = _hook_order(tuple(mechanisms), hook)
+    return [(m.name, checked(getattr(m, hook), given_at, m.name, f"hook '{hook}'")) for m in ordered]
 
 
 def row_owners(mechanisms: Sequence[Mechanism]) -> dict[str, str]:

@@ -55,13 +55,18 @@ def run_rewards(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slo
     return jax.vmap(_aggregate(shape.used_mechanisms))(slot_scores[slots], members, knobs)
 
 
-def shaped_rewards(
-    mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs
-) -> jax.Array:
-    """One run's rewards (B,) after every `shape_reward` hook, in mechanism order."""
-    for hook in registry.checked_hooks(mechanisms, "shape_reward", given_at=0):
-        rewards = hook(rewards, batch, knobs)
-    return rewards
+def shaped_rewards(mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch) -> tuple[jax.Array, Any]:
+    """One run's rewards (B,) after every `shape_reward` hook, in mechanism order, and its mechanisms' per-run states
+    (by name, as `batch.mechanisms`) with each hook's own as its hook returned it.
+
+    Each hook is given the batch with its mechanism's own key (`batch.key` folded with its stream number) and its own
+    state; every hook reads the others' states in `batch.mechanisms` as the step found them."""
+    own = dict(batch.mechanisms)
+    for name, hook in registry.checked_hooks(mechanisms, "shape_reward", given_at=(0, 2)):
+        rewards, changed = hook(rewards, batch.replace(key=streams.own_key(batch.key, name)), own.get(name))
+        if name in own:
+            own[name] = changed
+    return rewards, own
 
 
 def log_prob_weight(mechanisms: Sequence[Mechanism], knobs: RunKnobs) -> jax.Array:
@@ -83,12 +88,11 @@ def policy_learning_rate(mechanisms: Sequence[Mechanism], knobs: RunKnobs) -> ja
     return hook(knobs)
 
 
-def _loss_cotangent(
-    mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs
-) -> jax.Array:
-    """d loss / d log π of one run's batch, from its rewards as the judges gave them."""
-    rewards = shaped_rewards(mechanisms, rewards, batch, knobs)
-    return learning.reinforce_cotangent(rewards, log_prob_weight(mechanisms, knobs))
+def _loss_cotangent(mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch) -> tuple[jax.Array, Any]:
+    """d loss / d log π of one run's batch, from its rewards as the judges gave them; and its mechanisms' per-run
+    states after the reward hooks (`shaped_rewards`)."""
+    rewards, own = shaped_rewards(mechanisms, rewards, batch)
+    return learning.reinforce_cotangent(rewards, log_prob_weight(mechanisms, batch.knobs)), own
 
 
 def policy_step(
@@ -113,14 +117,22 @@ def policy_step(
     slot_scores = jax.vmap(judge_reward)(judges, tokens[constants.slot_run])
     rewards = run_rewards(shape, constants, knobs, slot_scores)
     q_star = jnp.broadcast_to(constants.q_star, (shape.n_runs, *constants.q_star.shape))
-    own_states = state.runs.mechanisms
     batches = PolicyBatch(
-        tokens, jax.lax.stop_gradient(log_pi), constants.initial_policies, q_star, vocab, shape.model, own_states
+        tokens,
+        jax.lax.stop_gradient(log_pi),
+        constants.initial_policies,
+        q_star,
+        vocab,
+        shape.model,
+        state.runs.mechanisms,
+        knobs,
+        keys,  # what the batch was drawn from; each reward hook gets it folded with its mechanism's number
     )
-    (grads,) = pullback(jax.vmap(partial(_loss_cotangent, mechanisms))(rewards, batches, knobs))
+    cotangents, own = jax.vmap(partial(_loss_cotangent, mechanisms))(rewards, batches)
+    (grads,) = pullback(cotangents)
     learning_rate = jax.vmap(partial(policy_learning_rate, mechanisms))(knobs)
     policy = jax.vmap(adam_step)(policy, grads, learning_rate)
-    return state.replace(runs=state.runs.replace(policy=policy))
+    return state.replace(runs=state.runs.replace(policy=policy, mechanisms=own))
 
 
 def run_policy_step(
@@ -132,6 +144,7 @@ def run_policy_step(
     initial_policy: jax.Array,
     q_star: jax.Array,
     run_state: dict[str, Any],
+    key: jax.Array,
     *,
     vocab: int,
     model: ModelConfig,
@@ -139,8 +152,10 @@ def run_policy_step(
 ) -> Network:
     """One REINFORCE step of one run, as `policy_step` takes it for every run: sample a batch with `noise`
     (L, B, K), reward it with the run's judges (rows (M, P), members marking the real ones) through the same hooks,
-    step Adam. initial_policy (P,): the run's π₀ row, q_star (N,) the world's q*, and run_state the run's own state
-    of each mechanism that keeps one (`RunState.mechanisms` without the run axis), for hooks that read them."""
+    step Adam. initial_policy (P,): the run's π₀ row, q_star (N,) the world's q*, run_state the run's own state of
+    each mechanism that keeps one (`RunState.mechanisms` without the run axis), for hooks that read them, and key
+    (2,) the key `noise` was drawn from (`PolicyBatch.key`). What the reward hooks return of their own state is
+    dropped: a copy of a policy (a look-ahead) changes no mechanism's state."""
 
     def log_prob(row: jax.Array) -> tuple[jax.Array, jax.Array]:
         tokens, log_pi = learning.sample(row, noise, vocab, model)
@@ -149,6 +164,8 @@ def run_policy_step(
     log_pi, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
     scores = jax.vmap(learning.judge_reward, (0, None, None, None))(judges, tokens, vocab, model)
     rewards = _aggregate(mechanisms)(scores, members, knobs)
-    batch = PolicyBatch(tokens, jax.lax.stop_gradient(log_pi), initial_policy, q_star, vocab, model, run_state)
-    (grads,) = pullback(_loss_cotangent(mechanisms, rewards, batch, knobs))
+    log_pi = jax.lax.stop_gradient(log_pi)
+    batch = PolicyBatch(tokens, log_pi, initial_policy, q_star, vocab, model, run_state, knobs, key)
+    cotangent, _ = _loss_cotangent(mechanisms, rewards, batch)
+    (grads,) = pullback(cotangent)
     return adam_step(policy, grads, policy_learning_rate(mechanisms, knobs))

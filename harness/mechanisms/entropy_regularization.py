@@ -15,7 +15,7 @@ import jax
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.grid.contract import Mechanism, PolicyBatch
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.knobs import Knobs
 
 
 class EntropyRegularizationKnobs(BaseModel):
@@ -29,9 +29,9 @@ class EntropyRegularizationKnobs(BaseModel):
     )
 
 
-def soft_rewards(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:
-    """One run's rewards (B,) less τ times each sample's log π."""
-    return rewards - knobs.entropy_regularization * batch.log_pi
+def soft_rewards(rewards: jax.Array, batch: PolicyBatch, own: None) -> tuple[jax.Array, None]:
+    """One run's rewards (B,) less τ times each sample's log π (the mechanism keeps no state)."""
+    return rewards - batch.knobs.entropy_regularization * batch.log_pi, own
 
 
 def _uses(knobs: Knobs) -> bool:

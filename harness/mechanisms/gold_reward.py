@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.world import output_index
 from harness.grid.contract import Mechanism, PolicyBatch
-from harness.grid.knobs import PERFECT_PROXY, STUDY_ROLE, Knobs, RunKnobs
+from harness.grid.knobs import PERFECT_PROXY, STUDY_ROLE, Knobs
 
 
 class GoldRewardKnobs(BaseModel):
@@ -31,10 +31,11 @@ class GoldRewardKnobs(BaseModel):
     )
 
 
-def gold_rewards(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:
-    """One run's rewards (B,): each sample's q* where the run has the knob on, its judges' otherwise."""
+def gold_rewards(rewards: jax.Array, batch: PolicyBatch, own: None) -> tuple[jax.Array, None]:
+    """One run's rewards (B,): each sample's q* where the run has the knob on, its judges' otherwise (the mechanism
+    keeps no state)."""
     gold = batch.q_star[output_index(batch.tokens, batch.vocab)]
-    return jnp.where(knobs.reward_from_q_star, gold.astype(rewards.dtype), rewards)
+    return jnp.where(batch.knobs.reward_from_q_star, gold.astype(rewards.dtype), rewards), own
 
 
 def _uses(knobs: Knobs) -> bool:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.engine.flat_params import policy_layout
 from harness.engine.models import policy_log_prob
 from harness.grid.contract import Mechanism, PolicyBatch
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.knobs import Knobs
 
 
 class KLPenaltyKnobs(BaseModel):
@@ -39,9 +39,9 @@ def initial_log_prob(batch: PolicyBatch) -> jax.Array:
     return jax.lax.stop_gradient(policy_log_prob(layout.unravel(batch.initial_policy), batch.tokens, batch.vocab))
 
 
-def penalised(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:
-    """One run's rewards (B,) less β times each sample's log-ratio to π₀."""
-    return rewards - knobs.kl_penalty * (batch.log_pi - initial_log_prob(batch))
+def penalised(rewards: jax.Array, batch: PolicyBatch, own: None) -> tuple[jax.Array, None]:
+    """One run's rewards (B,) less β times each sample's log-ratio to π₀ (the mechanism keeps no state)."""
+    return rewards - batch.knobs.kl_penalty * (batch.log_pi - initial_log_prob(batch)), own
 
 
 def _uses(knobs: Knobs) -> bool:

@@ -84,11 +84,11 @@ def _start_iteration(context: IterationContext, own: OwnState) -> OwnState:
     return own._replace(runs=jax.lax.cond(jnp.all(own.runs.made), lambda kept: kept, make, own.runs))
 
 
-def noisy_gold_rewards(rewards: jax.Array, batch: PolicyBatch, knobs: RunKnobs) -> jax.Array:
-    """One run's rewards (B,): each sample's value in the run's proxy table where the run has the knob on."""
-    table = batch.mechanisms[NAME].table
-    noisy = table[output_index(batch.tokens, batch.vocab)]
-    return jnp.where(knobs.reward_from_noisy_q_star, noisy.astype(rewards.dtype), rewards)
+def noisy_gold_rewards(rewards: jax.Array, batch: PolicyBatch, own: NoisyProxy) -> tuple[jax.Array, NoisyProxy]:
+    """One run's rewards (B,): each sample's value in the run's proxy table (its own state, unchanged here) where the
+    run has the knob on."""
+    noisy = own.table[output_index(batch.tokens, batch.vocab)]
+    return jnp.where(batch.knobs.reward_from_noisy_q_star, noisy.astype(rewards.dtype), rewards), own
 
 
 def _view(context: DiagnosticsContext) -> jax.Array:

@@ -106,6 +106,7 @@ def lookahead_side(
     judges: jax.Array,
     members: jax.Array,
     noise: jax.Array,
+    step_keys: jax.Array,
     steps: jax.Array,
     knobs: RunKnobs,
     initial_policy: jax.Array,
@@ -118,17 +119,17 @@ def lookahead_side(
 ) -> jax.Array:
     """The chosen side's policy row for future-guided pairs: a copy of one run's policy (with its Adam state)
     trained `steps` more REINFORCE steps against the run's current judges (rows (M, P), members marking the real
-    ones), step i with noise[i] (S, L, B, K), S ≥ steps, as the loop trains the policy (`run_policy_step`); the
-    copy's row is returned, the run's policy is untouched."""
+    ones), step i with noise[i] (S, L, B, K), S ≥ steps, drawn from step_keys[i] (S, 2), as the loop trains the policy
+    (`run_policy_step`); the copy's row is returned, the run's policy and its mechanisms' states are untouched."""
     del current  # the side it replaces: always the policy's own row
     train = partial(run_policy_step, vocab=vocab, model=model, mechanisms=mechanisms)
 
-    def step(copy: Network, inputs: tuple[jax.Array, jax.Array]) -> tuple[Network, None]:
-        index, step_noise = inputs
-        stepped = train(copy, judges, members, step_noise, knobs, initial_policy, q_star, run_state)
+    def step(copy: Network, inputs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[Network, None]:
+        index, step_noise, key = inputs
+        stepped = train(copy, judges, members, step_noise, knobs, initial_policy, q_star, run_state, key)
         return jax.tree.map(lambda new, old: jnp.where(index < steps, new, old), stepped, copy), None
 
-    copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise))
+    copy, _ = jax.lax.scan(step, policy, (jnp.arange(noise.shape[0]), noise, step_keys))
     return copy.params
 
 
@@ -172,7 +173,8 @@ def _lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> t
     q_star = jnp.broadcast_to(step.constants.q_star, (runs.shape[0], *step.constants.q_star.shape))
     # Each run's own mechanism states, for reward hooks that read them (what no hook reads, XLA drops).
     run_state = jax.tree.map(lambda leaf: leaf[runs], step.state.runs.mechanisms)
-    return policies, judges, members[runs], noise, knobs.lookahead_steps[runs], run_knobs, initial, q_star, run_state
+    steps = knobs.lookahead_steps[runs]
+    return policies, judges, members[runs], noise, step_keys, steps, run_knobs, initial, q_star, run_state
 
 
 def _rejected_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
