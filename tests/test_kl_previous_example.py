@@ -16,10 +16,9 @@ import pytest
 import scipy.special
 
 import harness
-from harness.engine.flat_params import policy_layout
-from harness.engine.models import policy_log_prob_table
 from harness.engine.state import CoevolutionState
 from harness.grid import registry
+from harness.grid.diagnostics import policy_log_prob_tables
 from harness.grid.trainer import GridTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,13 +100,10 @@ def test_the_second_iteration_is_penalised_toward_the_policy_after_the_first(tra
     metrics = trained.metrics
     previous, initial = _condition(metrics, "previous", 2), _condition(metrics, "initial", 2)
     assert not np.allclose(previous["policy_quality"], initial["policy_quality"])
-    # The metric by scipy from the exact tables of π (after the second iteration) and of the copy.
-    shape = trained.trainer.shape
-    layout = policy_layout(shape.vocab_size, shape.seq_len, shape.model.policy)
 
+    # The metric by scipy from the exact tables of π (after the second iteration) and of the copy.
     def tables(rows: jax.Array) -> np.ndarray:
-        table = jax.vmap(lambda row: policy_log_prob_table(layout.unravel(row), shape.vocab_size, shape.seq_len))
-        return np.exp(np.asarray(table(rows), np.float64))
+        return np.exp(np.asarray(policy_log_prob_tables(trained.trainer.shape, rows), np.float64))
 
     pi, pi_previous = tables(after_second.runs.policy.params), tables(after_second.runs.of(NAME))
     expected = scipy.special.rel_entr(pi, pi_previous).sum(axis=1)

@@ -3,7 +3,7 @@ iteration): each sample's reward becomes r(x) − β·(log π(x) − log π_prev
 
 A mechanism of a lab's own, in one file, that keeps state and reads it in a reward hook: its per-run state is a copy
 of the policy's row, taken at the start of every outer iteration (`start_iteration`); the reward hook evaluates
-log π_prev on the batch's tokens from that copy (`PolicyBatch.mechanisms`), without gradient, as the built-in
+log π_prev on the batch's tokens from that copy (its `own` state), without gradient, as the built-in
 `kl_penalty` does for π₀. In the first iteration π_prev is π₀, so a run penalised toward its previous policy trains
 exactly as one penalised toward its initial policy with the same β; from the second iteration on the two part.
 
@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.flat_params import policy_layout
 from harness.engine.metrics import NON_NEGATIVE, Metric
-from harness.engine.models import policy_log_prob, policy_log_prob_table
+from harness.engine.models import policy_log_prob
 from harness.grid.contract import DiagnosticsContext, GridShape, IterationContext, Mechanism, OwnState, PolicyBatch
+from harness.grid.diagnostics import policy_log_prob_tables
 from harness.grid.knobs import Knobs
 
 NAME = "kl_to_previous"
@@ -57,10 +58,7 @@ def penalised(rewards: jax.Array, batch: PolicyBatch, own: jax.Array) -> tuple[j
 
 def kl_to_previous(context: DiagnosticsContext) -> jax.Array:
     """Per run: KL(π ‖ π_prev) over every output, from the exact log-probability tables."""
-    shape = context.shape
-    layout = policy_layout(shape.vocab_size, shape.seq_len, shape.model.policy)
-    rows = context.state.runs.of(NAME)
-    previous = jax.vmap(lambda row: policy_log_prob_table(layout.unravel(row), shape.vocab_size, shape.seq_len))(rows)
+    previous = policy_log_prob_tables(context.shape, context.state.runs.of(NAME))
     # rel_entr, as the built-in KL from π₀: outputs the policy has abandoned add nothing.
     return jnp.sum(jax.scipy.special.rel_entr(jnp.exp(context.log_pi), jnp.exp(previous)), axis=1)
 

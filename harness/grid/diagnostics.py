@@ -38,6 +38,12 @@ def _all_finite(tree: jax.Array) -> jax.Array:
     return jnp.all(jnp.stack(leaves), axis=0)
 
 
+def policy_log_prob_tables(shape: GridShape, rows: jax.Array) -> jax.Array:
+    """Every policy row's (R, P) log π of every output of the grid's world, (R, N)."""
+    unravel = policy_layout(shape.vocab_size, shape.seq_len, shape.model.policy).unravel
+    return jax.vmap(lambda row: policy_log_prob_table(unravel(row), shape.vocab_size, shape.seq_len))(rows)
+
+
 def judge_score_tables(shape: GridShape, rows: jax.Array) -> jax.Array:
     """Every judge row's (J, P) score of every output of the grid's world, (J, N)."""
     unravel = judge_layout(shape.vocab_size, shape.seq_len, shape.model.judge).unravel
@@ -52,10 +58,8 @@ def _view(mechanism: Mechanism, context: DiagnosticsContext) -> Any:
 def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
     """Every metric of the grid's mechanisms for every run, from its full policy distribution and judge score
     tables."""
-    vocab, seq_len = shape.vocab_size, shape.seq_len
     policies, judges = state.runs.policy.params, state.slots.judge.params
-    unravel_policy = policy_layout(vocab, seq_len, shape.model.policy).unravel
-    log_pi = jax.vmap(lambda row: policy_log_prob_table(unravel_policy(row), vocab, seq_len))(policies)  # (R, N)
+    log_pi = policy_log_prob_tables(shape, policies)  # (R, N)
     score_table = partial(judge_score_tables, shape)
     slot_tables = score_table(judges)  # (J, N)
     # The judges' reward (what judge-perceived quality and alignment measure): the rows the mechanisms choose, their

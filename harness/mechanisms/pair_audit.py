@@ -14,11 +14,10 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from harness.engine.flat_params import policy_layout
 from harness.engine.metrics import NON_NEGATIVE, PROBABILITY, Metric, ValidValues
-from harness.engine.models import policy_log_prob_table
 from harness.engine.pair_audits import PairAudit, audit_pairs
 from harness.grid.contract import DiagnosticsContext, Mechanism, StepContext
+from harness.grid.diagnostics import policy_log_prob_tables
 from harness.grid.training_step import pair_sides, step_keys
 from harness.mechanisms import pair_sources, referee
 from harness.mechanisms.pair_audit_report import REPORT
@@ -34,9 +33,7 @@ def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.A
     keys = step_keys(shape, constants, state, due)
     contrast = pair_sources.contrast_runs(knobs)
     sides = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, due, contrast))
-    unravel = policy_layout(shape.vocab_size, shape.seq_len, shape.model.policy).unravel
-    table = jax.vmap(lambda row: jnp.exp(policy_log_prob_table(unravel(row), shape.vocab_size, shape.seq_len)))
-    return table(sides.chosen), table(sides.rejected)
+    return jnp.exp(policy_log_prob_tables(shape, sides.chosen)), jnp.exp(policy_log_prob_tables(shape, sides.rejected))
 
 
 def audit_view(context: DiagnosticsContext) -> PairAudit:
