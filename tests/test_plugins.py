@@ -435,8 +435,26 @@ def test_a_mistake_in_a_plugins_hook_is_one_line_naming_its_file_line_and_hook(
 ) -> None:
     code, line = _run_with_module(tmp_path, "broken.py", BROKEN_HOOK, capsys)
     assert code == 2
-    assert line.startswith(f"coevolab: error: mechanism 'broken' ({tmp_path / 'broken.py'}:14, in bonus): TypeError")
+    where = f"{tmp_path / 'broken.py'}:14, in bonus; hook 'shape_reward'"
+    assert line.startswith(f"coevolab: error: mechanism 'broken' ({where}): TypeError")
     assert "(16,)" in line and "(3,)" in line
+
+
+def test_a_hook_written_for_the_old_reward_form_is_one_line_naming_the_hook(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`shape_reward` was (rewards, batch, knobs) -> rewards: such a hook binds the new form's three arguments, then
+    reads a knob from its own state (None), and the line says which hook of the contract called it."""
+    old_form = BROKEN_HOOK.replace(
+        "return rewards + jnp.ones(3), own  # not the batch's shape", "return rewards + own.broken_bonus"
+    )
+    code, line = _run_with_module(tmp_path, "old_form.py", old_form, capsys)
+    assert code == 2
+    where = f"{tmp_path / 'old_form.py'}:14, in bonus; hook 'shape_reward'"
+    assert line == (
+        f"coevolab: error: mechanism 'broken' ({where}): AttributeError: 'NoneType' object has no attribute "
+        "'broken_bonus'"
+    )
 
 
 WRONG_METRIC = """import jax.numpy as jnp

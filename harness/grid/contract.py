@@ -14,7 +14,7 @@ The inner step of every run, in order:
    the judge's cadence; every step where none does); the step's keys (`harness.engine.streams`).
 2. The policy's REINFORCE step, rewarded by its judges: each judge's rows (``reward_rows``), their
    scores aggregated over the run's judges (``aggregate``), shaped per sample (``shape_reward``),
-   with weights on mean log π (``log_prob_weight``).
+   then the update's weight on mean log π and learning rate (``update_policy``).
 3. Stage ``sides`` (rows over runs, replacing `PairSides`): where the two sides of the judge's
    training pairs are drawn from (the policy, unless a row replaces a side; ``contrast`` says which
    runs label their pairs chosen > rejected instead of by the judge).
@@ -27,9 +27,9 @@ Around the inner steps of an outer iteration: ``start_iteration`` before the fir
 after the last, then the judges' reset where ``reset_due`` says. A stage's rows run in the order the
 mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
 mechanism's ``after`` / ``before`` say otherwise; so do the hooks that pass a value from one mechanism
-to the next (``shape_reward``, ``reward_rows``). The state hooks (``start_iteration``, ``end_iteration``,
-``after_step``) need no order: each changes only its own mechanism's state (`OwnState`), and every one
-at a point reads the state as that point found it.
+to the next (``shape_reward``, ``update_policy``, ``reward_rows``). The state hooks (``start_iteration``,
+``end_iteration``, ``after_step``) need no order: each changes only its own mechanism's state (`OwnState`),
+and every one at a point reads the state as that point found it.
 """
 
 from __future__ import annotations
@@ -277,6 +277,17 @@ class PolicyBatch:
     key: jax.Array | None = None
 
 
+@flax.struct.dataclass
+class PolicyUpdate:
+    """What one run's policy step does with its shaped rewards, as its `update_policy` hooks see and change it:
+    log_prob_weight () float32, the weight on mean log π in the loss (`harness.engine.learning.reinforce_cotangent`;
+    0 before any hook adds to it); learning_rate () float32, Adam's step size (NaN before the hook that sets it, the
+    `learning_rates` mechanism's, so a step no hook gave a rate is NaN, not silently unchanged)."""
+
+    log_prob_weight: jax.Array
+    learning_rate: jax.Array
+
+
 class DiagnosticsContext(NamedTuple):
     """What a mechanism's view reads after an outer iteration: the grid's shape, constants, knobs and state;
     log_pi float32 (R, N), every run's log π over all outputs; judge_tables float32 (J, N), every judge's scores of
@@ -390,7 +401,6 @@ class Mechanism:
             none says).
         aggregate: (scores (M, X), members bool (M,), one run's knobs) -> (X,), one run's reward from its judges'
             scores.
-        policy_learning_rate: (one run's knobs) -> its policy's Adam learning rate.
         reset_due: (knobs, iteration) -> bool (R,), the runs whose judges the grid returns to their pretrained
             weights after outer iteration `iteration` (0-based), with a fresh Adam state and every mechanism's
             per-judge state at its start (`slot_state`), after every `end_iteration` hook (none where none says).
@@ -401,7 +411,10 @@ class Mechanism:
             (rewards (B,), own), per sample; own is the mechanism's per-run state for the run (None where it keeps
             none), returned changed or as it was. What the policy's own step returns is kept; a look-ahead copy's
             step returns it too, but the copy's is dropped with the copy.
-        log_prob_weight: (one run's knobs) -> the weight of mean log π in its policy's loss (summed over mechanisms).
+        update_policy: (update (`PolicyUpdate`), `PolicyBatch`, own) -> (update, own), after every `shape_reward`:
+            the policy step's weight on mean log π and learning rate, as the mechanisms before it left them (a
+            weight is added to, a rate replaced); batch and own as for `shape_reward` (the same key: a mechanism
+            that draws in both splits it), and what the policy's own step returns of own is kept.
     The state hooks, any number: each is given its mechanism's own state (`OwnState`) and returns it, changed; the
     rest of the grid's state it only reads, as the hook point found it, so their order does not matter:
         start_iteration / end_iteration: (`IterationContext`, own) -> own, before an outer iteration's first inner
@@ -435,11 +448,10 @@ class Mechanism:
     judge_update_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
     contrast: Callable[[StepContext], jax.Array] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
-    policy_learning_rate: Callable[[RunKnobs], jax.Array] | None = None
     reset_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
     reward_rows: Callable[..., jax.Array] | None = None
     shape_reward: Callable[[jax.Array, PolicyBatch, Any], tuple[jax.Array, Any]] | None = None
-    log_prob_weight: Callable[[RunKnobs], jax.Array] | None = None
+    update_policy: Callable[[PolicyUpdate, PolicyBatch, Any], tuple[PolicyUpdate, Any]] | None = None
     start_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None
     end_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None
     after_step: Callable[[StepContext, OwnState], OwnState] | None = None
@@ -458,7 +470,6 @@ SINGLE_HOOKS = (
     "judge_update_due",
     "contrast",
     "aggregate",
-    "policy_learning_rate",
     "pretrain_data",
     "reset_due",
 )

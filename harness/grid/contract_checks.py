@@ -37,11 +37,10 @@ HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "judge_update_due": ("knobs", "counter"),
     "contrast": ("step",),
     "aggregate": ("scores", "members", "knobs"),
-    "policy_learning_rate": ("knobs",),
     "reset_due": ("knobs", "iteration"),
     "reward_rows": ("shape", "constants", "knobs", "slots", "rows"),
     "shape_reward": ("rewards", "batch", "own"),
-    "log_prob_weight": ("knobs",),
+    "update_policy": ("update", "batch", "own"),
     "start_iteration": ("context", "own"),
     "end_iteration": ("context", "own"),
     "after_step": ("step", "own"),
@@ -108,6 +107,32 @@ def check_returns_like(given: Any, returned: Any, mechanism: str, where: str, fu
             )
 
 
+# How an error raised inside a mechanism's function records the place of the contract it was called at (an
+# exception note, PEP 678), for `harness.grid.registry.plugin_error` to name.
+PLACE_NOTE = "called by the grid as "
+
+
+def noting_place(function: Callable, where: str) -> Callable:
+    """`function`, whose errors carry a note naming `where` ("hook 'shape_reward'", "row 'anchor' due"): the place
+    of the contract that called it, which its own traceback does not say."""
+
+    @functools.wraps(function)
+    def call(*arguments: Any) -> Any:
+        try:
+            return function(*arguments)
+        except Exception as error:
+            error.add_note(PLACE_NOTE + where)
+            raise
+
+    return call
+
+
+def place_of(error: BaseException) -> str | None:
+    """The innermost place of the contract an error was raised under (`noting_place`), or None."""
+    places = [note.removeprefix(PLACE_NOTE) for note in getattr(error, "__notes__", ()) if note.startswith(PLACE_NOTE)]
+    return places[0] if places else None
+
+
 def checked(function: Callable, given_at: int | tuple[int, ...], mechanism: str, where: str) -> Callable:
     """`function` whose result is checked (`check_returns_like`) against its argument at position `given_at` (a tuple
     of positions: against the tuple of those arguments), its operations traced under the mechanism's name
@@ -115,7 +140,7 @@ def checked(function: Callable, given_at: int | tuple[int, ...], mechanism: str,
 
     def call(*arguments: Any) -> Any:
         with jax.named_scope(mechanism):
-            returned = function(*arguments)
+            returned = noting_place(function, where)(*arguments)
         given = arguments[given_at] if isinstance(given_at, int) else tuple(arguments[i] for i in given_at)
         check_returns_like(given, returned, mechanism, where, function)
         return returned

@@ -21,6 +21,7 @@ from harness.engine.models import judge_score_table, policy_log_prob_table
 from harness.engine.state import CoevolutionState
 from harness.grid import registry
 from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape, Mechanism
+from harness.grid.contract_checks import noting_place
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import reward_judges, run_rewards
 from harness.grid.step_table import run_judge_slots
@@ -52,7 +53,7 @@ def judge_score_tables(shape: GridShape, rows: jax.Array) -> jax.Array:
 
 def _view(mechanism: Mechanism, context: DiagnosticsContext) -> Any:
     with jax.named_scope(mechanism.name):  # the compiled program's metadata names the view's mechanism
-        return mechanism.view(context)
+        return noting_place(mechanism.view, "view")(context)
 
 
 def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state: CoevolutionState) -> Diagnostics:
@@ -86,7 +87,7 @@ def diagnose(shape: GridShape, constants: GridConstants, knobs: RunKnobs, state:
     metrics = registry.metric_columns(shape.used_mechanisms)
     record = jax.vmap(partial(evaluate, metrics=metrics), in_axes=(per_run,))(runs)
     for table in registry.tables(shape.used_mechanisms):
-        values = table.compute(context)
+        values = noting_place(table.compute, f"table '{table.name}' compute")(context)
         for column in table.columns:
             if jnp.shape(values[column]) != (shape.n_runs, table.size):
                 raise MechanismShapeError(

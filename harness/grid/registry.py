@@ -29,7 +29,7 @@ from typing import Any
 from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
 from harness.grid.contract import SINGLE_HOOKS, STAGES, STATE_HOOKS, Mechanism, RunTable, Stage, StepRow
-from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS, call_mismatch, checked
+from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS, call_mismatch, checked, noting_place, place_of
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
 from harness.grid.report_section import MechanismReport
@@ -320,7 +320,12 @@ def plugin_error(error: BaseException) -> str | None:
     frame = frames[-1]
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     name = files[str(Path(frame.filename).resolve())]
-    return f"mechanism '{name}' ({frame.filename}:{frame.lineno}, in {frame.name}): {type(error).__name__}: {message}"
+    place = place_of(error)
+    called = f"; {place}" if place else ""
+    return (
+        f"mechanism '{name}' ({frame.filename}:{frame.lineno}, in {frame.name}{called}): "
+        f"{type(error).__name__}: {message}"
+    )
 
 
 def names_in(reference_module: str) -> list[str]:
@@ -355,13 +360,13 @@ def plugins_of(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
 def single_hook(mechanisms: Sequence[Mechanism], hook: str) -> Any:
     """The function of the one mechanism that takes `hook` (`contract.SINGLE_HOOKS`), or None."""
     found = [getattr(m, hook) for m in mechanisms if getattr(m, hook) is not None]
-    return found[0] if found else None
+    return noting_place(found[0], f"hook '{hook}'") if found else None
 
 
 def hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[Any]:
     """The functions of every mechanism that takes `hook`, in mechanism order, except that a mechanism with `before`
     comes just before the first of those it names (and after those its `after` names), as its rows do."""
-    return [getattr(m, hook) for m in _hook_order(tuple(mechanisms), hook)]
+    return [noting_place(getattr(m, hook), f"hook '{hook}'") for m in _hook_order(tuple(mechanisms), hook)]
 
 
 def checked_hooks(

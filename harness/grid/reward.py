@@ -3,8 +3,8 @@
 A run's policy samples a batch and is rewarded by its judges: each judge slot's rows (the judges' own, unless a
 mechanism's ``reward_rows`` hook picks others), their scores aggregated over the run's judges (the ``aggregate``
 hook; the members' mean where no mechanism takes it), then shaped per sample by every ``shape_reward`` hook in
-mechanism order. The loss puts the summed ``log_prob_weight`` of the mechanisms on mean log π, and Adam steps at the
-``policy_learning_rate``. Only the mechanisms some run of the grid uses take part (`GridShape.used_mechanisms`).
+mechanism order. Every ``update_policy`` hook then sets the step's weight on mean log π in the loss and its Adam
+learning rate (`PolicyUpdate`). Only the mechanisms some run of the grid uses take part (`GridShape.used_mechanisms`).
 The same pieces make the grid's batched step (`policy_step`) and one run's step
 (`run_policy_step`, what a look-ahead copy of a policy trains with). The diagnostics' reward table (what judge-perceived
 quality and judge alignment measure) is the judges' reward: it goes through ``reward_rows`` and ``aggregate`` but not
@@ -24,7 +24,7 @@ from harness.engine import learning, streams
 from harness.engine.architecture import ModelConfig
 from harness.engine.state import CoevolutionState, Network, SlotState, adam_step
 from harness.grid import registry
-from harness.grid.contract import GridConstants, GridShape, Mechanism, PolicyBatch
+from harness.grid.contract import GridConstants, GridShape, Mechanism, PolicyBatch, PolicyUpdate
 from harness.grid.knobs import RunKnobs
 from harness.grid.step_table import run_judge_slots
 
@@ -55,44 +55,44 @@ def run_rewards(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slo
     return jax.vmap(_aggregate(shape.used_mechanisms))(slot_scores[slots], members, knobs)
 
 
-def shaped_rewards(mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch) -> tuple[jax.Array, Any]:
-    """One run's rewards (B,) after every `shape_reward` hook, in mechanism order, and its mechanisms' per-run states
-    (by name, as `batch.mechanisms`) with each hook's own as its hook returned it.
-
-    Each hook is given the batch with its mechanism's own key (`batch.key` folded with its stream number) and its own
-    state; every hook reads the others' states in `batch.mechanisms` as the step found them."""
-    own = dict(batch.mechanisms)
-    for name, hook in registry.checked_hooks(mechanisms, "shape_reward", given_at=(0, 2)):
-        rewards, changed = hook(rewards, batch.replace(key=streams.own_key(batch.key, name)), own.get(name))
+def _own_hook_calls(
+    mechanisms: Sequence[Mechanism], hook_name: str, value: Any, batch: PolicyBatch, own: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """`value` after every mechanism's `hook_name` hook in mechanism order, each given the batch with its own key
+    (`batch.key` folded with its stream number) and its own per-run state from `own` (None where it keeps none);
+    returns the value and `own` with each hook's state as it returned it. Every hook reads the others' states in
+    `batch.mechanisms`, as the step found them."""
+    own = dict(own)
+    for name, hook in registry.checked_hooks(mechanisms, hook_name, given_at=(0, 2)):
+        value, changed = hook(value, batch.replace(key=streams.own_key(batch.key, name)), own.get(name))
         if name in own:
             own[name] = changed
-    return rewards, own
+    return value, own
 
 
-def log_prob_weight(mechanisms: Sequence[Mechanism], knobs: RunKnobs) -> jax.Array:
-    """One run's weight on mean log π in its policy's loss: the mechanisms' weights summed (0 where none has one)."""
-    weights = [hook(knobs) for hook in registry.hooks(mechanisms, "log_prob_weight")]
-    if not weights:
-        return jnp.zeros((), jnp.float32)
-    total = weights[0]  # (summed from the first, not from 0, so one weight passes unchanged, its sign of zero too)
-    for weight in weights[1:]:
-        total = total + weight
-    return total
+def shaped_rewards(mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch) -> tuple[jax.Array, Any]:
+    """One run's rewards (B,) after every `shape_reward` hook, in mechanism order, and its mechanisms' per-run states
+    (by name, as `batch.mechanisms`) with each hook's own as its hook returned it."""
+    return _own_hook_calls(mechanisms, "shape_reward", rewards, batch, batch.mechanisms)
 
 
-def policy_learning_rate(mechanisms: Sequence[Mechanism], knobs: RunKnobs) -> jax.Array:
-    """One run's policy learning rate, from the mechanism that sets it."""
-    hook = registry.single_hook(mechanisms, "policy_learning_rate")
-    if hook is None:
-        raise registry.MechanismError("no mechanism sets the policy's learning rate (hook 'policy_learning_rate')")
-    return hook(knobs)
+def policy_update(
+    mechanisms: Sequence[Mechanism], batch: PolicyBatch, own: dict[str, Any]
+) -> tuple[PolicyUpdate, dict[str, Any]]:
+    """One run's `PolicyUpdate` after every `update_policy` hook, in mechanism order, from a weight of 0 and a NaN
+    learning rate; and the mechanisms' per-run states `own` with each hook's as it returned it."""
+    start = PolicyUpdate(log_prob_weight=jnp.zeros((), jnp.float32), learning_rate=jnp.full((), jnp.nan, jnp.float32))
+    return _own_hook_calls(mechanisms, "update_policy", start, batch, own)
 
 
-def _loss_cotangent(mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch) -> tuple[jax.Array, Any]:
-    """d loss / d log π of one run's batch, from its rewards as the judges gave them; and its mechanisms' per-run
-    states after the reward hooks (`shaped_rewards`)."""
+def _loss_cotangent(
+    mechanisms: Sequence[Mechanism], rewards: jax.Array, batch: PolicyBatch
+) -> tuple[jax.Array, jax.Array, Any]:
+    """d loss / d log π of one run's batch, from its rewards as the judges gave them; its learning rate; and its
+    mechanisms' per-run states after the reward and update hooks (`shaped_rewards`, `policy_update`)."""
     rewards, own = shaped_rewards(mechanisms, rewards, batch)
-    return learning.reinforce_cotangent(rewards, log_prob_weight(mechanisms, batch.knobs)), own
+    update, own = policy_update(mechanisms, batch, own)
+    return learning.reinforce_cotangent(rewards, update.log_prob_weight), update.learning_rate, own
 
 
 def policy_step(
@@ -128,9 +128,8 @@ def policy_step(
         knobs,
         keys,  # what the batch was drawn from; each reward hook gets it folded with its mechanism's number
     )
-    cotangents, own = jax.vmap(partial(_loss_cotangent, mechanisms))(rewards, batches)
+    cotangents, learning_rate, own = jax.vmap(partial(_loss_cotangent, mechanisms))(rewards, batches)
     (grads,) = pullback(cotangents)
-    learning_rate = jax.vmap(partial(policy_learning_rate, mechanisms))(knobs)
     policy = jax.vmap(adam_step)(policy, grads, learning_rate)
     return state.replace(runs=state.runs.replace(policy=policy, mechanisms=own))
 
@@ -166,6 +165,6 @@ def run_policy_step(
     rewards = _aggregate(mechanisms)(scores, members, knobs)
     log_pi = jax.lax.stop_gradient(log_pi)
     batch = PolicyBatch(tokens, log_pi, initial_policy, q_star, vocab, model, run_state, knobs, key)
-    cotangent, _ = _loss_cotangent(mechanisms, rewards, batch)
+    cotangent, learning_rate, _ = _loss_cotangent(mechanisms, rewards, batch)
     (grads,) = pullback(cotangent)
-    return adam_step(policy, grads, policy_learning_rate(mechanisms, knobs))
+    return adam_step(policy, grads, learning_rate)

@@ -28,7 +28,7 @@ from harness.grid.contract import (
     Stage,
     StepContext,
 )
-from harness.grid.contract_checks import checked
+from harness.grid.contract_checks import checked, noting_place
 
 
 def run_judge_slots(shape: GridShape, constants: GridConstants) -> tuple[jax.Array, jax.Array]:
@@ -82,13 +82,13 @@ def apply_rows(stage: Stage, step: StepContext, networks: PairSides | SlotState)
         step = step._replace(key=streams.own_keys(step.keys.judge_pairs, owners[row.name]))  # unused keys cost nothing
         # The row's function of one network, checked while traced to return that network's kind (one line, not an
         # error deep in the batching, where its output is merged back).
-        unit = checked(row.unit(step), 0, owners[row.name], f"row '{row.name}'")
+        unit = checked(noting_place(row.unit, f"row '{row.name}' unit")(step), 0, owners[row.name], f"row '{row.name}'")
         for index in step.shape.groups_of(row.name):
             group = Group(step.constants.groups[index], step.shape.groups[index])
             ids = group.ids.run_ids if STAGE_MEMBERS[stage] == "run" else group.ids.slot_ids
             with jax.named_scope(owners[row.name]):  # the row's gathers, arguments and merge are its mechanism's too
-                due = row.due(step, group, networks)
-                arguments = partial(row.arguments, step, group, networks)
+                due = noting_place(row.due, f"row '{row.name}' due")(step, group, networks)
+                arguments = partial(noting_place(row.arguments, f"row '{row.name}' arguments"), step, group, networks)
                 new = apply_where_due(unit, stage_field(networks, row.replaces), ids, due, arguments)
             networks = with_stage_field(networks, row.replaces, new)
             applied[row.name] = (*applied.get(row.name, ()), (group, due))

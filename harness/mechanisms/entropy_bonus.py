@@ -8,11 +8,9 @@ entropy regularisation whose expected gradient is the true one is `harness.mecha
 
 from __future__ import annotations
 
-import jax
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import Mechanism
-from harness.grid.knobs import RunKnobs
+from harness.grid.contract import Mechanism, PolicyBatch, PolicyUpdate
 
 
 class EntropyBonusKnobs(BaseModel):
@@ -26,13 +24,14 @@ class EntropyBonusKnobs(BaseModel):
     )
 
 
-def _weight(knobs: RunKnobs) -> jax.Array:
-    return knobs.entropy_bonus
+def add_weight(update: PolicyUpdate, batch: PolicyBatch, own: None) -> tuple[PolicyUpdate, None]:
+    """The bonus added to the step's weight on mean log π."""
+    return update.replace(log_prob_weight=update.log_prob_weight + batch.knobs.entropy_bonus), own
 
 
 MECHANISM = Mechanism(
     name="entropy_bonus",
     summary="a weight on mean log π in the policy's loss (the original lab's entropy bonus; zero expected gradient)",
     knobs=EntropyBonusKnobs,
-    log_prob_weight=_weight,
+    update_policy=add_weight,
 )

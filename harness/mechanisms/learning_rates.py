@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import jax
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import Mechanism
-from harness.grid.knobs import RunKnobs
+from harness.grid.contract import Mechanism, PolicyBatch, PolicyUpdate
 
 
 class LearningRateKnobs(BaseModel):
@@ -16,13 +14,14 @@ class LearningRateKnobs(BaseModel):
     lr_judge: float = Field(3e-4, gt=0.0, description="Adam learning rate of every judge")
 
 
-def _policy_rate(knobs: RunKnobs) -> jax.Array:
-    return knobs.lr_policy
+def set_policy_rate(update: PolicyUpdate, batch: PolicyBatch, own: None) -> tuple[PolicyUpdate, None]:
+    """The policy's learning rate, its knob's."""
+    return update.replace(learning_rate=batch.knobs.lr_policy), own
 
 
 MECHANISM = Mechanism(
     name="learning_rates",
     summary="Adam's learning rates of the policy and of every judge",
     knobs=LearningRateKnobs,
-    policy_learning_rate=_policy_rate,
+    update_policy=set_policy_rate,
 )
