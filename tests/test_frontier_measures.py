@@ -14,14 +14,10 @@ from harness.common.run_tables import write_run_tables
 from harness.grid.spec import Condition, GridSpec
 from harness.grid.study import Shape, StudySpec
 from harness.inference.claims import Claim
-from harness.inference.frontier_measures import (
-    FRONTIER_MEASURES,
-    frontier_measures,
-    held_out_difference,
-    with_frontier_measures,
-)
+from harness.inference.frontier_measures import FRONTIER_MEASURES, frontier_measures, held_out_difference
 from harness.inference.overoptimization import best_of_n_gold, rl_gold
 from harness.inference.run_measures import measure_names
+from harness.report import with_table_measures
 from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE, overoptimization_section
 
 N = (1, 2, 3, 4, 5)
@@ -137,12 +133,19 @@ def test_held_out_difference_against_a_hand_written_leave_one_seed_out() -> None
     np.testing.assert_allclose(held_out_difference(exact, "best_of_n").to_numpy(), 0.0, atol=1e-12)
 
 
-def test_the_measures_join_the_metrics_and_claims_read_them() -> None:
+def test_the_measures_join_the_metrics_and_claims_read_them(tmp_path: Path) -> None:
+    """A run directory's best-of-n table yields its measures (the table's `RunTable.measures`), joined on the metrics'
+    rows in their order; a directory without the table leaves the metrics as they are."""
     metrics = _metrics({("rl", 0): ((0.0, 0.7), (0.0, 1.0)), ("rl", 1): ((0.0, 0.5), (0.0, 0.4))})
-    assert with_frontier_measures(metrics, None) is metrics
-    joined = with_frontier_measures(metrics, _best_of_n({k: (BON_KL, BON_GOLD) for k in [("rl", 0), ("rl", 1)]}, 2))
-    pd.testing.assert_frame_equal(joined[metrics.columns], metrics)
-    assert set(FRONTIER_MEASURES) <= set(joined.columns)
+    assert with_table_measures(tmp_path, metrics) is metrics
+    best = _best_of_n({k: (BON_KL, BON_GOLD) for k in [("rl", 0), ("rl", 1)]}, 2)
+    write_run_tables(tmp_path, {"best_of_n": best})
+    joined = with_table_measures(tmp_path, metrics.iloc[::-1])
+    # (the key columns' string dtype may follow the table's, read back from Parquet: values and order are the point)
+    pd.testing.assert_frame_equal(joined[metrics.columns], metrics.iloc[::-1], check_dtype=False)
+    expected = frontier_measures(metrics, best).set_index(["condition", "seed", "iteration"])
+    got = joined.set_index(["condition", "seed", "iteration"]).loc[expected.index, list(FRONTIER_MEASURES)]
+    pd.testing.assert_frame_equal(got, expected, check_index_type=False)
     Claim(name="c", statement="s", metric="bon_peak_gain", condition="rl", direction="above", than_value=0.0)
     assert set(FRONTIER_MEASURES) <= set(measure_names())
 

@@ -48,8 +48,8 @@ from harness.experiment.verify import verify_run_dir
 from harness.grid.grid_file import grid_from_json, read_grid_file
 from harness.grid.spec import grid_tables
 from harness.grid.study import StudySpec
-from harness.inference.frontier_measures import BEST_OF_N_TABLE
 from harness.mechanisms.best_of_n import COLUMNS
+from harness.mechanisms.best_of_n import NAME as BEST_OF_N_TABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "artifacts" / "reference"

@@ -122,3 +122,15 @@ def read_run_table(run_dir: Path, name: str) -> pd.DataFrame | None:
     """
     own = _own_table(run_dir, name)
     return own if own is not None else blocks_table(run_dir, name)
+
+
+# The rows of a metrics table, one per run and outer iteration, on which a table's measures join it.
+MEASURE_KEYS = ["condition", "seed", "iteration"]
+
+
+def with_measures(metrics: pd.DataFrame, measures: pd.DataFrame) -> pd.DataFrame:
+    """`metrics` with the columns of `measures` (condition, seed, iteration and the measures, one row per run and
+    iteration at most) joined on its rows, in their order and index; NaN where a row has no measures."""
+    joined = metrics.merge(measures, on=MEASURE_KEYS, how="left", validate="one_to_one")
+    joined.index = metrics.index
+    return joined

@@ -210,6 +210,9 @@ QUALITY_RESOLUTION = 0.01
 # for the knob registry and the catalog too, whether the built-in mechanisms are in.
 _MECHANISM_METRICS: dict[str, tuple[Metric, ...]] = {}
 _BUILT_IN_OWNERS: set[str] = set()
+# Measures a mechanism's per-run table yields after a run, on the host (`harness.grid.contract.RunTable.measures`),
+# claimable as float metrics are: by owner mechanism, measure name -> (its table's name, its one-line definition).
+_TABLE_MEASURES: dict[str, dict[str, tuple[str, str]]] = {}
 
 
 class BuiltInMechanismsMissing(RuntimeError):
@@ -237,8 +240,7 @@ def require_built_ins() -> None:
 def register_metrics(mechanism: str, metrics: tuple[Metric, ...], builtin: bool = False) -> None:
     """Add `mechanism`'s metrics to the registry (as registering the mechanism does). Raises ValueError naming the
     clash if one of their names is taken by another metric."""
-    taken = {metric.name: owner for owner, own in _MECHANISM_METRICS.items() for metric in own if owner != mechanism}
-    taken |= {metric.name: "the loop" for metric in (*LOOP_MEASURES, *END_MODE, *HEALTH)}
+    taken = _taken_names(mechanism)
     for candidate in metrics:
         if candidate.name in taken:
             raise ValueError(
@@ -252,9 +254,38 @@ def register_metrics(mechanism: str, metrics: tuple[Metric, ...], builtin: bool 
         _BUILT_IN_OWNERS.add(mechanism)
 
 
+def _taken_names(mechanism: str) -> dict[str, str]:
+    """Every metric and table measure name registered by others than `mechanism`, -> who declared it, in words."""
+    taken = {metric.name: owner for owner, own in _MECHANISM_METRICS.items() for metric in own if owner != mechanism}
+    taken |= {name: owner for owner, own in _TABLE_MEASURES.items() for name in own if owner != mechanism}
+    return taken | {metric.name: "the loop" for metric in (*LOOP_MEASURES, *END_MODE, *HEALTH)}
+
+
+def register_table_measures(mechanism: str, table: str, definitions: dict[str, str]) -> None:
+    """Add the measures `mechanism`'s per-run table `table` yields (name -> definition) to the registry, beside its
+    metrics. Raises ValueError naming the clash if a name is another metric's or measure's, or its own metric's."""
+    taken = _taken_names(mechanism) | {metric.name: mechanism for metric in _MECHANISM_METRICS.get(mechanism, ())}
+    taken |= {name: f"table '{other}'" for name, (other, _) in _TABLE_MEASURES.get(mechanism, {}).items()}
+    for name in definitions:
+        if name in taken:
+            raise ValueError(
+                f"measure '{name}' of table '{table}' of mechanism '{mechanism}' is taken by {taken[name]}"
+            )
+    own = _TABLE_MEASURES.setdefault(mechanism, {})
+    own |= {name: (table, definition) for name, definition in definitions.items()}
+
+
 def unregister_metrics(mechanism: str) -> None:
-    """Remove `mechanism`'s metrics from the registry (a mechanism unregistered, e.g. by a test)."""
+    """Remove `mechanism`'s metrics and table measures from the registry (a mechanism unregistered, e.g. by a test)."""
     _MECHANISM_METRICS.pop(mechanism, None)
+    _TABLE_MEASURES.pop(mechanism, None)
+
+
+def table_measures() -> dict[str, tuple[str, str]]:
+    """Every registered table measure: name -> (the per-run table it is read from, its definition), in registration
+    order."""
+    require_built_ins()
+    return {name: source for own in _TABLE_MEASURES.values() for name, source in own.items()}
 
 
 def columns(mechanisms: Sequence[str] | None = None) -> tuple[Metric, ...]:

@@ -45,7 +45,7 @@ from harness.grid.study import StudySpec
 from harness.inference.across_shapes import across_table
 from harness.inference.run_measures import run_measures
 from harness.rendering.metrics_table import CSV_FLOAT_FORMAT
-from harness.report import REPORT_FILE, with_best_of_n_measures
+from harness.report import REPORT_FILE, with_table_measures
 from harness.report.overoptimization import FITS_FILE, HELD_OUT_FILE
 from harness.report.study import MODEL_COLUMNS, SHAPE_COLUMNS, shape_table, study_report
 
@@ -113,7 +113,7 @@ def write_study_files(study: StudySpec, run_dir: Path, how: str, figures: bool =
     report.md (the same bytes each time: `coevolab report DIR` re-renders a study with it). figures=False: the
     report's text alone."""
     metrics = {s.name: read_metrics_frame(metrics_file(shape_dir(run_dir, s.name))) for s in study.shapes}
-    joined = {s.name: with_best_of_n_measures(shape_dir(run_dir, s.name), metrics[s.name]) for s in study.shapes}
+    joined = {s.name: with_table_measures(shape_dir(run_dir, s.name), metrics[s.name]) for s in study.shapes}
     measures = {s.name: run_measures(joined[s.name], s.grid.world) for s in study.shapes}
     within_files = {s.name: shape_dir(run_dir, s.name) / CLAIMS_FILE for s in study.shapes if s.grid.claims}
     within = pd.concat(

@@ -41,6 +41,7 @@ from typing import Any, Literal, NamedTuple
 import flax.struct
 import jax
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel
 
 from harness.engine import streams
@@ -328,6 +329,11 @@ class RunTable:
     definition: what one row is, in a sentence; index: index column -> its K values (static, the same for every
     grid), in row order; columns: value column -> a one-line definition; compute: (`DiagnosticsContext`) -> value
     column -> float32 (R, K), computed inside the program after every outer iteration, as metrics are.
+    measures: measure -> a one-line definition, of the numbers per run and outer iteration that `compute_measures`
+    reads off the table after the run, on the host; claims read them as they read a float metric, and the report
+    joins them to the metrics table where the run directory holds the table (names are one namespace with every
+    metric's). compute_measures: (the run's metrics table, this table's rows, both pandas) -> a frame of condition,
+    seed, iteration and one column per measure, one row per run and iteration it measures.
     """
 
     name: str
@@ -335,6 +341,8 @@ class RunTable:
     index: Mapping[str, tuple]
     columns: Mapping[str, str]
     compute: Callable[[DiagnosticsContext], Mapping[str, jax.Array]]
+    measures: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    compute_measures: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame] | None = None
 
     @property
     def size(self) -> int:

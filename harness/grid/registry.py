@@ -130,6 +130,8 @@ def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
     for table in mechanism.tables:
         if table.name in RESERVED_TABLE_NAMES or not table.name.isidentifier():
             return f"table '{table.name}' is not a name of its own (a Python identifier, no run directory's file)"
+        if bool(table.measures) != (table.compute_measures is not None):
+            return f"table '{table.name}' declares measures or compute_measures without the other"
     for other in others:
         if other.name == mechanism.name:
             return "the name is taken by another mechanism"
@@ -182,7 +184,10 @@ def register(
         raise MechanismError(f"mechanism '{mechanism.name}'{where}: {problem}")
     try:
         metric_registry.register_metrics(mechanism.name, mechanism.metrics, builtin)
+        for table in mechanism.tables:
+            metric_registry.register_table_measures(mechanism.name, table.name, dict(table.measures))
     except ValueError as error:
+        metric_registry.unregister_metrics(mechanism.name)
         raise MechanismError(str(error)) from None
     if mechanism.knobs is not None:
         knob_registry.register_knobs(mechanism.name, mechanism.knobs, builtin)
@@ -432,6 +437,12 @@ def metric_columns(mechanisms: Sequence[Mechanism]) -> tuple[metric_registry.Met
 def tables(mechanisms: Sequence[Mechanism]) -> tuple[RunTable, ...]:
     """The per-run tables of a grid of `mechanisms`, in mechanism order."""
     return tuple(table for m in mechanisms for table in m.tables)
+
+
+def measured_tables() -> tuple[RunTable, ...]:
+    """Every registered mechanism's per-run tables that yield measures (`RunTable.measures`), in catalog order: what
+    a run directory's report joins to its metrics where the directory holds the table."""
+    return tuple(table for table in tables([entry.mechanism for entry in catalog().values()]) if table.measures)
 
 
 def _clear_caches() -> None:

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.engine.architecture import ModelConfig
-from harness.engine.metrics import Metric
+from harness.engine.metrics import Metric, table_measures
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid import registry
 from harness.grid.contract import Mechanism, PretrainData, RunTable
 from harness.grid.knobs import Knobs
 from harness.inference.claims import Claim
-from harness.inference.frontier_measures import BEST_OF_N_TABLE, FRONTIER_MEASURES
 from harness.original.streams import Script as OriginalScript
 
 # A grid of more seeds than this is a typo (99999999), not an experiment: refused before anything is built (a
@@ -236,16 +235,23 @@ class GridSpec(BaseModel):
                 claim.check_against([c.name for c in self.conditions], self.run.iterations)
             except ValueError as error:
                 raise GridRuleError(str(error), key=f"claims.{claim.name}") from None
-        reading_tables = [claim for claim in self.claims if claim.metric in FRONTIER_MEASURES]
-        if reading_tables and BEST_OF_N_TABLE not in {table.name for table in grid_tables(self)}:
-            owners = [m for m in self.active_mechanisms if any(t.name == BEST_OF_N_TABLE for t in m.tables)]
-            knobs = " or ".join(f"{k} = true" for m in owners if m.knobs for k in m.knobs.model_fields)
-            raise GridRuleError(
-                f"claim {reading_tables[0].name!r} reads {reading_tables[0].metric}, a measure of the per-run table "
-                f"{BEST_OF_N_TABLE!r}, which no condition of the grid records "
-                f"({knobs or 'its mechanism is not loaded'} on a condition records it)",
-                key=f"claims.{reading_tables[0].name}",
-            )
+        # A table's measure is a column only of a grid whose runs record the table.
+        measures, recorded_tables = table_measures(), {table.name for table in grid_tables(self)}
+        for claim in self.claims:
+            table = measures[claim.metric][0] if claim.metric in measures else None
+            if table is not None and table not in recorded_tables:
+                mechanisms = [entry.mechanism for entry in registry.catalog().values()]
+                (owner,) = [m for m in mechanisms if any(t.name == table for t in m.tables)]
+                if owner in self.active_mechanisms:
+                    knobs = " or ".join(f"{k} = true" for k in owner.knobs.model_fields) if owner.knobs else ""
+                    how = f"{knobs} on a condition records it" if knobs else f"no run uses mechanism '{owner.name}'"
+                else:
+                    how = f"its mechanism '{owner.name}' is not loaded"
+                raise GridRuleError(
+                    f"claim {claim.name!r} reads {claim.metric}, a measure of the per-run table {table!r}, which no "
+                    f"condition of the grid records ({how})",
+                    key=f"claims.{claim.name}",
+                )
         # A mechanism's metric is a column only of a grid some run of which uses the mechanism.
         recorded = {metric.name for metric in grid_metrics(self)}
         owners = {metric.name: m for m in self.active_mechanisms for metric in m.metrics}

@@ -27,8 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics
-from harness.inference.frontier_measures import FRONTIER_MEASURES
+from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics, table_measures
 from harness.inference.multiplicity import Adjustment
 
 Iteration = int | Literal["last"]
@@ -36,9 +35,9 @@ Iteration = int | Literal["last"]
 
 def comparable_metrics() -> tuple[str, ...]:
     """Metrics a claim may compare: the continuous ones of every registered mechanism (counts and the mode index are
-    not effects), and the per-run measures of overoptimization read from a run's best-of-n table
-    (`harness.inference.frontier_measures`)."""
-    return (*(m.name for m in all_metrics() if m.kind == "float"), *FRONTIER_MEASURES)
+    not effects), and the measures read off a run's per-run tables (`harness.engine.metrics.table_measures`, e.g.
+    best-of-n's measures of overoptimization, `harness.inference.frontier_measures`)."""
+    return (*(m.name for m in all_metrics() if m.kind == "float"), *table_measures())
 
 
 class Claim(BaseModel):

@@ -2,12 +2,12 @@
 
 Claims compare metrics (`harness.inference.claims`), and a study's across claims per-run measures
 (`harness.inference.run_measures`); the statements of the overoptimization literature need a few more, each a number
-per run and outer iteration (condition, seed, iteration), joined onto the metrics table's rows
-(`with_frontier_measures`) so that both read them as they read a metric. Best-of-n's curves are those from π₀ (the
-best-of-n table's base "initial"): "the judges' curve" scored by the run's judges as aggregated, "q*'s" by q* itself
-(the perfect proxy), "the noisy curve" by q* plus noise at the judges' alignment (`harness.mechanisms.best_of_n`). A
-gain is measured from the curve's start (n = 1 for best-of-n, iteration 0 for the run), and d = √KL. Every measure
-can take either sign, so a claim on it can fail:
+per run and outer iteration (condition, seed, iteration), joined onto the metrics table's rows (the best-of-n table's
+`RunTable.measures`, `harness.report.with_table_measures`) so that both read them as they read a metric. Best-of-n's
+curves are those from π₀ (the best-of-n table's base "initial"): "the judges' curve" scored by the run's judges as
+aggregated, "q*'s" by q* itself (the perfect proxy), "the noisy curve" by q* plus noise at the judges' alignment
+(`harness.mechanisms.best_of_n`). A gain is measured from the curve's start (n = 1 for best-of-n, iteration 0 for the
+run), and d = √KL. Every measure can take either sign, so a claim on it can fail:
 
 - bon_peak_gain, bon_peak_kl, bon_peak_n: the largest gold gain of the judges' curve over the grid of n, the KL where
   it is reached, and that n (the first, where several n share it).
@@ -47,8 +47,6 @@ import pandas as pd
 
 from harness.inference.overoptimization import FORMS
 
-# The per-run table these measures read (`harness.mechanisms.best_of_n`, `harness.common.run_tables`).
-BEST_OF_N_TABLE = "best_of_n"
 RUN_KEYS = ["condition", "seed"]
 ROW_KEYS = [*RUN_KEYS, "iteration"]
 KL_LEVELS = {"gold_gain_at_kl_0.5": 0.5, "gold_gain_at_kl_1": 1.0}
@@ -238,14 +236,3 @@ def frontier_measures(metrics: pd.DataFrame, best_of_n: pd.DataFrame) -> pd.Data
         }
         table[column] = [per_seed.get((c, s), np.nan) for c, s in zip(table["condition"], table["seed"], strict=True)]
     return table[[*ROW_KEYS, *FRONTIER_MEASURES]].astype({name: "float64" for name in FRONTIER_MEASURES})
-
-
-def with_frontier_measures(metrics: pd.DataFrame, best_of_n: pd.DataFrame | None) -> pd.DataFrame:
-    """`metrics` with the FRONTIER_MEASURES columns joined on (condition, seed, iteration), rows in their order;
-    `metrics` itself where there is no best-of-n table (a run directory written before it)."""
-    if best_of_n is None or best_of_n.empty:
-        return metrics
-    measures = frontier_measures(metrics, best_of_n)
-    joined = metrics.merge(measures, on=ROW_KEYS, how="left", validate="one_to_one")
-    joined.index = metrics.index
-    return joined

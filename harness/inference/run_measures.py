@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics
+from harness.engine.metrics import QUALITY_RESOLUTION, all_metrics, table_measures
 from harness.engine.world import World, WorldConfig
-from harness.inference.frontier_measures import FRONTIER_MEASURES
 
 # The entropy, in nats, below which a policy counts as collapsed (the published lab's "below 1 nat").
 ENTROPY_COLLAPSE = 1.0
@@ -94,9 +93,9 @@ DERIVED_MEASURES = {
 
 def measure_names() -> tuple[str, ...]:
     """What a study's across claims may compare: every float metric (at the final iteration), DERIVED_MEASURES and
-    the measures of overoptimization (`harness.inference.frontier_measures`, where the metrics carry them)."""
+    the measures read off per-run tables (`harness.engine.metrics.table_measures`, where the metrics carry them)."""
     floats = (metric.name for metric in all_metrics() if metric.kind == "float")
-    return (*floats, *DERIVED_MEASURES, *FRONTIER_MEASURES)
+    return (*floats, *DERIVED_MEASURES, *table_measures())
 
 
 def run_measures(metrics: pd.DataFrame, world: WorldConfig) -> pd.DataFrame:

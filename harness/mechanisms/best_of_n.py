@@ -18,8 +18,8 @@ program from what the diagnostics already hold (every run's log π over all outp
 every run's reward table), one sort of the outputs per curve and run, and written as the per-run table
 `best_of_n.parquet` (`harness.common.run_tables`): condition, seed, iteration, base, scorer, n, gold, proxy, kl,
 kl_bound, top_mass. A grid none of whose conditions asks for it does not use the mechanism: its program computes no
-table and its run directory holds none (the claims on best-of-n's measures, `harness.inference.frontier_measures`,
-need it).
+table and its run directory holds none. The table yields the measures of overoptimization claims read
+(`harness.inference.frontier_measures`), joined to the metrics of a run directory that holds it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.engine.best_of_n import best_of_n, log_n_grid
 from harness.grid.contract import DiagnosticsContext, HostRuns, Mechanism, RunTable
 from harness.grid.knobs import HOST_ONLY, Knobs
-from harness.inference.frontier_measures import BEST_OF_N_TABLE
+from harness.inference.frontier_measures import FRONTIER_MEASURES, frontier_measures
 
 # n from 1 to 10⁶, five points a decade, evenly spaced in log n: Gao's bound log n − (n − 1)/n passes 8.3 nats, the
 # KL of a policy collapsed onto one of the 4,096 outputs of the published world, near n = 10⁴.
@@ -110,7 +110,7 @@ def _uses(knobs: Knobs) -> bool:
 
 
 TABLE = RunTable(
-    name=BEST_OF_N_TABLE,
+    name=NAME,
     definition="best-of-n sampling from a base policy (π₀ or the run's current one), scored by the run's judges as "
     "aggregated, by q* or by q* plus noise at the judges' alignment, exactly, for n on a log grid",
     index={
@@ -120,6 +120,8 @@ TABLE = RunTable(
     },
     columns=COLUMNS,
     compute=best_of_n_table,
+    measures=FRONTIER_MEASURES,
+    compute_measures=frontier_measures,
 )
 
 MECHANISM = Mechanism(

@@ -17,12 +17,12 @@ import pandas as pd
 # A report reads metrics and knobs that the built-in mechanisms declare: importing them registers them.
 import harness.mechanisms  # noqa: F401
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, atomic_write_bytes
-from harness.common.run_tables import read_run_table
+from harness.common.run_tables import read_run_table, with_measures
 from harness.common.wording import plural
+from harness.grid import registry
 from harness.grid.grid_file import read_grid_file
 from harness.grid.report_section import ReportInputs
 from harness.grid.spec import GridSpec
-from harness.inference.frontier_measures import BEST_OF_N_TABLE, with_frontier_measures
 from harness.inference.run_measures import metric_ranges
 from harness.rendering.markdown import literal_stars, markdown_table
 from harness.rendering.metrics_table import CSV_FLOAT_FORMAT, grid_facts, prepare, reference, roles
@@ -207,16 +207,23 @@ def claim_ranges(grid: GridSpec | None) -> dict[str, tuple[float, float]] | None
 
 
 def run_report_table(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
-    """The table a run directory's report is rendered and its claims judged from: `metrics` with the measures of
-    overoptimization joined from the directory's best-of-n table (`with_best_of_n_measures`), prepared. The report
-    and `harness.load_result` both read a run through it, so they judge the same claims on the same values."""
-    return prepare(with_best_of_n_measures(run_dir, metrics))
+    """The table a run directory's report is rendered and its claims judged from: `metrics` with the measures of the
+    directory's per-run tables joined (`with_table_measures`), prepared. The report and `harness.load_result` both
+    read a run through it, so they judge the same claims on the same values."""
+    return prepare(with_table_measures(run_dir, metrics))
 
 
-def with_best_of_n_measures(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
-    """`metrics` with the measures of overoptimization joined (`with_frontier_measures`) from the run directory's
-    best-of-n table (`read_run_table`); `metrics` as it is where the directory has none."""
-    return with_frontier_measures(metrics, read_run_table(run_dir, BEST_OF_N_TABLE))
+def with_table_measures(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
+    """`metrics` with the measures of every per-run table the run directory holds joined on its rows: each table of
+    a registered mechanism that declares measures (`RunTable.measures`, e.g. best-of-n's measures of
+    overoptimization), computed from the metrics and the table's rows (`read_run_table`); `metrics` as it is where the
+    directory holds none of them."""
+    for table in registry.measured_tables():
+        rows = read_run_table(run_dir, table.name)
+        if rows is not None and not rows.empty:
+            assert table.compute_measures is not None  # registration refuses measures without it
+            metrics = with_measures(metrics, table.compute_measures(metrics, rows))
+    return metrics
 
 
 def read_run_grid(run_dir: Path) -> GridSpec | None:
@@ -237,12 +244,12 @@ def write_run_report(
 
     grid: the run's grid (the run passes the grid it wrote to grid.json, `coevolab report` what read_run_grid reads
     back), for q*'s scale, mechanism descriptions and knobs. how_run: the line on how a grid run in seed blocks was
-    run (its manifest's execution line). figures=False: text and tables only (see `write_report`). Where the run
-    directory has a best-of-n table (best_of_n.parquet), the measures of overoptimization
-    (`harness.inference.frontier_measures`) join the metrics, so that the grid's claims may read them.
+    run (its manifest's execution line). figures=False: text and tables only (see `write_report`). The measures of the
+    run directory's per-run tables (best_of_n.parquet's measures of overoptimization, say) join the metrics
+    (`with_table_measures`), so that the grid's claims may read them.
     """
     write_report(
-        with_best_of_n_measures(run_dir, metrics),
+        with_table_measures(run_dir, metrics),
         run_dir,
         title=report_title(grid_name),
         grid_name=grid_name,

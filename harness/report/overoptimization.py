@@ -23,13 +23,13 @@ from harness.common.run_files import metrics_file
 from harness.common.run_tables import read_run_table
 from harness.grid.study import StudySpec
 from harness.inference.frontier_measures import (
-    BEST_OF_N_TABLE,
     ROW_KEYS,
     peak_measures,
     run_paths,
     scored_curves,
 )
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
+from harness.mechanisms import best_of_n as best_of_n_mechanism
 from harness.rendering.bands import performance_profile
 from harness.rendering.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.figures.overoptimization import (
@@ -84,7 +84,7 @@ def study_frontier(
     frames, peaks = [], []
     for shape in study.shapes:
         directory = shape_dirs(shape.name)
-        best_of_n = read_run_table(directory, BEST_OF_N_TABLE)
+        best_of_n = read_run_table(directory, best_of_n_mechanism.NAME)
         if best_of_n is None:
             continue
         curves = scored_curves(best_of_n[best_of_n["iteration"] == best_of_n["iteration"].min()])
