@@ -155,3 +155,25 @@ def test_the_checks_catch_a_wrong_guide() -> None:
     assert not in_source(lines, stripped)
     assert in_source(["class WorkGroup:"], stripped)
     assert not in_source(["class WorkGroup"], stripped)  # a line is matched whole, not as a prefix
+
+
+def test_the_table_of_functions_gives_each_the_arguments_the_grid_calls_it_with(guide: str) -> None:
+    """The guide's table of every function the grid calls names each of the contract's hooks and row functions
+    (`HOOK_ARGUMENTS`, `ROW_ARGUMENTS`) with the arguments it is called with, so the table cannot drift from them."""
+    from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS
+
+    listed: dict[str, tuple[str, ...]] = {}
+    for line in guide.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or not cells[0].startswith(("`", "rows: `")):
+            continue
+        names = re.findall(r"`([\w.]+)`", cells[0])
+        arguments = [
+            tuple(filter(None, map(str.strip, group.split(",")))) for group in re.findall(r"\(([^)]*)\)", cells[1])
+        ]
+        if len(arguments) == 1:  # one list for every function the row names
+            arguments *= len(names)
+        assert len(arguments) == len(names), line
+        listed |= dict(zip(names, arguments, strict=True))
+    expected = HOOK_ARGUMENTS | ROW_ARGUMENTS
+    assert {name: listed.get(name) for name in expected} == expected
