@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from harness.common.run_tables import write_run_tables
-from harness.engine.metrics import table_measures
+from harness.engine.metrics import Metric, all_metrics, table_measures
 from harness.grid import registry
 from harness.grid.contract import Mechanism, RunTable
 from harness.grid.spec import Condition, GridSpec, MechanismSource
@@ -24,9 +24,8 @@ from harness.report import with_table_measures
 def _largest_value(metrics: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """Per run and iteration: the table's largest value, and at which k."""
     best = rows.loc[rows.groupby(["condition", "seed", "iteration"], sort=False)["value"].idxmax()]
-    return best.rename(columns={"value": "largest_value", "k": "largest_at"})[
-        ["condition", "seed", "iteration", "largest_value", "largest_at"]
-    ].astype({"largest_value": "float64", "largest_at": "float64"})
+    # An int column, and one more than the declared measures: the report keeps the declared ones, as float64.
+    return best.rename(columns={"value": "largest_value", "k": "largest_at"}).assign(policy_quality=-1.0)
 
 
 def _table(**changes: object) -> RunTable:
@@ -81,6 +80,7 @@ def test_the_report_joins_a_tables_measures_where_the_run_directory_holds_it(tmp
         joined = with_table_measures(tmp_path, metrics)
     np.testing.assert_array_equal(joined["largest_value"], [0.5, 0.9, 0.7])
     np.testing.assert_array_equal(joined["largest_at"], [1, 0, 2])
+    assert joined["largest_at"].dtype == np.float64  # declared measures join as float64, whatever they were
     pd.testing.assert_frame_equal(joined[metrics.columns], metrics, check_dtype=False)
     # Once the mechanism is unregistered its table is a file the report does not read.
     assert with_table_measures(tmp_path, metrics) is metrics
@@ -91,6 +91,8 @@ def test_the_report_joins_a_tables_measures_where_the_run_directory_holds_it(tmp
     [
         (_table(measures={"policy_quality": "x"}), "measure 'policy_quality' of table 'sweep' of mechanism 'sweeper' "),
         (_table(measures={"bon_peak_gain": "x"}), "is taken by best_of_n"),
+        (_table(measures={"ceiling_iteration": "x"}), "'ceiling_iteration' is a column the reports key by or derive"),
+        (_table(measures={"iteration": "x"}), "'iteration' is a column the reports key by or derive"),
         (_table(compute_measures=None), "table 'sweep' declares measures or compute_measures without the other"),
     ],
 )
@@ -99,7 +101,33 @@ def test_a_measure_of_a_taken_name_or_without_its_computation_is_refused(table: 
         with pytest.raises(registry.MechanismError, match=problem):
             _register(table)
         assert "sweeper" not in registry.catalog()
-        assert "largest_value" not in table_measures()
+
+
+def test_a_refused_mechanism_leaves_none_of_its_metrics_or_measures_registered() -> None:
+    """Its metric and its first table's measures register before its second table's clash is found; all go."""
+    other = _table(name="second", measures={"bon_peak_gain": "taken"})
+    metric = Metric("sweep_width", "sweep width", "", "a metric of the refused mechanism", lambda run: run.pi.sum())
+    mechanism = Mechanism("sweeper", "refused", metrics=(metric,), tables=(_table(), other))
+    with registry.restored_catalog():
+        with pytest.raises(registry.MechanismError, match="is taken by best_of_n"):
+            registry.register(mechanism, module="sweeper.py", digest="0" * 64)
+        assert not {"largest_value", "largest_at"} & set(table_measures())
+        assert "sweep_width" not in {m.name for m in all_metrics()}
+        # So the same names are free for the next mechanism.
+        _register(_table())
+        assert table_measures()["largest_value"][0] == "sweep"
+
+
+def test_a_measure_compute_measures_does_not_return_stops_the_report_in_one_line(tmp_path: Path) -> None:
+    metrics = pd.DataFrame({"condition": ["a"], "seed": [0], "iteration": [0], "policy_quality": [1.0]})
+    rows = pd.DataFrame({"condition": ["a"] * 3, "seed": 0, "iteration": 0, "k": [0, 1, 2], "value": [0.1, 0.5, 0.2]})
+    write_run_tables(tmp_path, {"sweep": rows})
+    short = _table(compute_measures=lambda metrics, rows: _largest_value(metrics, rows).drop(columns="largest_at"))
+    with registry.restored_catalog():
+        _register(short)
+        expected = "table 'sweep': compute_measures returns no column 'largest_at'"
+        with pytest.raises(registry.MechanismError, match=f"^{re.escape(expected)}$"):
+            with_table_measures(tmp_path, metrics)
 
 
 def test_a_claim_on_a_measure_of_a_table_no_run_records_is_refused() -> None:

@@ -322,8 +322,8 @@ class PretrainData(NamedTuple):
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity, as a mechanism's functions are
 class RunTable:
     """A table per run and outer iteration with an index axis: like a metric, but a vector of K entries per run
-    (`Mechanism.tables`). The run directory gets `<name>.csv`, one row per condition × seed × iteration × index entry:
-    condition, seed, iteration, the index columns, the value columns.
+    (`Mechanism.tables`). The run directory gets `<name>.parquet`, one row per condition × seed × iteration × index
+    entry: condition, seed, iteration, the index columns, the value columns.
 
     name: the file's stem, unique over every mechanism's tables (and no other file of a run directory's);
     definition: what one row is, in a sentence; index: index column -> its K values (static, the same for every
@@ -332,8 +332,10 @@ class RunTable:
     measures: measure -> a one-line definition, of the numbers per run and outer iteration that `compute_measures`
     reads off the table after the run, on the host; claims read them as they read a float metric, and the report
     joins them to the metrics table where the run directory holds the table (names are one namespace with every
-    metric's). compute_measures: (the run's metrics table, this table's rows, both pandas) -> a frame of condition,
-    seed, iteration and one column per measure, one row per run and iteration it measures.
+    metric's, and none may be a column the reports key by or derive, `registry.RESERVED_COLUMNS`).
+    compute_measures: (the run's metrics table, this table's rows, both pandas) -> a frame of condition, seed,
+    iteration and one column per measure, one row per run and iteration it measures (at most); only the declared
+    measures are joined, as float64, and one it lacks stops the report in one line.
     """
 
     name: str
@@ -432,7 +434,7 @@ class Mechanism:
         metrics: its metrics (`harness.engine.metrics.Metric`); their `compute` reads `run.of(name)`, what `view`
             computed for the run.
         view: (`DiagnosticsContext`) -> a pytree with a leading run axis (R, ...), computed inside the program.
-        tables: its per-run tables (`RunTable`), each a vector per run and iteration, written as `<name>.csv`.
+        tables: its per-run tables (`RunTable`), each a vector per run and iteration, written as `<name>.parquet`.
     Report:
         report: its own section of a run's report and its word on conditions with identical results
             (`MechanismReport`), written with the report's parts (`harness.rendering`).

@@ -33,11 +33,17 @@ from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS, call_mis
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
 from harness.grid.report_section import MechanismReport
+from harness.inference.run_measures import DERIVED_MEASURES, SUMMARY_COLUMNS
 
 # The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.
 CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
 # Stems of a run directory's own files, which no mechanism's table (`RunTable`, written as <name>.csv) may take.
 RESERVED_TABLE_NAMES = ("metrics", "summary", "claims", "attractors", "frontier", "runs", "across", "looks", "grid")
+# Columns the metrics table's rows are keyed by or the reports derive beside the metrics (`prepare`, `run_summaries`,
+# `DERIVED_MEASURES`): a metric or a table measure of one of these names would be read as the other.
+RESERVED_COLUMNS = frozenset(
+    {"condition", "seed", "iteration", "boundary", "diverged", "mode_sequence", *SUMMARY_COLUMNS, *DERIVED_MEASURES}
+)
 # Modules loaded from files are imported under names of this prefix, their stem and digest: two files of one name do
 # not collide.
 LOADED_PREFIX = "coevolab_mechanism_"
@@ -127,6 +133,9 @@ def _check_hooks(mechanism: Mechanism) -> None:
 def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
     """What of `mechanism` another registered mechanism already has, in words (or a table named like a run
     directory's own files); None if nothing."""
+    for name in [*(metric.name for metric in mechanism.metrics), *(m for t in mechanism.tables for m in t.measures)]:
+        if name in RESERVED_COLUMNS:
+            return f"'{name}' is a column the reports key by or derive themselves, not a name for a metric or measure"
     for table in mechanism.tables:
         if table.name in RESERVED_TABLE_NAMES or not table.name.isidentifier():
             return f"table '{table.name}' is not a name of its own (a Python identifier, no run directory's file)"

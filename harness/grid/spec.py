@@ -243,8 +243,12 @@ class GridSpec(BaseModel):
                 mechanisms = [entry.mechanism for entry in registry.catalog().values()]
                 (owner,) = [m for m in mechanisms if any(t.name == table for t in m.tables)]
                 if owner in self.active_mechanisms:
-                    knobs = " or ".join(f"{k} = true" for k in owner.knobs.model_fields) if owner.knobs else ""
-                    how = f"{knobs} on a condition records it" if knobs else f"no run uses mechanism '{owner.name}'"
+                    fields = owner.knobs.model_fields if owner.knobs else {}
+                    switches = [name for name, field in fields.items() if isinstance(field.default, bool)]
+                    if switches and len(switches) == len(fields):
+                        how = f"{' or '.join(f'{k} = true' for k in switches)} on a condition records it"
+                    else:
+                        how = f"a condition that uses mechanism '{owner.name}' records it"
                 else:
                     how = f"its mechanism '{owner.name}' is not loaded"
                 raise GridRuleError(

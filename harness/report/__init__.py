@@ -17,7 +17,7 @@ import pandas as pd
 # A report reads metrics and knobs that the built-in mechanisms declare: importing them registers them.
 import harness.mechanisms  # noqa: F401
 from harness.common.run_files import CLAIMS_FILE, GRID_FILE, atomic_write_bytes
-from harness.common.run_tables import read_run_table, with_measures
+from harness.common.run_tables import MEASURE_KEYS, read_run_table, with_measures
 from harness.common.wording import plural
 from harness.grid import registry
 from harness.grid.grid_file import read_grid_file
@@ -222,7 +222,15 @@ def with_table_measures(run_dir: Path, metrics: pd.DataFrame) -> pd.DataFrame:
         rows = read_run_table(run_dir, table.name)
         if rows is not None and not rows.empty:
             assert table.compute_measures is not None  # registration refuses measures without it
-            metrics = with_measures(metrics, table.compute_measures(metrics, rows))
+            measures = table.compute_measures(metrics, rows)
+            missing = [column for column in (*MEASURE_KEYS, *table.measures) if column not in measures.columns]
+            if missing:
+                raise registry.MechanismError(
+                    f"table '{table.name}': compute_measures returns no column {', '.join(map(repr, missing))}"
+                )
+            # Only the declared measures join, as float64 (what claims and run measures read), whatever else it returns.
+            declared = measures[[*MEASURE_KEYS, *table.measures]].astype(dict.fromkeys(table.measures, "float64"))
+            metrics = with_measures(metrics, declared)
     return metrics
 
 
