@@ -11,6 +11,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from harness.engine.architecture import DEFAULT_MODEL
 from harness.grid import registry
@@ -159,3 +160,16 @@ def test_a_grid_trains_at_the_rate_and_weight_its_update_hooks_leave() -> None:
     np.testing.assert_allclose(halved, by_knobs, rtol=0, atol=1e-6)
     assert np.max(np.abs(halved - unhalved)) > 1e-3
     np.testing.assert_array_equal(counts, [2 * STEPS, 2 * STEPS])
+
+
+def test_a_reward_row_hook_in_the_old_grid_wide_form_is_refused_when_it_registers() -> None:
+    """`reward_rows` took (shape, constants, knobs, slots, rows) for every slot at once; `reward_row` takes one slot's
+    (row, judge, own): a hook of the old form cannot bind those three and is refused in one line."""
+
+    def old_form(shape: object, constants: object, knobs: object, slots: object, rows: jax.Array) -> jax.Array:
+        return rows
+
+    with registry.restored_catalog(), pytest.raises(registry.MechanismError) as refused:
+        registry.register(Mechanism("old_rows", "the old form", reward_row=old_form), module="old.py", digest="1")
+    assert str(refused.value).startswith("mechanism 'old_rows': hook 'reward_row' (")
+    assert "is called with (row, judge, own)" in str(refused.value)

@@ -12,7 +12,7 @@ The inner step of every run, in order:
 
 1. ``judge_update_due``: whether the run's judge update is due on this step (the mechanism that sets
    the judge's cadence; every step where none does); the step's keys (`harness.engine.streams`).
-2. The policy's REINFORCE step, rewarded by its judges: each judge's rows (``reward_rows``), their
+2. The policy's REINFORCE step, rewarded by its judges: each judge's row (``reward_row``), their
    scores aggregated over the run's judges (``aggregate``), shaped per sample (``shape_reward``),
    then the update's weight on mean log π and learning rate (``update_policy``).
 3. Stage ``sides`` (rows over runs, replacing `PairSides`): where the two sides of the judge's
@@ -27,7 +27,7 @@ Around the inner steps of an outer iteration: ``start_iteration`` before the fir
 after the last, then the judges' reset where ``reset_due`` says. A stage's rows run in the order the
 mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
 mechanism's ``after`` / ``before`` say otherwise; so do the hooks that pass a value from one mechanism
-to the next (``shape_reward``, ``update_policy``, ``reward_rows``). The state hooks (``start_iteration``,
+to the next (``shape_reward``, ``update_policy``, ``reward_row``). The state hooks (``start_iteration``,
 ``end_iteration``, ``after_step``) need no order: each changes only its own mechanism's state (`OwnState`),
 and every one at a point reads the state as that point found it.
 """
@@ -205,6 +205,14 @@ class StepContext(NamedTuple):
     sides: PairSides | None = None
     applied: AppliedRows | None = None
     key: jax.Array | None = None
+
+
+class JudgeContext(NamedTuple):
+    """What a per-judge hook (`reward_row`) reads of one judge slot: knobs, its run's knobs (`RunKnobs` of scalars);
+    pretrained (P,), the slot's pretrained judge row."""
+
+    knobs: RunKnobs
+    pretrained: jax.Array
 
 
 class OwnState(NamedTuple):
@@ -415,8 +423,10 @@ class Mechanism:
             weights after outer iteration `iteration` (0-based), with a fresh Adam state and every mechanism's
             per-judge state at its start (`slot_state`), after every `end_iteration` hook (none where none says).
     The loop's hooks, any number, applied in mechanism order:
-        reward_rows: (shape, constants, knobs, slots (`SlotState`), rows (J, P)) -> the judge rows that reward each
-            run's policy, from the rows the mechanisms before it chose (at first every judge's own).
+        reward_row: (row (P,), `JudgeContext`, own) -> row (P,), for one judge slot: the judge row that rewards its
+            run's policy, from the row the mechanisms before it chose (at first the judge's own); own is the
+            mechanism's per-judge state of the slot (`slot_state`; None where it keeps none), to read: what the
+            hook returns is the row alone, since the policy step, a look-ahead copy and the diagnostics all call it.
         shape_reward: (rewards (B,), `PolicyBatch` (with the run's knobs and the mechanism's own key), own) ->
             (rewards (B,), own), per sample; own is the mechanism's per-run state for the run (None where it keeps
             none), returned changed or as it was. What the policy's own step returns is kept; a look-ahead copy's
@@ -459,7 +469,7 @@ class Mechanism:
     contrast: Callable[[StepContext], jax.Array] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
     reset_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
-    reward_rows: Callable[..., jax.Array] | None = None
+    reward_row: Callable[[jax.Array, JudgeContext, Any], jax.Array] | None = None
     shape_reward: Callable[[jax.Array, PolicyBatch, Any], tuple[jax.Array, Any]] | None = None
     update_policy: Callable[[PolicyUpdate, PolicyBatch, Any], tuple[PolicyUpdate, Any]] | None = None
     start_iteration: Callable[[IterationContext, OwnState], OwnState] | None = None

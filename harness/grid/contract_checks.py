@@ -38,7 +38,7 @@ HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "contrast": ("step",),
     "aggregate": ("scores", "members", "knobs"),
     "reset_due": ("knobs", "iteration"),
-    "reward_rows": ("shape", "constants", "knobs", "slots", "rows"),
+    "reward_row": ("row", "judge", "own"),
     "shape_reward": ("rewards", "batch", "own"),
     "update_policy": ("update", "batch", "own"),
     "start_iteration": ("context", "own"),

@@ -1,13 +1,13 @@
 """Where the policy's reward comes from: the loop's REINFORCE step, with every mechanism's reward hooks in turn.
 
 A run's policy samples a batch and is rewarded by its judges: each judge slot's rows (the judges' own, unless a
-mechanism's ``reward_rows`` hook picks others), their scores aggregated over the run's judges (the ``aggregate``
+mechanism's ``reward_row`` hook picks others), their scores aggregated over the run's judges (the ``aggregate``
 hook; the members' mean where no mechanism takes it), then shaped per sample by every ``shape_reward`` hook in
 mechanism order. Every ``update_policy`` hook then sets the step's weight on mean log π in the loss and its Adam
 learning rate (`PolicyUpdate`). Only the mechanisms some run of the grid uses take part (`GridShape.used_mechanisms`).
 The same pieces make the grid's batched step (`policy_step`) and one run's step
 (`run_policy_step`, what a look-ahead copy of a policy trains with). The diagnostics' reward table (what judge-perceived
-quality and judge alignment measure) is the judges' reward: it goes through ``reward_rows`` and ``aggregate`` but not
+quality and judge alignment measure) is the judges' reward: it goes through ``reward_row`` and ``aggregate`` but not
 ``shape_reward``, so it is the reward the policy trains on only where no mechanism shapes it.
 """
 
@@ -24,17 +24,21 @@ from harness.engine import learning, streams
 from harness.engine.architecture import ModelConfig
 from harness.engine.state import CoevolutionState, Network, SlotState, adam_step
 from harness.grid import registry
-from harness.grid.contract import GridConstants, GridShape, Mechanism, PolicyBatch, PolicyUpdate
+from harness.grid.contract import GridConstants, GridShape, JudgeContext, Mechanism, PolicyBatch, PolicyUpdate
 from harness.grid.knobs import RunKnobs
 from harness.grid.step_table import run_judge_slots
 
 
 def reward_judges(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slots: SlotState) -> jax.Array:
-    """The judge row each slot rewards its run's policy with, (J, P): each `reward_rows` hook in turn, from the
-    judges' own rows (returned as they are where no hook changes them)."""
+    """The judge row each slot rewards its run's policy with, (J, P): each `reward_row` hook in turn, per slot, from
+    the judges' own rows (returned as they are where no mechanism of the grid takes the hook)."""
     rows = slots.judge.params
-    for hook in registry.hooks(shape.used_mechanisms, "reward_rows"):
-        rows = hook(shape, constants, knobs, slots, rows)
+    hooks = registry.checked_hooks(shape.used_mechanisms, "reward_row", given_at=0)
+    if not hooks:
+        return rows
+    judges = JudgeContext(jax.tree.map(lambda knob: knob[constants.slot_run], knobs), constants.pretrained_judges)
+    for name, hook in hooks:
+        rows = jax.vmap(hook)(rows, judges, slots.mechanisms.get(name))
     return rows
 
 

@@ -7,11 +7,12 @@ keeps an average it rewards the policy (and the diagnostics score it) instead of
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.engine.state import SlotState, select
-from harness.grid.contract import Cadence, GridConstants, GridShape, Group, Mechanism, StepContext, StepRow
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.engine.state import SlotState
+from harness.grid.contract import Cadence, Group, JudgeContext, Mechanism, StepContext, StepRow
+from harness.grid.knobs import Knobs
 from harness.grid.step_table import with_judge_update
 from harness.mechanisms.judge_update import judge_cadence
 
@@ -46,14 +47,9 @@ def _arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.A
     return slots.judge.params[group.ids.slot_ids], step.knobs.judge_ema[group.ids.slot_run]
 
 
-def reward_rows(
-    shape: GridShape, constants: GridConstants, knobs: RunKnobs, slots: SlotState, rows: jax.Array
-) -> jax.Array:
-    """Each slot's moving average where its run keeps one, else the rows it is given; those rows themselves where no
-    run of the grid averages."""
-    if not shape.groups_of(NAME):
-        return rows
-    return select(knobs.judge_ema[constants.slot_run] > 0, slots.of(NAME), rows)
+def reward_row(row: jax.Array, judge: JudgeContext, average: jax.Array) -> jax.Array:
+    """A judge slot's moving average where its run keeps one, else the row it is given."""
+    return jnp.where(judge.knobs.judge_ema > 0, average, row)
 
 
 MECHANISM = Mechanism(
@@ -74,5 +70,6 @@ MECHANISM = Mechanism(
     # float32 (P,) per judge: its average, the pretrained row at the start and after a reset, and left so where the
     # run keeps none.
     slot_state=lambda shape, pretrained: pretrained,
-    reward_rows=reward_rows,
+    uses=lambda knobs: knobs.judge_ema > 0,
+    reward_row=reward_row,
 )
