@@ -78,10 +78,10 @@ def grid(*knobs: Knobs, loaded: bool = True) -> GridSpec:
 
 
 def test_used_names_the_mechanisms_some_run_uses() -> None:
-    # Every built-in mechanism but those whose `uses` says no run here uses them (kl_penalty: β = 0;
-    # entropy_regularization: τ = 0; gold_reward, noisy_gold_reward: no run rewarded by q* or by q* plus noise;
-    # best_of_n: no condition records it).
-    unused = ("kl_penalty", "entropy_regularization", "gold_reward", "noisy_gold_reward", "best_of_n")
+    # Every built-in mechanism but those whose `uses` says no run here uses them (judge_ema: no moving average;
+    # kl_penalty: β = 0; entropy_regularization: τ = 0; gold_reward, noisy_gold_reward: no run rewarded by q* or by q*
+    # plus noise; best_of_n: no condition records it).
+    unused = ("judge_ema", "kl_penalty", "entropy_regularization", "gold_reward", "noisy_gold_reward", "best_of_n")
     built_in = [name for name, entry in registry.catalog().items() if entry.builtin and name not in unused]
     assert layout_grid(grid(Knobs(), Knobs(lr_policy=1e-3))).shape.used == tuple(built_in)
     used = layout_grid(grid(Knobs(), Knobs(probe_bonus=1.0))).shape
