@@ -23,6 +23,8 @@ LEGACY_SUFFIX = ".csv"  # the form of run directories written before tables were
 COMPRESSION_LEVEL = 9
 COMPRESSION = "zstd"
 KEY_DTYPES = {"condition": "string", "seed": "int64", "iteration": "int64"}
+# The keys of a metrics table's rows, one per run and outer iteration, on which a table's measures join it.
+MEASURE_KEYS = list(KEY_DTYPES)
 
 
 def table_file(run_dir: Path, name: str) -> Path:
@@ -122,10 +124,6 @@ def read_run_table(run_dir: Path, name: str) -> pd.DataFrame | None:
     """
     own = _own_table(run_dir, name)
     return own if own is not None else blocks_table(run_dir, name)
-
-
-# The rows of a metrics table, one per run and outer iteration, on which a table's measures join it.
-MEASURE_KEYS = ["condition", "seed", "iteration"]
 
 
 def with_measures(metrics: pd.DataFrame, measures: pd.DataFrame) -> pd.DataFrame:

@@ -37,7 +37,7 @@ from harness.inference.run_measures import DERIVED_MEASURES, SUMMARY_COLUMNS
 
 # The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.
 CONDITION_KEYS = ("description", "boundary", "original_script", "zip")
-# Stems of a run directory's own files, which no mechanism's table (`RunTable`, written as <name>.csv) may take.
+# Stems of a run directory's own files, which no mechanism's table (`RunTable`, written as <name>.parquet) may take.
 RESERVED_TABLE_NAMES = ("metrics", "summary", "claims", "attractors", "frontier", "runs", "across", "looks", "grid")
 # Columns the metrics table's rows are keyed by or the reports derive beside the metrics (`prepare`, `run_summaries`,
 # `DERIVED_MEASURES`): a metric or a table measure of one of these names would be read as the other.
@@ -377,18 +377,13 @@ def single_hook(mechanisms: Sequence[Mechanism], hook: str) -> Any:
     return noting_place(found[0], f"hook '{hook}'") if found else None
 
 
-def hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[Any]:
-    """The functions of every mechanism that takes `hook`, in mechanism order, except that a mechanism with `before`
-    comes just before the first of those it names (and after those its `after` names), as its rows do."""
-    return [noting_place(getattr(m, hook), f"hook '{hook}'") for m in _hook_order(tuple(mechanisms), hook)]
-
-
 def checked_hooks(
     mechanisms: Sequence[Mechanism], hook: str, given_at: int | tuple[int, ...]
 ) -> list[tuple[str, Callable]]:
-    """(mechanism name, hook) of every mechanism that takes `hook`, in `hooks`' order, each hook checked while traced
-    to return what it was given at argument `given_at` (the rewards and its own state) in structure, shapes and dtypes
-    (`contract_checks.checked`)."""
+    """(mechanism name, hook) of every mechanism that takes `hook`, in mechanism order, except that a mechanism with
+    `before` comes just before the first of those it names (and after those its `after` names), as its rows do; each
+    hook checked while traced to return what it was given at argument `given_at` (the value, and its own state where
+    it returns one) in structure, shapes and dtypes (`contract_checks.checked`)."""
     ordered = _hook_order(tuple(mechanisms), hook)
     return [(m.name, checked(getattr(m, hook), given_at, m.name, f"hook '{hook}'")) for m in ordered]
 

@@ -45,10 +45,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from harness.common.run_tables import MEASURE_KEYS
 from harness.inference.overoptimization import FORMS
 
-RUN_KEYS = ["condition", "seed"]
-ROW_KEYS = [*RUN_KEYS, "iteration"]
+ROW_KEYS = MEASURE_KEYS  # the measures' rows are those the report joins them on
+RUN_KEYS = ROW_KEYS[:2]
 KL_LEVELS = {"gold_gain_at_kl_0.5": 0.5, "gold_gain_at_kl_1": 1.0}
 FRONTIER_MEASURES = {
     "bon_peak_gain": "largest gold gain of best-of-n from π₀ against the judges, over n (q*)",
