@@ -27,7 +27,7 @@ from harness.grid import registry
 from harness.grid.batching import apply_where_due
 from harness.grid.knobs import Knobs, choices, stack_knobs
 from harness.grid.reward import run_policy_step
-from harness.mechanisms import anchor, ensemble, judge_ema, judge_update, meta_correction, pair_sources, referee, reset
+from harness.mechanisms import anchor, ensemble, judge_ema, judge_update, meta_correction, pair_sources, referee
 from tests.networks import idle_run_states, init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
@@ -227,19 +227,6 @@ def test_a_fresh_network_is_the_pretrained_row_with_fresh_adam(judge_tree) -> No
     np.testing.assert_array_equal(np.asarray(after.params), np.asarray(pretrained))
     assert int(after.adam[0].count) == 0
     assert not np.any(np.asarray(after.adam[0].mu)) and not np.any(np.asarray(after.adam[0].nu))
-
-
-def test_reset_is_due_after_every_kth_outer_iteration() -> None:
-    knobs = stack_knobs([Knobs(reset_every=k) for k in (0, 1, 2, 3)], BUILT_IN_NAMES)
-    due = np.stack([np.asarray(reset.reset_due(knobs, jnp.int32(iteration))) for iteration in range(6)], axis=1)
-    # Rows: reset_every 0 (never), 1, 2, 3; columns: after outer iterations 0..5 (the k-th, 2k-th, ... of each).
-    expected = [
-        [False] * 6,
-        [True] * 6,
-        [False, True, False, True, False, True],
-        [False, False, True, False, False, True],
-    ]
-    np.testing.assert_array_equal(due, expected)
 
 
 @pytest.mark.parametrize("rule", choices("ensemble_aggregation"))

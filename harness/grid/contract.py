@@ -10,14 +10,14 @@ file loads others (`[mechanisms] modules = [...]`, `harness.grid.registry`).
 
 The inner step of every run, in order:
 
-1. ``judge_update_due``: whether the run's judge update is due on this step (the mechanism that sets
-   the judge's cadence; every step where none does); the step's keys (`harness.engine.streams`).
+1. ``judge_update_due``: whether the run's judge update is due on this step (every step where no
+   mechanism says otherwise); then the step's keys (`harness.engine.streams`), which depend on it.
 2. The policy's REINFORCE step, rewarded by its judges: each judge's row (``reward_row``), their
    scores aggregated over the run's judges (``aggregate``), shaped per sample (``shape_reward``),
    then the update's weight on mean log π and learning rate (``update_policy``).
 3. Stage ``sides`` (rows over runs, replacing `PairSides`): where the two sides of the judge's
-   training pairs are drawn from (the policy, unless a row replaces a side; ``contrast`` says which
-   runs label their pairs chosen > rejected instead of by the judge).
+   training pairs are drawn from (the policy, unless a row replaces a side; ``contrast``, before the
+   stage, says which runs label their pairs chosen > rejected instead of by the judge).
 4. Stage ``updates`` (rows over judge slots, replacing fields of `SlotState`): the judge's update and
    whatever rides on it.
 5. Stage ``corrections`` (rows over judge slots): steps on a cadence of their own, after the updates.
@@ -27,7 +27,8 @@ Around the inner steps of an outer iteration: ``start_iteration`` before the fir
 after the last, then the judges' reset where ``reset_due`` says. A stage's rows run in the order the
 mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
 mechanism's ``after`` / ``before`` say otherwise; so do the hooks that pass a value from one mechanism
-to the next (``shape_reward``, ``update_policy``, ``reward_row``). The state hooks (``start_iteration``,
+to the next (``shape_reward``, ``update_policy``, ``reward_row``, and the flags ``judge_update_due``,
+``contrast`` and ``reset_due``, each a bool per run that the grid acts on). The state hooks (``start_iteration``,
 ``end_iteration``, ``after_step``) need no order: each changes only its own mechanism's state (`OwnState`),
 and every one at a point reads the state as that point found it.
 """
@@ -186,7 +187,8 @@ AppliedRows = Mapping[str, tuple[tuple[Group, jax.Array], ...]]
 class StepContext(NamedTuple):
     """What one inner step's hooks and rows read: the grid's static shape, constants and knobs, the state as the
     step left it so far, the step's keys (`streams.StepKeys`, each with a leading run axis), counter (the step's
-    1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due), and, from
+    1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due; keys and
+    update_due are None in the `judge_update_due` hooks, which decide them: the keys are drawn from it), and, from
     the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected) and
     sides (the `PairSides` each run draws its judge's pairs from); after the stages (`after_step`), applied: every
     work group each row acted on and its due mask (`AppliedRows`); key: where a mechanism's own row or hook reads
@@ -198,9 +200,9 @@ class StepContext(NamedTuple):
     constants: GridConstants
     knobs: RunKnobs
     state: CoevolutionState
-    keys: streams.StepKeys
+    keys: streams.StepKeys | None
     counter: jax.Array
-    update_due: jax.Array
+    update_due: jax.Array | None
     contrast: jax.Array | None = None
     sides: PairSides | None = None
     applied: AppliedRows | None = None
@@ -227,7 +229,8 @@ class OwnState(NamedTuple):
 class IterationContext(NamedTuple):
     """What the hooks around an outer iteration read: the grid's static shape, constants and knobs, the state as the
     hook point found it (before any mechanism's hook there), iteration, the outer iteration's 0-based int32 count,
-    and key, the hook's mechanism's own key of this point (R, 2), independent of every other draw."""
+    and key, the hook's mechanism's own key of this point (R, 2), independent of every other draw (`reset_due`
+    is given its mechanism's `end_iteration` key: one key for the end of an iteration)."""
 
     shape: GridShape
     constants: GridConstants
@@ -413,15 +416,21 @@ class Mechanism:
         judges_per_run: (knobs) -> how many judges a run has (its ensemble size; one where none says).
         pretrain_target: (knobs, the grid's target) -> the Spearman its judges are pretrained to.
         pretrain_data: (knobs) -> `PretrainData`, what its judges are pretrained on and for how long.
-        judge_update_due: (knobs, counter) -> bool (R,), the runs whose judge update is due on the step of 1-based
-            count `counter` in its outer iteration (every step where none says).
-        contrast: (step) -> bool (R,), the runs whose pairs on this step are labelled chosen > rejected (none where
-            none says).
         aggregate: (scores (M, X), members bool (M,), one run's knobs) -> (X,), one run's reward from its judges'
             scores.
-        reset_due: (knobs, iteration) -> bool (R,), the runs whose judges the grid returns to their pretrained
-            weights after outer iteration `iteration` (0-based), with a fresh Adam state and every mechanism's
-            per-judge state at its start (`slot_state`), after every `end_iteration` hook (none where none says).
+    The loop's flags, any number, applied in mechanism order: each is given a bool per run (R,) as the mechanisms
+    before it left it, the point's context with its own key, and its own state (`OwnState`), and returns the flag
+    and its own state (kept, changed or not); the rest of the grid's state it reads as the point found it:
+        judge_update_due: (due, `StepContext` without keys or update_due, own) -> (due, own), at each inner step's
+            start: the runs whose judge update is due on the step of 1-based count `step.counter` in its outer
+            iteration (True to begin with: every step where no mechanism says otherwise). No key: the step's keys
+            are drawn from its value.
+        contrast: (labelled, `StepContext`, own) -> (labelled, own), after the policy step: the runs whose judge
+            pairs on this step are labelled chosen > rejected (False to begin with).
+        reset_due: (due, `IterationContext`, own) -> (due, own), after every `end_iteration` hook: the runs whose
+            judges the grid returns to their pretrained weights after outer iteration `context.iteration` (0-based),
+            with a fresh Adam state and every mechanism's per-judge state at its start (`slot_state`) (False to
+            begin with).
     The loop's hooks, any number, applied in mechanism order:
         reward_row: (row (P,), `JudgeContext`, own) -> row (P,), for one judge slot: the judge row that rewards its
             run's policy, from the row the mechanisms before it chose (at first the judge's own); own is the
@@ -465,10 +474,10 @@ class Mechanism:
     judges_per_run: Callable[[Knobs], int] | None = None
     pretrain_target: Callable[[Knobs, float], float] | None = None
     pretrain_data: Callable[[Knobs], PretrainData] | None = None
-    judge_update_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
-    contrast: Callable[[StepContext], jax.Array] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
-    reset_due: Callable[[RunKnobs, jax.Array], jax.Array] | None = None
+    judge_update_due: Callable[[jax.Array, StepContext, OwnState], tuple[jax.Array, OwnState]] | None = None
+    contrast: Callable[[jax.Array, StepContext, OwnState], tuple[jax.Array, OwnState]] | None = None
+    reset_due: Callable[[jax.Array, IterationContext, OwnState], tuple[jax.Array, OwnState]] | None = None
     reward_row: Callable[[jax.Array, JudgeContext, Any], jax.Array] | None = None
     shape_reward: Callable[[jax.Array, PolicyBatch, Any], tuple[jax.Array, Any]] | None = None
     update_policy: Callable[[PolicyUpdate, PolicyBatch, Any], tuple[PolicyUpdate, Any]] | None = None
@@ -484,12 +493,4 @@ class Mechanism:
 # The hooks that change only their mechanism's own state (`OwnState`; `Mechanism`'s docstring).
 STATE_HOOKS = ("start_iteration", "end_iteration", "after_step")
 # The hooks at most one mechanism takes (`Mechanism`'s docstring).
-SINGLE_HOOKS = (
-    "judges_per_run",
-    "pretrain_target",
-    "judge_update_due",
-    "contrast",
-    "aggregate",
-    "pretrain_data",
-    "reset_due",
-)
+SINGLE_HOOKS = ("judges_per_run", "pretrain_target", "aggregate", "pretrain_data")

@@ -42,42 +42,63 @@ def mechanism_states(shape: GridShape, policies: jax.Array, judges: jax.Array) -
     return runs, slots
 
 
+def own_state(state: CoevolutionState, name: str) -> OwnState:
+    """Mechanism `name`'s own part of `state` (`OwnState`: None for a part it does not keep)."""
+    return OwnState(runs=state.runs.mechanisms.get(name), slots=state.slots.mechanisms.get(name))
+
+
+def with_own_state(state: CoevolutionState, name: str, own: OwnState) -> CoevolutionState:
+    """`state` with mechanism `name`'s own part replaced by `own` (the parts it keeps)."""
+    runs, slots = state.runs, state.slots
+    if own.runs is not None:
+        runs = runs.with_state(name, own.runs)
+    if own.slots is not None:
+        slots = slots.with_state(name, own.slots)
+    return state.replace(runs=runs, slots=slots)
+
+
 def with_state_hooks(hook: str, context: StepContext | IterationContext) -> CoevolutionState:
     """`context.state` after every used mechanism's state hook `hook` (`contract.STATE_HOOKS`): each is given the
     context and its own state (`OwnState`) and returns that alone, checked against what it was given. Every hook
     reads the state as the point found it and writes only its own part, so no hook's result depends on another's
     or on their order."""
     state = context.state
-    runs, slots = state.runs, state.slots
     for mechanism in context.shape.used_mechanisms:
         function = getattr(mechanism, hook)
         if function is None:
             continue
-        own = OwnState(runs=runs.mechanisms.get(mechanism.name), slots=slots.mechanisms.get(mechanism.name))
-        own = checked(function, 1, mechanism.name, f"hook '{hook}'")(with_own_key(context, mechanism.name, hook), own)
-        if own.runs is not None:
-            runs = runs.with_state(mechanism.name, own.runs)
-        if own.slots is not None:
-            slots = slots.with_state(mechanism.name, own.slots)
-    return state.replace(runs=runs, slots=slots)
+        keyed = with_own_key(context, mechanism.name, hook)
+        own = checked(function, 1, mechanism.name, f"hook '{hook}'")(keyed, own_state(context.state, mechanism.name))
+        state = with_own_state(state, mechanism.name, own)
+    return state
+
+
+def with_flag_hooks(
+    hook: str, flag: jax.Array, context: StepContext | IterationContext
+) -> tuple[jax.Array, CoevolutionState]:
+    """`flag` (bool (R,)) after every used mechanism's flag hook `hook` (`judge_update_due`, `contrast` or
+    `reset_due`: `Mechanism`), in mechanism order, each given the flag as those before it left it, the context with
+    its own key and its own state; returns the flag and `context.state` with each hook's own state as it returned
+    it. Every hook reads the state as the point found it."""
+    state = context.state
+    for name, function in registry.checked_hooks(context.shape.used_mechanisms, hook, given_at=(0, 2)):
+        flag, own = function(flag, with_own_key(context, name, hook), own_state(context.state, name))
+        state = with_own_state(state, name, own)
+    return flag, state
 
 
 def with_own_key(context: StepContext | IterationContext, name: str, hook: str) -> StepContext | IterationContext:
     """`context` with mechanism `name`'s own key (R, 2) for `hook`: of the step, from each run's judge-pair key
-    (`streams.own_keys`); around an outer iteration, from each run's stream key folded with the point, 2i at the
-    start of iteration i and 2i + 1 at its end (a run's stream key need not change between them)."""
+    (`streams.own_keys`; none before the step's keys are drawn, in `judge_update_due`); around an outer iteration,
+    from each run's stream key folded with the point, 2i at the start of iteration i and 2i + 1 at its end
+    (`end_iteration` and `reset_due`; a run's stream key need not change between them)."""
     if isinstance(context, StepContext):
+        if context.keys is None:
+            return context
         return context._replace(key=streams.own_keys(context.keys.judge_pairs, name))
-    point = 2 * context.iteration + (hook == "end_iteration")
+    point = 2 * context.iteration + (hook in ("end_iteration", "reset_due"))
     keys = streams.own_keys(context.state.runs.stream_key, name)
     return context._replace(key=jax.vmap(jax.random.fold_in, (0, None))(keys, point))
-
-
-def judge_update_due(shape: GridShape, knobs: RunKnobs, counter: jax.Array) -> jax.Array:
-    """bool (R,): the runs whose judge update is due on the step of 1-based count `counter` in its iteration; every
-    run where no mechanism sets the judge's cadence."""
-    hook = registry.single_hook(shape.used_mechanisms, "judge_update_due")
-    return hook(knobs, counter) if hook is not None else jnp.ones(shape.n_runs, bool)
 
 
 def step_keys(
@@ -86,13 +107,6 @@ def step_keys(
     """Every run's keys for the state's step (`streams.StepKeys`, each with a leading run axis)."""
     keys = partial(streams.step_keys, shape.streams, max_members=shape.max_members)
     return jax.vmap(keys, (0, None, 0, 0))(state.runs.stream_key, state.step, update_due, constants.run_member_draws)
-
-
-def contrast(step: StepContext) -> jax.Array:
-    """bool (R,): the runs whose judge pairs on this step are labelled chosen > rejected (none where no mechanism
-    takes the hook)."""
-    hook = registry.single_hook(step.shape.used_mechanisms, "contrast")
-    return hook(step) if hook is not None else jnp.zeros(step.shape.n_runs, bool)
 
 
 def pair_sides(step: StepContext) -> PairSides:
@@ -107,7 +121,8 @@ def judge_stages(step: StepContext) -> tuple[CoevolutionState, StepContext, Appl
     """The judge's side of an inner step, after the policy step (`step.state`): which runs draw contrast pairs, the
     pair sides, then the updates and the corrections. Returns the state, the step as its last stage saw it, and
     every group each row acted on."""
-    step = step._replace(contrast=contrast(step))
+    labelled, state = with_flag_hooks("contrast", jnp.zeros(step.shape.n_runs, bool), step)
+    step = step._replace(state=state, contrast=labelled)
     step = step._replace(sides=pair_sides(step))
     state, applied = step.state, {}
     for stage in ("updates", "corrections"):
@@ -122,7 +137,8 @@ def inner_step(
 ) -> CoevolutionState:
     """The policy step, then the stages' rows where due, then the mechanisms' bookkeeping, for every run."""
     counter = step_in_iteration + 1
-    update_due = judge_update_due(shape, knobs, counter)
+    starting = StepContext(shape, constants, knobs, state, keys=None, counter=counter, update_due=None)
+    update_due, state = with_flag_hooks("judge_update_due", jnp.ones(shape.n_runs, bool), starting)
     keys = step_keys(shape, constants, state, update_due)
     # Named scopes mark where the compiled program's instructions come from (benchmarks/test_program_size.py).
     with jax.named_scope("policy_step"):
@@ -153,8 +169,11 @@ def train_iteration(
     # step count, and the published grid's metrics are byte for byte those the fixed-length scan gave.
     state = jax.lax.fori_loop(jnp.int32(0), steps, body, state)
     state = with_state_hooks("end_iteration", IterationContext(shape, constants, knobs, state, iteration))
-    due = registry.single_hook(shape.used_mechanisms, "reset_due")
-    return state if due is None else reset_judges(shape, constants, state, due(knobs, iteration))
+    if not any(m.reset_due for m in shape.used_mechanisms):
+        return state
+    ending = IterationContext(shape, constants, knobs, state, iteration)
+    due, state = with_flag_hooks("reset_due", jnp.zeros(shape.n_runs, bool), ending)
+    return reset_judges(shape, constants, state, due)
 
 
 def reset_judges(

@@ -30,7 +30,7 @@ from harness.grid.contract import (
     StepRow,
     cadence_of,
 )
-from harness.grid.knobs import INNER_STEPS, UNIT, Knobs, RunKnobs
+from harness.grid.knobs import INNER_STEPS, UNIT, Knobs
 from harness.grid.step_table import pair_tokens, with_judge_update
 
 
@@ -55,9 +55,11 @@ def judge_cadence(knobs: Knobs) -> Cadence:
     return "slower" if knobs.freeze_judge else cadence_of(knobs.judge_update_every)
 
 
-def update_due(knobs: RunKnobs, counter: jax.Array) -> jax.Array:
-    """bool (R,): runs whose judge update is due on the step of 1-based count `counter` in its outer iteration."""
-    return (~knobs.freeze_judge) & (counter % knobs.judge_update_every == 0)
+def update_due(due: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
+    """bool (R,): the runs `due` names whose judge update is also due on this module's cadence on the step of
+    1-based count `step.counter` in its outer iteration (never for a frozen judge); own state unchanged."""
+    knobs = step.knobs
+    return due & (~knobs.freeze_judge) & (step.counter % knobs.judge_update_every == 0), own
 
 
 def judge_pair_update(

@@ -139,11 +139,12 @@ def contrast_runs(knobs: RunKnobs) -> jax.Array:
     return (knobs.chosen_from != policy_chosen) | (knobs.rejected_from != policy_rejected)
 
 
-def contrast(step: StepContext) -> jax.Array:
-    """bool (R,): runs whose judge update on this step uses contrast pairs: due, with a side other than the policy,
-    and drawn with probability contrast_mix (uniform in [0, 1): always at 1)."""
+def contrast(labelled: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
+    """bool (R,): the runs `labelled` names, and those whose judge update on this step uses contrast pairs: due,
+    with a side other than the policy, and drawn with probability contrast_mix (uniform in [0, 1): always at 1)
+    from the loop's contrast key of the step (`streams.StepKeys.contrast`); own state unchanged."""
     drawn = jax.vmap(lambda key: jax.random.uniform(jax.random.fold_in(key, 0)))(step.keys.contrast)
-    return step.update_due & contrast_runs(step.knobs) & (drawn < step.knobs.contrast_mix)
+    return labelled | (step.update_due & contrast_runs(step.knobs) & (drawn < step.knobs.contrast_mix)), own
 
 
 def contrast_due(step: StepContext, group: Group, sides: PairSides) -> jax.Array:

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import Mechanism
-from harness.grid.knobs import OUTER_ITERATIONS, UNIT, RunKnobs
+from harness.grid.contract import IterationContext, Mechanism, OwnState
+from harness.grid.knobs import OUTER_ITERATIONS, UNIT
 
 
 class ResetKnobs(BaseModel):
@@ -26,9 +26,11 @@ class ResetKnobs(BaseModel):
     )
 
 
-def reset_due(knobs: RunKnobs, iteration: jax.Array) -> jax.Array:
-    """bool (R,): the runs whose judges return to pretrained after outer iteration `iteration` (0-based): every k-th."""
-    return (knobs.reset_every > 0) & ((iteration + 1) % jnp.maximum(knobs.reset_every, 1) == 0)
+def reset_due(due: jax.Array, context: IterationContext, own: OwnState) -> tuple[jax.Array, OwnState]:
+    """bool (R,): the runs `due` names, and those whose judges return to pretrained after outer iteration
+    `context.iteration` (0-based) as every k-th (k = reset_every; never at 0); this mechanism keeps no state."""
+    every = context.knobs.reset_every
+    return due | ((every > 0) & ((context.iteration + 1) % jnp.maximum(every, 1) == 0)), own
 
 
 MECHANISM = Mechanism(
