@@ -508,6 +508,59 @@ MECHANISM = Mechanism(
 )
 """
 
+WRONG_DUE = """import jax.numpy as jnp
+
+from harness.grid.contract import Mechanism, StepRow
+
+
+def always(step, group, slots):
+    return jnp.bool_(True)  # one value for the whole group, not one per judge
+
+
+MECHANISM = Mechanism(
+    "always_due",
+    "a row whose due mask is a single value",
+    rows=(
+        StepRow(
+            name="always",
+            stage="updates",
+            schedule=lambda knobs, n_outputs: "every_step",
+            replaces="judge",
+            unit=lambda step: lambda judge, lr: judge,
+            arguments=lambda step, group, slots: (step.knobs.lr_judge[group.ids.slot_run],),
+            due=always,
+        ),
+    ),
+)
+"""
+
+WRONG_ARGUMENTS = """import jax.numpy as jnp
+
+from harness.grid.contract import Mechanism, StepRow
+from harness.grid.step_table import with_judge_update
+
+
+def first_rate(step, group, slots):
+    return (step.knobs.lr_judge[0],)  # the first run's rate alone, not one per judge
+
+
+MECHANISM = Mechanism(
+    "first_rate",
+    "a row whose arguments lack the member axis",
+    rows=(
+        StepRow(
+            name="first",
+            stage="updates",
+            schedule=lambda knobs, n_outputs: "every_step",
+            replaces="judge",
+            unit=lambda step: lambda judge, lr: judge,
+            arguments=first_rate,
+            due=with_judge_update,
+        ),
+    ),
+)
+"""
+
 WRONG_HOOK = """import jax.numpy as jnp
 
 from harness.grid.contract import Mechanism
@@ -534,6 +587,18 @@ MECHANISM = Mechanism(
             WRONG_ROW,
             "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink') returns '.params' as (4832,) float32, not the "
             "(4833,) float32 it was given",
+        ),
+        (
+            "always.py",
+            WRONG_DUE,
+            "mechanism 'always_due' ({file}:6, in always; row 'always' due) returns a mask of () bool, not one bool "
+            "per member of the work group (1,) bool",
+        ),
+        (
+            "first.py",
+            WRONG_ARGUMENTS,
+            "mechanism 'first_rate' ({file}:7, in first_rate; row 'first' arguments) returns '[0]' as () float32, not "
+            "with the work group's members (1) on its leading axis",
         ),
         (
             "restart.py",

@@ -146,3 +146,24 @@ def checked(function: Callable, given_at: int | tuple[int, ...], mechanism: str,
         return returned
 
     return call
+
+
+def check_per_member(value: Any, members: int, mechanism: str, where: str, function: Callable, mask: bool) -> None:
+    """Raise `MechanismShapeError` unless every leaf of a row's `due` (mask=True: one bool per member, (members,)) or
+    `arguments` (each leaf with the work group's members on its leading axis) has that many members. A mask of one
+    value would otherwise broadcast over the group, acting on every member, and a per-run array in a group of judge
+    slots would pair each judge with another run's values wherever the counts happen to agree."""
+    place = f"mechanism '{mechanism}' ({where_defined(function)}; {where})"
+    if mask:
+        if jnp.shape(value) != (members,) or jnp.result_type(value) != jnp.bool_:
+            raise MechanismShapeError(
+                f"{place} returns a mask of {_described(value)}, not one bool per member of the work group "
+                f"({members},) bool"
+            )
+        return
+    for path, leaf in jax.tree_util.tree_leaves_with_path(value):
+        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != members:
+            raise MechanismShapeError(
+                f"{place} returns '{jax.tree_util.keystr(path)}' as {_described(leaf)}, not with the work group's "
+                f"members ({members}) on its leading axis"
+            )

@@ -8,6 +8,7 @@ each run's judge slots (`run_judge_slots`) and the judge's pair batch (`pair_tok
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -28,7 +29,7 @@ from harness.grid.contract import (
     Stage,
     StepContext,
 )
-from harness.grid.contract_checks import checked, noting_place
+from harness.grid.contract_checks import check_per_member, checked, noting_place
 
 
 def run_judge_slots(shape: GridShape, constants: GridConstants) -> tuple[jax.Array, jax.Array]:
@@ -87,12 +88,27 @@ def apply_rows(stage: Stage, step: StepContext, networks: PairSides | SlotState)
             group = Group(step.constants.groups[index], step.shape.groups[index])
             ids = group.ids.run_ids if STAGE_MEMBERS[stage] == "run" else group.ids.slot_ids
             with jax.named_scope(owners[row.name]):  # the row's gathers, arguments and merge are its mechanism's too
-                due = noting_place(row.due, f"row '{row.name}' due")(step, group, networks)
-                arguments = partial(noting_place(row.arguments, f"row '{row.name}' arguments"), step, group, networks)
-                new = apply_where_due(unit, stage_field(networks, row.replaces), ids, due, arguments)
+                due = per_member(row.due, "due", row.name, owners[row.name], len(ids))(step, group, networks)
+                arguments = per_member(row.arguments, "arguments", row.name, owners[row.name], len(ids))
+                new = apply_where_due(
+                    unit, stage_field(networks, row.replaces), ids, due, partial(arguments, step, group, networks)
+                )
             networks = with_stage_field(networks, row.replaces, new)
             applied[row.name] = (*applied.get(row.name, ()), (group, due))
     return networks, applied
+
+
+def per_member(function: Callable, part: str, row: str, mechanism: str, members: int) -> Callable:
+    """A row's `due` or `arguments` (`part`), its errors noting the row and part, its result checked to hold one
+    entry per member of the work group (`contract_checks.check_per_member`) while traced."""
+    where = f"row '{row}' {part}"
+
+    def call(*arguments: Any) -> Any:
+        returned = noting_place(function, where)(*arguments)
+        check_per_member(returned, members, mechanism, where, function, mask=part == "due")
+        return returned
+
+    return call
 
 
 def with_judge_update(step: StepContext, group: Group, networks: Any) -> jax.Array:
