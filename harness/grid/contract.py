@@ -330,6 +330,17 @@ class PretrainData(NamedTuple):
     fixed_steps: int = 0
 
 
+class JudgePlan(NamedTuple):
+    """How many judges a condition's runs have and how they are pretrained, as the `judge_plan` hooks leave it:
+    count, the judges per run (its ensemble size; 1 to begin with); target, the Spearman they are pretrained to
+    (None to begin with: the grid's [pretrain] target_spearman); data, what they are pretrained on and for how long
+    (`PretrainData`; fresh draws, uncorrupted, to the target, to begin with)."""
+
+    count: int = 1
+    target: float | None = None
+    data: PretrainData = PretrainData()
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity, as a mechanism's functions are
 class RunTable:
     """A table per run and outer iteration with an index axis: like a metric, but a vector of K entries per run
@@ -412,10 +423,10 @@ class Mechanism:
             (`GridShape.size`), padded to their largest over a grid's shards.
         constants: (`HostRuns`) -> host arrays with a leading run axis, fixed for the grid (`GridConstants.of`).
         extra_bytes: (shape) -> working memory its rows need beyond the loop's, for the memory estimate.
-    The loop's hooks, each taken by at most one mechanism:
-        judges_per_run: (knobs) -> how many judges a run has (its ensemble size; one where none says).
-        pretrain_target: (knobs, the grid's target) -> the Spearman its judges are pretrained to.
-        pretrain_data: (knobs) -> `PretrainData`, what its judges are pretrained on and for how long.
+        judge_plan: (`JudgePlan`, a condition's `Knobs`) -> `JudgePlan`, on the host before pretraining, any number
+            in mechanism order: how many judges the condition's runs have and how they are pretrained, from the plan
+            the mechanisms before it left (at first one judge, the grid's target, fresh data).
+    The loop's hook taken by at most one mechanism:
         aggregate: (scores (M, X), members bool (M,), one run's knobs) -> (X,), one run's reward from its judges'
             scores.
     The loop's flags, any number, applied in mechanism order: each is given a bool per run (R,) as the mechanisms
@@ -471,9 +482,7 @@ class Mechanism:
     sizes: Callable[[Sequence[Knobs], GridFacts], Mapping[str, int]] | None = None
     constants: Callable[[HostRuns], Any] | None = None
     extra_bytes: Callable[[GridShape], int] | None = None
-    judges_per_run: Callable[[Knobs], int] | None = None
-    pretrain_target: Callable[[Knobs, float], float] | None = None
-    pretrain_data: Callable[[Knobs], PretrainData] | None = None
+    judge_plan: Callable[[JudgePlan, Knobs], JudgePlan] | None = None
     aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
     judge_update_due: Callable[[jax.Array, StepContext, OwnState], tuple[jax.Array, OwnState]] | None = None
     contrast: Callable[[jax.Array, StepContext, OwnState], tuple[jax.Array, OwnState]] | None = None
@@ -493,4 +502,4 @@ class Mechanism:
 # The hooks that change only their mechanism's own state (`OwnState`; `Mechanism`'s docstring).
 STATE_HOOKS = ("start_iteration", "end_iteration", "after_step")
 # The hooks at most one mechanism takes (`Mechanism`'s docstring).
-SINGLE_HOOKS = ("judges_per_run", "pretrain_target", "aggregate", "pretrain_data")
+SINGLE_HOOKS = ("aggregate",)

@@ -377,6 +377,12 @@ def single_hook(mechanisms: Sequence[Mechanism], hook: str) -> Any:
     return noting_place(found[0], f"hook '{hook}'") if found else None
 
 
+def ordered_hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[tuple[str, Callable]]:
+    """(mechanism name, hook) of every mechanism that takes `hook`, in the order `checked_hooks` gives, each noting
+    its place in the contract on an error (`noting_place`): for the host's hooks, whose values are plain Python."""
+    return [(m.name, noting_place(getattr(m, hook), f"hook '{hook}'")) for m in _hook_order(tuple(mechanisms), hook)]
+
+
 def checked_hooks(
     mechanisms: Sequence[Mechanism], hook: str, given_at: int | tuple[int, ...]
 ) -> list[tuple[str, Callable]]:

@@ -15,7 +15,7 @@ from harness.engine.metrics import Metric, table_measures
 from harness.engine.streams import Streams
 from harness.engine.world import WorldConfig
 from harness.grid import registry
-from harness.grid.contract import Mechanism, PretrainData, RunTable
+from harness.grid.contract import JudgePlan, Mechanism, PretrainData, RunTable
 from harness.grid.knobs import Knobs
 from harness.inference.claims import Claim
 from harness.original.streams import Script as OriginalScript
@@ -145,10 +145,26 @@ class MechanismSource(BaseModel):
     digest: str
 
 
+def judge_plan(knobs: Knobs, mechanisms: Sequence[Mechanism]) -> JudgePlan:
+    """How many judges a run of these knobs has and how they are pretrained: every mechanism's `judge_plan` hook in
+    mechanism order, from one judge, the grid's target and fresh data (`JudgePlan()`).
+
+    Raises:
+        registry.MechanismError: a hook returned something other than a `JudgePlan` of at least one judge.
+    """
+    plan = JudgePlan()
+    for name, hook in registry.ordered_hooks(mechanisms, "judge_plan"):
+        plan = hook(plan, knobs)
+        if not isinstance(plan, JudgePlan) or int(plan.count) < 1:
+            raise registry.MechanismError(
+                f"mechanism '{name}': hook 'judge_plan' returns {plan!r}, not a JudgePlan of at least one judge"
+            )
+    return plan
+
+
 def judges_per_run(knobs: Knobs, mechanisms: Sequence[Mechanism]) -> int:
-    """How many judges a run of these knobs has: what the mechanism that sets it says, else one."""
-    hook = registry.single_hook(mechanisms, "judges_per_run")
-    return 1 if hook is None else int(hook(knobs))
+    """How many judges a run of these knobs has (`judge_plan`): one where no mechanism says otherwise."""
+    return int(judge_plan(knobs, mechanisms).count)
 
 
 class GridSpec(BaseModel):
@@ -281,15 +297,13 @@ class GridSpec(BaseModel):
     def judge_target(self, condition: Condition) -> float:
         """The Spearman target `condition`'s judges are pretrained to: what the mechanism that sets it says of the
         condition's knobs, else the grid's [pretrain] one."""
-        hook = registry.single_hook(self.active_mechanisms, "pretrain_target")
-        default = self.pretrain.target_spearman
-        return default if hook is None else float(hook(condition.knobs, default))
+        target = judge_plan(condition.knobs, self.active_mechanisms).target
+        return self.pretrain.target_spearman if target is None else float(target)
 
     def judge_data(self, condition: Condition) -> PretrainData:
         """What `condition`'s judges are pretrained on and for how long: what the mechanism that sets it says of the
         condition's knobs, else fresh draws, uncorrupted, to the target."""
-        hook = registry.single_hook(self.active_mechanisms, "pretrain_data")
-        return PretrainData() if hook is None else PretrainData(*hook(condition.knobs))
+        return PretrainData(*judge_plan(condition.knobs, self.active_mechanisms).data)
 
     @model_validator(mode="after")
     def _judge_data_fits_the_pretraining(self) -> GridSpec:

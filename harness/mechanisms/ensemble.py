@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import Mechanism
+from harness.grid.contract import JudgePlan, Mechanism
 from harness.grid.knobs import Knobs, RunKnobs
 
 # Upper bound on ensemble size: each member is a pretrained judge per seed.
@@ -67,14 +67,15 @@ def aggregate_scores(scores: jax.Array, members: jax.Array, knobs: RunKnobs) -> 
     return jnp.select([rule == code for code in range(len(_AGGREGATIONS))], [by_rule[n] for n in _AGGREGATIONS])
 
 
-def _judges_per_run(knobs: Knobs) -> int:
-    return knobs.n_judges
+def _judges_per_run(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
+    """The plan with the condition's ensemble size."""
+    return plan._replace(count=knobs.n_judges)
 
 
 MECHANISM = Mechanism(
     name="ensemble",
     summary="several judges per run; their scores aggregated by mean, minimum, mean − λ·variance or mean − λ·std",
     knobs=EnsembleKnobs,
-    judges_per_run=_judges_per_run,
+    judge_plan=_judges_per_run,
     aggregate=aggregate_scores,
 )

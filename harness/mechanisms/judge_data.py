@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import Mechanism, PretrainData
+from harness.grid.contract import JudgePlan, Mechanism, PretrainData
 from harness.grid.knobs import DATA_SIZE, HOST_ONLY, STUDY_ROLE, Knobs
 
 
@@ -47,17 +47,19 @@ class JudgeDataKnobs(BaseModel):
     )
 
 
-def _data(knobs: Knobs) -> PretrainData:
-    return PretrainData(
+def _data(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
+    """The plan with what the condition's knobs say its judges are pretrained on and for how long."""
+    data = PretrainData(
         examples=knobs.judge_pretrain_examples,
         corruption=knobs.judge_label_corruption,
         fixed_steps=knobs.judge_pretrain_steps or 0,
     )
+    return plan._replace(data=data)
 
 
 MECHANISM = Mechanism(
     name="judge_data",
     summary="what a condition's judges are pretrained on (a fixed dataset, corrupted labels) and for how long",
     knobs=JudgeDataKnobs,
-    pretrain_data=_data,
+    judge_plan=_data,
 )

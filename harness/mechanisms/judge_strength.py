@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import Mechanism
+from harness.grid.contract import JudgePlan, Mechanism
 from harness.grid.knobs import HOST_ONLY, Knobs
 
 
@@ -27,13 +27,14 @@ class JudgeStrengthKnobs(BaseModel):
     )
 
 
-def _target(knobs: Knobs, grid_target: float) -> float:
-    return grid_target if knobs.judge_pretrain_target is None else knobs.judge_pretrain_target
+def _target(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
+    """The plan with the condition's own target, where it sets one (unset: the plan's, at first the grid's)."""
+    return plan if knobs.judge_pretrain_target is None else plan._replace(target=knobs.judge_pretrain_target)
 
 
 MECHANISM = Mechanism(
     name="judge_strength",
     summary="the Spearman target a condition's judges are pretrained to (how well aligned they start)",
     knobs=JudgeStrengthKnobs,
-    pretrain_target=_target,
+    judge_plan=_target,
 )
