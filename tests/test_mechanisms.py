@@ -25,9 +25,10 @@ from harness.engine.streams import sampling_noise
 from harness.engine.world import enumerate_outputs
 from harness.grid import registry
 from harness.grid.batching import apply_where_due
+from harness.grid.contract import Mechanism, MemberScores
 from harness.grid.knobs import Knobs, choices, stack_knobs
-from harness.grid.reward import run_policy_step
-from harness.mechanisms import anchor, ensemble, judge_ema, judge_update, meta_correction, pair_sources, referee
+from harness.grid.reward import aggregated, run_policy_step
+from harness.mechanisms import anchor, judge_ema, judge_update, meta_correction, pair_sources, referee
 from tests.networks import idle_run_states, init_judge, init_policy, perturbed
 from tests.worlds import TWO_POSITIONS
 
@@ -235,7 +236,7 @@ def test_aggregate_scores_against_numpy(rule: str) -> None:
     scores = rng.normal(size=(5, 7)).astype(np.float32)
     members = np.array([True, True, True, False, False])  # an ensemble of 3, padded to 5
     knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=0.5, ensemble_variance_weight=1.5))
-    reward = ensemble.aggregate_scores(jnp.asarray(scores), jnp.asarray(members), knobs)
+    reward = aggregated(BUILT_IN, jnp.asarray(scores), jnp.asarray(members), knobs)  # the mean, then the rule
     real = scores[:3]
     expected = {
         "mean": real.mean(axis=0),
@@ -250,8 +251,25 @@ def test_one_judge_aggregates_to_itself_under_every_rule() -> None:
     scores = jnp.asarray(np.random.default_rng(1).normal(size=(1, 9)), jnp.float32)
     for rule in choices("ensemble_aggregation"):
         knobs = _one_run(Knobs(ensemble_aggregation=rule, ensemble_std_weight=2.0, ensemble_variance_weight=2.0))
-        reward = ensemble.aggregate_scores(scores, jnp.array([True]), knobs)
+        reward = aggregated(BUILT_IN, scores, jnp.array([True]), knobs)
         np.testing.assert_array_equal(np.asarray(reward), np.asarray(scores[0]))
+
+
+def _pessimist(reward: jax.Array, judges: MemberScores) -> jax.Array:
+    """Takes one off the reward the mechanisms before it left, wherever the run has more than one judge."""
+    return reward - (jnp.sum(judges.members) > 1)
+
+
+@pytest.mark.parametrize(("order", "expected"), [({}, "rule - 1"), ({"before": ("ensemble",)}, "rule")])
+def test_aggregate_hooks_pass_the_reward_on_in_mechanism_order(order: dict, expected: str) -> None:
+    """After `ensemble` a loaded hook changes the rule's reward (here its minimum, less one); placed before it, the
+    ensemble's rule replaces what it left."""
+    scores = jnp.asarray(np.random.default_rng(2).normal(size=(3, 4)), jnp.float32)
+    knobs = _one_run(Knobs(ensemble_aggregation="min"))
+    mechanisms = (*BUILT_IN, Mechanism("pessimist", "one off an ensemble's reward", aggregate=_pessimist, **order))
+    reward = np.asarray(aggregated(mechanisms, scores, jnp.ones(3, bool), knobs))
+    minimum = np.asarray(scores).min(axis=0)
+    np.testing.assert_array_equal(reward, minimum - 1 if expected == "rule - 1" else minimum)
 
 
 def test_apply_where_due_touches_exactly_the_due_members() -> None:

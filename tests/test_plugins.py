@@ -243,10 +243,6 @@ def _row(name: str) -> StepRow:
             "knob 'anchor_fraction' is taken by mechanism 'anchor'",
         ),
         (Mechanism("mine", "a row taken", rows=(_row("referee"),)), "row 'referee' is taken by mechanism 'referee'"),
-        (
-            Mechanism("mine", "a hook taken", aggregate=lambda scores, members, knobs: scores[0]),
-            "hook 'aggregate' is taken by mechanism 'ensemble'",
-        ),
         (Mechanism("mine", "an unknown order", after=("nowhere",)), "its order names mechanism 'nowhere'"),
         (
             Mechanism("mine", "a metric taken", metrics=(BUILT_IN[0].metrics[0],)),

@@ -217,6 +217,16 @@ class JudgeContext(NamedTuple):
     pretrained: jax.Array
 
 
+class MemberScores(NamedTuple):
+    """What an `aggregate` hook reads of one run's judges: scores (M, X), each judge slot's score of X samples or
+    outputs; members bool (M,), which slots are the run's real judges (the rest pad the run to the largest
+    ensemble); knobs, the run's knobs (`RunKnobs` of scalars)."""
+
+    scores: jax.Array
+    members: jax.Array
+    knobs: RunKnobs
+
+
 class OwnState(NamedTuple):
     """A mechanism's own part of the grid's state: all that its state hooks (`start_iteration`, `end_iteration`,
     `after_step`) are given and return. runs: its per-run state, leading axis R (`Mechanism.run_state`); slots: its
@@ -426,9 +436,6 @@ class Mechanism:
         judge_plan: (`JudgePlan`, a condition's `Knobs`) -> `JudgePlan`, on the host before pretraining, any number
             in mechanism order: how many judges the condition's runs have and how they are pretrained, from the plan
             the mechanisms before it left (at first one judge, the grid's target, fresh data).
-    The loop's hook taken by at most one mechanism:
-        aggregate: (scores (M, X), members bool (M,), one run's knobs) -> (X,), one run's reward from its judges'
-            scores.
     The loop's flags, any number, applied in mechanism order: each is given a bool per run (R,) as the mechanisms
     before it left it, the point's context with its own key, and its own state (`OwnState`), and returns the flag
     and its own state (kept, changed or not); the rest of the grid's state it reads as the point found it:
@@ -443,6 +450,9 @@ class Mechanism:
             with a fresh Adam state and every mechanism's per-judge state at its start (`slot_state`) (False to
             begin with).
     The loop's hooks, any number, applied in mechanism order:
+        aggregate: (reward (X,), `MemberScores`) -> reward (X,), for one run: its reward from its judges' scores, from
+            the reward the mechanisms before it left (at first the real members' mean); like `reward_row`, called by
+            the policy step, a look-ahead copy and the diagnostics, so it changes no state.
         reward_row: (row (P,), `JudgeContext`, own) -> row (P,), for one judge slot: the judge row that rewards its
             run's policy, from the row the mechanisms before it chose (at first the judge's own); own is the
             mechanism's per-judge state of the slot (`slot_state`; None where it keeps none), to read: what the
@@ -483,7 +493,7 @@ class Mechanism:
     constants: Callable[[HostRuns], Any] | None = None
     extra_bytes: Callable[[GridShape], int] | None = None
     judge_plan: Callable[[JudgePlan, Knobs], JudgePlan] | None = None
-    aggregate: Callable[[jax.Array, jax.Array, RunKnobs], jax.Array] | None = None
+    aggregate: Callable[[jax.Array, MemberScores], jax.Array] | None = None
     judge_update_due: Callable[[jax.Array, StepContext, OwnState], tuple[jax.Array, OwnState]] | None = None
     contrast: Callable[[jax.Array, StepContext, OwnState], tuple[jax.Array, OwnState]] | None = None
     reset_due: Callable[[jax.Array, IterationContext, OwnState], tuple[jax.Array, OwnState]] | None = None
@@ -501,5 +511,3 @@ class Mechanism:
 
 # The hooks that change only their mechanism's own state (`OwnState`; `Mechanism`'s docstring).
 STATE_HOOKS = ("start_iteration", "end_iteration", "after_step")
-# The hooks at most one mechanism takes (`Mechanism`'s docstring).
-SINGLE_HOOKS = ("aggregate",)

@@ -32,7 +32,7 @@ HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "constants": ("host_runs",),
     "extra_bytes": ("shape",),
     "judge_plan": ("plan", "knobs"),
-    "aggregate": ("scores", "members", "knobs"),
+    "aggregate": ("reward", "judges"),
     "judge_update_due": ("due", "step", "own"),
     "contrast": ("labelled", "step", "own"),
     "reset_due": ("due", "context", "own"),

@@ -24,11 +24,10 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
-from harness.grid.contract import SINGLE_HOOKS, STAGES, STATE_HOOKS, Mechanism, RunTable, Stage, StepRow
+from harness.grid.contract import STAGES, STATE_HOOKS, Mechanism, RunTable, Stage, StepRow
 from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS, call_mismatch, checked, noting_place, place_of
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
@@ -148,9 +147,6 @@ def _clashes(mechanism: Mechanism, others: list[Mechanism]) -> str | None:
             return f"knob '{name}' is taken by mechanism '{other.name}'"
         for row in {row.name for row in mechanism.rows} & {row.name for row in other.rows}:
             return f"row '{row}' is taken by mechanism '{other.name}'"
-        for hook in SINGLE_HOOKS:
-            if getattr(mechanism, hook) is not None and getattr(other, hook) is not None:
-                return f"hook '{hook}' is taken by mechanism '{other.name}'"
         for table in {table.name for table in mechanism.tables} & {table.name for table in other.tables}:
             return f"table '{table}' is taken by mechanism '{other.name}'"
     names = {other.name for other in others}
@@ -369,12 +365,6 @@ def plugins_of(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """(name, source digest) of each mechanism `names` loads: what, beside the package's source, selects a program."""
     registered = catalog()
     return tuple((name, registered[name].digest) for name in names)
-
-
-def single_hook(mechanisms: Sequence[Mechanism], hook: str) -> Any:
-    """The function of the one mechanism that takes `hook` (`contract.SINGLE_HOOKS`), or None."""
-    found = [getattr(m, hook) for m in mechanisms if getattr(m, hook) is not None]
-    return noting_place(found[0], f"hook '{hook}'") if found else None
 
 
 def ordered_hooks(mechanisms: Sequence[Mechanism], hook: str) -> list[tuple[str, Callable]]:

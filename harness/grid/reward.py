@@ -24,7 +24,15 @@ from harness.engine import learning, streams
 from harness.engine.architecture import ModelConfig
 from harness.engine.state import CoevolutionState, Network, SlotState, adam_step
 from harness.grid import registry
-from harness.grid.contract import GridConstants, GridShape, JudgeContext, Mechanism, PolicyBatch, PolicyUpdate
+from harness.grid.contract import (
+    GridConstants,
+    GridShape,
+    JudgeContext,
+    Mechanism,
+    MemberScores,
+    PolicyBatch,
+    PolicyUpdate,
+)
 from harness.grid.knobs import RunKnobs
 from harness.grid.step_table import run_judge_slots
 
@@ -42,21 +50,25 @@ def reward_judges(shape: GridShape, constants: GridConstants, knobs: RunKnobs, s
     return rows
 
 
-def mean_of_members(scores: jax.Array, members: jax.Array, knobs: RunKnobs) -> jax.Array:
-    """One run's reward from its judges' scores (M, X) where no mechanism aggregates them: the real members' mean."""
-    del knobs
+def mean_of_members(scores: jax.Array, members: jax.Array) -> jax.Array:
+    """One run's judges' scores (M, X) averaged over its real members: its reward where no mechanism aggregates."""
     weight = members.astype(scores.dtype)[:, None]
     return jnp.sum(weight * scores, axis=0) / jnp.sum(weight)
 
 
-def _aggregate(mechanisms: Sequence[Mechanism]) -> object:
-    return registry.single_hook(mechanisms, "aggregate") or mean_of_members
+def aggregated(mechanisms: Sequence[Mechanism], scores: jax.Array, members: jax.Array, knobs: RunKnobs) -> jax.Array:
+    """One run's reward (X,) from its judges' scores (M, X): the real members' mean, then every `aggregate` hook in
+    mechanism order, each given the reward the ones before it left and the run's `MemberScores`."""
+    reward, judges = mean_of_members(scores, members), MemberScores(scores, members, knobs)
+    for _, hook in registry.checked_hooks(mechanisms, "aggregate", given_at=0):
+        reward = hook(reward, judges)
+    return reward
 
 
 def run_rewards(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slot_scores: jax.Array) -> jax.Array:
     """Each run's reward from its judges' scores: slot_scores (J, X) -> (R, X), by the run's aggregation rule."""
     slots, members = run_judge_slots(shape, constants)
-    return jax.vmap(_aggregate(shape.used_mechanisms))(slot_scores[slots], members, knobs)
+    return jax.vmap(partial(aggregated, shape.used_mechanisms))(slot_scores[slots], members, knobs)
 
 
 def _own_hook_calls(
@@ -166,7 +178,7 @@ def run_policy_step(
 
     log_pi, pullback, tokens = jax.vjp(log_prob, policy.params, has_aux=True)
     scores = jax.vmap(learning.judge_reward, (0, None, None, None))(judges, tokens, vocab, model)
-    rewards = _aggregate(mechanisms)(scores, members, knobs)
+    rewards = aggregated(mechanisms, scores, members, knobs)
     log_pi = jax.lax.stop_gradient(log_pi)
     batch = PolicyBatch(tokens, log_pi, initial_policy, q_star, vocab, model, run_state, knobs, key)
     cotangent, learning_rate, _ = _loss_cotangent(mechanisms, rewards, batch)

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.grid.contract import JudgePlan, Mechanism
-from harness.grid.knobs import Knobs, RunKnobs
+from harness.grid.contract import JudgePlan, Mechanism, MemberScores
+from harness.grid.knobs import Knobs
 
 # Upper bound on ensemble size: each member is a pretrained judge per seed.
 MAX_JUDGES = 16
@@ -46,12 +46,14 @@ class EnsembleKnobs(BaseModel):
     )
 
 
-def aggregate_scores(scores: jax.Array, members: jax.Array, knobs: RunKnobs) -> jax.Array:
-    """One run's reward from its judges' scores (M, X); members bool (M,) marks real judges (the rest is padding).
-
-    By the code of the run's `ensemble_aggregation`: the members' mean, their minimum (the worst case over the
-    ensemble), mean − ensemble_std_weight · std or mean − ensemble_variance_weight · variance (the population's).
+def aggregate_scores(reward: jax.Array, judges: MemberScores) -> jax.Array:
+    """One run's reward from its judges' scores (M, X) (`judges.members` marks real judges, the rest is padding), in
+    place of the reward it is given: by the code of the run's `ensemble_aggregation`, the members' mean, their
+    minimum (the worst case over the ensemble), mean − ensemble_std_weight · std or mean − ensemble_variance_weight ·
+    variance (the population's).
     """
+    del reward  # the rule replaces it (its mean is the reward's own computation, the grid's start)
+    scores, members, knobs = judges
     rule, std_weight = knobs.ensemble_aggregation, knobs.ensemble_std_weight
     weight = members.astype(scores.dtype)[:, None]
     count = jnp.sum(weight)
