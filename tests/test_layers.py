@@ -85,6 +85,19 @@ def test_imports_only_point_down() -> None:
     assert upward == []
 
 
+def test_only_the_mechanisms_package_imports_a_mechanism_module() -> None:
+    """No grid, report or command-line code reaches into a mechanism: what it needs of one comes through the
+    registry (a built-in gets nothing a lab's own mechanism could not have)."""
+    reaching = sorted(
+        (module, target)
+        for module, targets in import_graph().items()
+        if not module.startswith("harness.mechanisms")
+        for target in targets
+        if target.startswith("harness.mechanisms.")
+    )
+    assert reaching == []
+
+
 def test_no_modules_import_in_a_circle() -> None:
     graph = import_graph()
     # A package's __init__ may re-export its modules; that edge is not a dependency of the package on itself.

@@ -3,9 +3,10 @@ against the perfect proxy; Gao's forms fitted per shape, condition and scorer wi
 compared with a quadratic by held-out error and by extrapolation; α and β against the judge's size and data; every
 RL condition's gold-vs-KL path beside best-of-n's; and where runs end.
 
-Each shape's run directory holds its metrics.csv.gz and best-of-n table (best_of_n.parquet). Best-of-n's points are
-iteration 0's curves from π₀ (n = 1 … 10⁶), scored by the pretrained judges, by q* (the perfect proxy) and by q* plus
-noise at the judges' alignment (`harness.mechanisms.best_of_n`); a run's RL points are its path over the iterations;
+Each shape's run directory holds its metrics.csv.gz and best-of-n table: the per-run table that declares the frontier's
+measures (`frontier_table_name`), whichever mechanism registered it. Best-of-n's points are iteration 0's curves from
+π₀ (n = 1 … 10⁶), scored by the pretrained judges, by q* (the perfect proxy) and by q* plus noise at the judges'
+alignment; a run's RL points are its path over the iterations;
 both as gains since their start against d = √KL(· ‖ π₀) (`harness.inference.frontier_measures`). The fits are
 `harness.inference.overoptimization.fit_gao` (each optimizer its own form), written as gao_fits.csv, the held-out
 comparison gao_held_out.csv, the extrapolation gao_extrapolation.csv, beside the study's report.
@@ -21,15 +22,16 @@ import pandas as pd
 
 from harness.common.run_files import metrics_file
 from harness.common.run_tables import read_run_table
+from harness.grid import registry
 from harness.grid.study import StudySpec
 from harness.inference.frontier_measures import (
+    FRONTIER_MEASURES,
     ROW_KEYS,
     peak_measures,
     run_paths,
     scored_curves,
 )
 from harness.inference.overoptimization import FORMS, fit_gao, held_out_errors
-from harness.mechanisms import best_of_n as best_of_n_mechanism
 from harness.rendering.bands import performance_profile
 from harness.rendering.metrics_table import CSV_FLOAT_FORMAT
 from harness.report.figures.overoptimization import (
@@ -74,6 +76,13 @@ def frontier_points(metrics: pd.DataFrame, curves: Mapping[str, pd.DataFrame]) -
     return pd.concat([frame[POINT_COLUMNS] for frame in frames if len(frame)], ignore_index=True)
 
 
+def frontier_table_name() -> str | None:
+    """The per-run table whose rows yield the frontier's measures (`FRONTIER_MEASURES`): the one registered table that
+    declares them (measure names are one namespace, so no two can), or None where no loaded mechanism has one."""
+    names = [table.name for table in registry.measured_tables() if set(FRONTIER_MEASURES) <= set(table.measures)]
+    return names[0] if names else None
+
+
 def study_frontier(
     study: StudySpec, shape_dirs: Callable[[str], Path], parameters: dict[str, int]
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -81,10 +90,10 @@ def study_frontier(
     condition's pretraining examples, and every shape's best-of-n peak measures at iteration 0
     (`frontier_measures.peak_measures`, with the shape's name and at_largest_n: whether the peak is at the largest
     n); both empty where no shape has a best-of-n table."""
-    frames, peaks = [], []
+    frames, peaks, table = [], [], frontier_table_name()
     for shape in study.shapes:
         directory = shape_dirs(shape.name)
-        best_of_n = read_run_table(directory, best_of_n_mechanism.NAME)
+        best_of_n = None if table is None else read_run_table(directory, table)
         if best_of_n is None:
             continue
         curves = scored_curves(best_of_n[best_of_n["iteration"] == best_of_n["iteration"].min()])
