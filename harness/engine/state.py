@@ -53,8 +53,8 @@ class RunState:
 
 @flax.struct.dataclass
 class SlotState:
-    """Per judge slot (leading axis J): the judge, and each mechanism's own per-judge state. A run owns `n_judges`
-    consecutive slots.
+    """Per judge slot (leading axis J): the judge, and each mechanism's own per-judge state. A run owns as many
+    consecutive slots as it has judges.
 
     mechanisms: mechanism name -> that mechanism's per-judge state (leading axis J), for the mechanisms that keep one
     (`harness.grid.contract.Mechanism.slot_state`).
