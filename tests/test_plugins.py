@@ -477,85 +477,59 @@ def test_a_metric_of_the_wrong_shape_is_one_line_before_anything_compiles(
     )
 
 
-WRONG_ROW = """import jax.numpy as jnp
+def _one_row_module(mechanism: str, function: str, row: str, unit: str, arguments: str, due: str) -> str:
+    """The source of a mechanism of one row on the judge's update, whose own function is `function` (its `def` on line
+    7 of the file)."""
+    return f"""import jax.numpy as jnp
 
 from harness.grid.contract import Mechanism, StepRow
 from harness.grid.step_table import with_judge_update
 
 
-def shrink(judge):
-    return judge.replace(params=judge.params[:-1])  # one parameter short
-
+{function}
 
 MECHANISM = Mechanism(
+    "{mechanism}",
+    "a row with a mistake",
+    rows=(
+        StepRow(
+            name="{row}",
+            stage="updates",
+            schedule=lambda knobs, n_outputs: "every_step",
+            replaces="judge",
+            unit={unit},
+            arguments={arguments},
+            due={due},
+        ),
+    ),
+)
+"""
+
+
+WRONG_ROW = _one_row_module(
     "shrinking",
-    "a row that returns a judge of another shape",
-    rows=(
-        StepRow(
-            name="shrink",
-            stage="updates",
-            schedule=lambda knobs, n_outputs: "every_step",
-            replaces="judge",
-            unit=lambda step: shrink,
-            arguments=lambda step, group, slots: (),
-            due=with_judge_update,
-        ),
-    ),
+    "def shrink(judge):\n    return judge.replace(params=judge.params[:-1])  # one parameter short\n",
+    row="shrink",
+    unit="lambda step: shrink",
+    arguments="lambda step, group, slots: ()",
+    due="with_judge_update",
 )
-"""
-
-WRONG_DUE = """import jax.numpy as jnp
-
-from harness.grid.contract import Mechanism, StepRow
-
-
-def always(step, group, slots):
-    return jnp.bool_(True)  # one value for the whole group, not one per judge
-
-
-MECHANISM = Mechanism(
+WRONG_DUE = _one_row_module(
     "always_due",
-    "a row whose due mask is a single value",
-    rows=(
-        StepRow(
-            name="always",
-            stage="updates",
-            schedule=lambda knobs, n_outputs: "every_step",
-            replaces="judge",
-            unit=lambda step: lambda judge, lr: judge,
-            arguments=lambda step, group, slots: (step.knobs.lr_judge[group.ids.slot_run],),
-            due=always,
-        ),
-    ),
+    "def always(step, group, slots):\n    return jnp.bool_(True)  # one value for the group, not one per judge\n",
+    row="always",
+    unit="lambda step: lambda judge, lr: judge",
+    arguments="lambda step, group, slots: (step.knobs.lr_judge[group.ids.slot_run],)",
+    due="always",
 )
-"""
-
-WRONG_ARGUMENTS = """import jax.numpy as jnp
-
-from harness.grid.contract import Mechanism, StepRow
-from harness.grid.step_table import with_judge_update
-
-
-def first_rate(step, group, slots):
-    return (step.knobs.lr_judge[0],)  # the first run's rate alone, not one per judge
-
-
-MECHANISM = Mechanism(
+WRONG_ARGUMENTS = _one_row_module(
     "first_rate",
-    "a row whose arguments lack the member axis",
-    rows=(
-        StepRow(
-            name="first",
-            stage="updates",
-            schedule=lambda knobs, n_outputs: "every_step",
-            replaces="judge",
-            unit=lambda step: lambda judge, lr: judge,
-            arguments=first_rate,
-            due=with_judge_update,
-        ),
-    ),
+    "def first_rate(step, group, slots):\n    return (step.knobs.lr_judge[0],)  # the first run's rate alone\n",
+    row="first",
+    unit="lambda step: lambda judge, lr: judge",
+    arguments="first_rate",
+    due="with_judge_update",
 )
-"""
 
 WRONG_HOOK = """import jax.numpy as jnp
 
@@ -587,7 +561,7 @@ MECHANISM = Mechanism(
         (
             "always.py",
             WRONG_DUE,
-            "mechanism 'always_due' ({file}:6, in always; row 'always' due) returns a mask of () bool, not one bool "
+            "mechanism 'always_due' ({file}:7, in always; row 'always' due) returns a mask of () bool, not one bool "
             "per member of the work group (1,) bool",
         ),
         (
