@@ -135,7 +135,7 @@ def register_mechanism(module: str | Path | types.ModuleType) -> tuple[str, ...]
 
     Raises:
         MechanismError: no such module, it fails to import, it declares no mechanism, or one clashes with a
-            registered mechanism (a name, a knob, a row, a metric or a hook taken), in one line.
+            registered mechanism (a name, a knob, a row, a metric, a table or a static size taken), in one line.
     """
     if isinstance(module, types.ModuleType):
         if getattr(module, "__file__", None) is None:

@@ -5,6 +5,8 @@ kept."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ from harness.grid.contract import IterationContext, Mechanism, OwnState, StepCon
 from harness.grid.knobs import Knobs, stack_knobs
 from harness.grid.spec import Condition, GridSpec, MechanismSource, RunSettings
 from harness.grid.trainer import GridTrainer
-from harness.mechanisms import BUILT_IN, judge_update, reset
+from harness.mechanisms import BUILT_IN, judge_update, pair_sources, reset
 from tests.worlds import TWO_POSITIONS
 
 BUILT_IN_NAMES = [m.name for m in BUILT_IN]
@@ -57,6 +59,24 @@ def test_the_judges_cadence_narrows_the_flag_it_is_given() -> None:
     assert due(jnp.zeros(3, bool), 3) == [False, False, False]  # a run an earlier mechanism held back stays back
 
 
+def test_contrast_pairs_widen_the_flag_they_are_given() -> None:
+    """`pair_sources` marks the due runs whose rejected side is a past checkpoint (contrast_mix 1: always), never a run
+    whose sides are both the policy; a run an earlier mechanism marked stays marked."""
+    knobs = stack_knobs([Knobs(rejected_from="past", temporal_gap=1), Knobs()], BUILT_IN_NAMES)
+    keys = SimpleNamespace(contrast=jax.random.split(jax.random.PRNGKey(3), 2))
+
+    def labelled(before: jax.Array, due: list[bool]) -> list[bool]:
+        step = StepContext(None, None, knobs, None, keys, jnp.int32(1), jnp.asarray(due))
+        flag, own = pair_sources.contrast(before, step, OwnState())
+        assert own == OwnState()
+        return np.asarray(flag).tolist()
+
+    none = jnp.zeros(2, bool)
+    assert labelled(none, [True, True]) == [True, False]
+    assert labelled(none, [False, True]) == [False, False]
+    assert labelled(jnp.ones(2, bool), [False, False]) == [True, True]
+
+
 @flax.struct.dataclass
 class Calls:
     """Per run: the odd-steps hook's calls counted."""
@@ -70,8 +90,11 @@ def _odd_steps(due: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Ar
 
 
 def _after_last_iteration(due: jax.Array, context: IterationContext, own: OwnState) -> tuple[jax.Array, OwnState]:
-    """Every run's judges return to pretrained after the second outer iteration (0-based 1)."""
-    return due | (context.iteration == 1), own
+    """The judges of runs that update every step and never reset return to pretrained after the second outer
+    iteration (0-based 1): the baseline's, not the built-in reset's run nor the slower one."""
+    knobs = context.knobs
+    own_choice = (knobs.judge_update_every == 1) & (knobs.reset_every == 0) & (context.iteration == 1)
+    return due | own_choice, own
 
 
 ODD_STEPS = Mechanism(
@@ -114,11 +137,16 @@ def test_a_loaded_cadence_composes_with_the_built_in_one_and_keeps_its_state(tra
 
 
 def test_a_loaded_reset_widens_the_built_in_one(trained: GridTrainer) -> None:
-    """After the last iteration every run's judge is back at its pretrained row with a fresh Adam state: the loaded
-    hook marks every run then, whatever the built-in reset (every iteration for one run, never for the others)."""
+    """After the last iteration the baseline's judge (marked by the loaded hook) and the reset run's (marked by the
+    built-in, after every iteration) are back at their pretrained rows with a fresh Adam state; the slower run's,
+    which neither marks, is not. A hook that replaced the flag, or a built-in left out, would leave one of the two."""
     judges = trained.final_state.slots.judge
-    np.testing.assert_array_equal(judges.params, trained.constants.pretrained_judges)
-    assert not np.any(np.asarray(judges.adam[0].count))
+    params, pretrained = np.asarray(judges.params), np.asarray(trained.constants.pretrained_judges)
+    counts = np.asarray(judges.adam[0].count)
+    for slot in (0, 2):  # baseline, reset
+        np.testing.assert_array_equal(params[slot], pretrained[slot])
+        assert counts[slot] == 0
+    assert np.max(np.abs(params[1] - pretrained[1])) > 0 and counts[1] == 2  # slower: one update per iteration
 
 
 def test_a_flag_hook_in_the_old_form_is_refused_when_it_registers() -> None:

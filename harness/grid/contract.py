@@ -27,8 +27,9 @@ Around the inner steps of an outer iteration: ``start_iteration`` before the fir
 after the last, then the judges' reset where ``reset_due`` says. A stage's rows run in the order the
 mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
 mechanism's ``after`` / ``before`` say otherwise; so do the hooks that pass a value from one mechanism
-to the next (``shape_reward``, ``update_policy``, ``reward_row``, and the flags ``judge_update_due``,
-``contrast`` and ``reset_due``, each a bool per run that the grid acts on). The state hooks (``start_iteration``,
+to the next (``reward_row``, ``aggregate``, ``shape_reward``, ``update_policy``, the flags
+``judge_update_due``, ``contrast`` and ``reset_due``, each a bool per run that the grid acts on, and, on the
+host, ``judge_plan``). No hook is one mechanism's alone. The state hooks (``start_iteration``,
 ``end_iteration``, ``after_step``) need no order: each changes only its own mechanism's state (`OwnState`),
 and every one at a point reads the state as that point found it.
 """
@@ -330,7 +331,7 @@ class DiagnosticsContext(NamedTuple):
 
 
 class PretrainData(NamedTuple):
-    """What a condition's judges are pretrained on, and for how long (`Mechanism.pretrain_data`;
+    """What a condition's judges are pretrained on, and for how long (`JudgePlan.data`;
     `harness.grid.pretrain_data` defines each): examples, the size of a fixed dataset per judge drawn once from its
     data key (0: fresh draws every step); corruption, the share of pretraining labels that are another output's q*;
     fixed_steps, pretrain for exactly this many steps whatever Spearman the judges reach (0: to the target)."""
@@ -433,9 +434,11 @@ class Mechanism:
             (`GridShape.size`), padded to their largest over a grid's shards.
         constants: (`HostRuns`) -> host arrays with a leading run axis, fixed for the grid (`GridConstants.of`).
         extra_bytes: (shape) -> working memory its rows need beyond the loop's, for the memory estimate.
+    Judges:
         judge_plan: (`JudgePlan`, a condition's `Knobs`) -> `JudgePlan`, on the host before pretraining, any number
-            in mechanism order: how many judges the condition's runs have and how they are pretrained, from the plan
-            the mechanisms before it left (at first one judge, the grid's target, fresh data).
+            in mechanism order (of the mechanisms the condition uses): how many judges the condition's runs have and
+            how they are pretrained, from the plan the mechanisms before it left (at first one judge, the grid's
+            target, fresh data).
     The loop's flags, any number, applied in mechanism order: each is given a bool per run (R,) as the mechanisms
     before it left it, the point's context with its own key, and its own state (`OwnState`), and returns the flag
     and its own state (kept, changed or not); the rest of the grid's state it reads as the point found it:

@@ -149,8 +149,8 @@ def checked(function: Callable, given_at: int | tuple[int, ...], mechanism: str,
 def check_per_member(value: Any, members: int, mechanism: str, where: str, function: Callable, mask: bool) -> None:
     """Raise `MechanismShapeError` unless every leaf of a row's `due` (mask=True: one bool per member, (members,)) or
     `arguments` (each leaf with the work group's members on its leading axis) has that many members. A mask of one
-    value would otherwise broadcast over the group, acting on every member, and a per-run array in a group of judge
-    slots would pair each judge with another run's values wherever the counts happen to agree."""
+    value would otherwise broadcast over the group, acting on every member. (Entries in another order than the
+    group's, say per run in a group of judge slots, pass where the counts agree: the order is the row's to keep.)"""
     place = f"mechanism '{mechanism}' ({where_defined(function)}; {where})"
     if mask:
         if jnp.shape(value) != (members,) or jnp.result_type(value) != jnp.bool_:

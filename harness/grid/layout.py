@@ -1,7 +1,7 @@
 """A grid of conditions × seeds, laid out as runs and judge slots for one compiled program.
 
-Runs are condition-major. Each run owns its judges' consecutive slots (as many as the mechanism
-that sets a run's ensemble size says: `Mechanism.judges_per_run`); slots of all runs are
+Runs are condition-major. Each run owns its judges' consecutive slots (as many as its `JudgePlan`
+says: `Mechanism.judge_plan`); slots of all runs are
 concatenated on one axis, so ensembles of different sizes share a grid without padding every run
 to the largest ensemble. Each row of the step (`harness.grid.contract.StepRow`) gets its work
 groups: the runs (and slots) it acts on, by cadence. The grid itself is `harness.grid.spec.GridSpec`.

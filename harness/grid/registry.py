@@ -8,8 +8,8 @@ and the ones it names (`GridSpec.mechanisms`); what the grid's program is built 
 and metrics) follows from that list, in catalog order (`active`).
 
 Registering checks the mechanism against every other: its name, its knobs' names, its rows' names and metrics' names
-are its own; `after` / `before` name registered mechanisms; a hook that one mechanism takes is taken once. Any clash
-is a `MechanismError` naming the mechanism and what clashes.
+are its own; `after` / `before` name registered mechanisms. Any clash is a `MechanismError` naming the mechanism and
+what clashes. Hooks are not claimed: every mechanism's hook at a point is called, in mechanism order.
 """
 
 from __future__ import annotations

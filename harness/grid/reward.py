@@ -1,8 +1,8 @@
 """Where the policy's reward comes from: the loop's REINFORCE step, with every mechanism's reward hooks in turn.
 
 A run's policy samples a batch and is rewarded by its judges: each judge slot's rows (the judges' own, unless a
-mechanism's ``reward_row`` hook picks others), their scores aggregated over the run's judges (the ``aggregate``
-hook; the members' mean where no mechanism takes it), then shaped per sample by every ``shape_reward`` hook in
+mechanism's ``reward_row`` hook picks others), their scores aggregated over the run's judges (from the members'
+mean, every ``aggregate`` hook in mechanism order), then shaped per sample by every ``shape_reward`` hook in
 mechanism order. Every ``update_policy`` hook then sets the step's weight on mean log π in the loss and its Adam
 learning rate (`PolicyUpdate`). Only the mechanisms some run of the grid uses take part (`GridShape.used_mechanisms`).
 The same pieces make the grid's batched step (`policy_step`) and one run's step

@@ -6,6 +6,7 @@ out as runs and judge slots.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -146,16 +147,18 @@ class MechanismSource(BaseModel):
 
 
 def judge_plan(knobs: Knobs, mechanisms: Sequence[Mechanism]) -> JudgePlan:
-    """How many judges a run of these knobs has and how they are pretrained: every mechanism's `judge_plan` hook in
-    mechanism order, from one judge, the grid's target and fresh data (`JudgePlan()`).
+    """How many judges a run of these knobs has and how they are pretrained: the `judge_plan` hook of every mechanism
+    these knobs use (`Mechanism.uses`), in mechanism order, from one judge, the grid's target and fresh data
+    (`JudgePlan()`).
 
     Raises:
         registry.MechanismError: a hook returned something other than a `JudgePlan` of at least one judge.
     """
     plan = JudgePlan()
-    for name, hook in registry.ordered_hooks(mechanisms, "judge_plan"):
+    using = [m for m in mechanisms if m.uses is None or m.uses(knobs)]
+    for name, hook in registry.ordered_hooks(using, "judge_plan"):
         plan = hook(plan, knobs)
-        if not isinstance(plan, JudgePlan) or int(plan.count) < 1:
+        if not isinstance(plan, JudgePlan) or not isinstance(plan.count, numbers.Integral) or plan.count < 1:
             raise registry.MechanismError(
                 f"mechanism '{name}': hook 'judge_plan' returns {plan!r}, not a JudgePlan of at least one judge"
             )
@@ -295,14 +298,14 @@ class GridSpec(BaseModel):
         return next(c for c in self.conditions if c.name == name)
 
     def judge_target(self, condition: Condition) -> float:
-        """The Spearman target `condition`'s judges are pretrained to: what the mechanism that sets it says of the
-        condition's knobs, else the grid's [pretrain] one."""
+        """The Spearman target `condition`'s judges are pretrained to: its `JudgePlan`'s where the plan sets one, else
+        the grid's [pretrain] one."""
         target = judge_plan(condition.knobs, self.active_mechanisms).target
         return self.pretrain.target_spearman if target is None else float(target)
 
     def judge_data(self, condition: Condition) -> PretrainData:
-        """What `condition`'s judges are pretrained on and for how long: what the mechanism that sets it says of the
-        condition's knobs, else fresh draws, uncorrupted, to the target."""
+        """What `condition`'s judges are pretrained on and for how long: its `JudgePlan`'s data (fresh draws,
+        uncorrupted, to the target, where no mechanism changes it)."""
         return PretrainData(*judge_plan(condition.knobs, self.active_mechanisms).data)
 
     @model_validator(mode="after")

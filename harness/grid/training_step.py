@@ -169,7 +169,8 @@ def train_iteration(
     # step count, and the published grid's metrics are byte for byte those the fixed-length scan gave.
     state = jax.lax.fori_loop(jnp.int32(0), steps, body, state)
     state = with_state_hooks("end_iteration", IterationContext(shape, constants, knobs, state, iteration))
-    if not any(m.reset_due for m in shape.used_mechanisms):
+    # Without a reset hook no reset is traced at all: no all-False select in the program, so its bits stay as they were.
+    if not any(m.reset_due is not None for m in shape.used_mechanisms):
         return state
     ending = IterationContext(shape, constants, knobs, state, iteration)
     due, state = with_flag_hooks("reset_due", jnp.zeros(shape.n_runs, bool), ending)

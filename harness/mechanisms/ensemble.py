@@ -52,8 +52,8 @@ def aggregate_scores(reward: jax.Array, judges: MemberScores) -> jax.Array:
     minimum (the worst case over the ensemble), mean − ensemble_std_weight · std or mean − ensemble_variance_weight ·
     variance (the population's).
     """
-    del reward  # the rule replaces it (its mean is the reward's own computation, the grid's start)
-    scores, members, knobs = judges
+    del reward  # replaced by the run's rule, whose "mean" is computed as the grid's starting reward is
+    scores, members, knobs = judges.scores, judges.members, judges.knobs
     rule, std_weight = knobs.ensemble_aggregation, knobs.ensemble_std_weight
     weight = members.astype(scores.dtype)[:, None]
     count = jnp.sum(weight)
@@ -69,7 +69,7 @@ def aggregate_scores(reward: jax.Array, judges: MemberScores) -> jax.Array:
     return jnp.select([rule == code for code in range(len(_AGGREGATIONS))], [by_rule[n] for n in _AGGREGATIONS])
 
 
-def _judges_per_run(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
+def _with_ensemble_size(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
     """The plan with the condition's ensemble size."""
     return plan._replace(count=knobs.n_judges)
 
@@ -78,6 +78,6 @@ MECHANISM = Mechanism(
     name="ensemble",
     summary="several judges per run; their scores aggregated by mean, minimum, mean − λ·variance or mean − λ·std",
     knobs=EnsembleKnobs,
-    judge_plan=_judges_per_run,
+    judge_plan=_with_ensemble_size,
     aggregate=aggregate_scores,
 )

@@ -47,7 +47,7 @@ class JudgeDataKnobs(BaseModel):
     )
 
 
-def _data(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
+def _with_data(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
     """The plan with what the condition's knobs say its judges are pretrained on and for how long."""
     data = PretrainData(
         examples=knobs.judge_pretrain_examples,
@@ -61,5 +61,5 @@ MECHANISM = Mechanism(
     name="judge_data",
     summary="what a condition's judges are pretrained on (a fixed dataset, corrupted labels) and for how long",
     knobs=JudgeDataKnobs,
-    judge_plan=_data,
+    judge_plan=_with_data,
 )

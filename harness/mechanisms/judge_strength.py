@@ -27,7 +27,7 @@ class JudgeStrengthKnobs(BaseModel):
     )
 
 
-def _target(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
+def _with_target(plan: JudgePlan, knobs: Knobs) -> JudgePlan:
     """The plan with the condition's own target, where it sets one (unset: the plan's, at first the grid's)."""
     return plan if knobs.judge_pretrain_target is None else plan._replace(target=knobs.judge_pretrain_target)
 
@@ -36,5 +36,5 @@ MECHANISM = Mechanism(
     name="judge_strength",
     summary="the Spearman target a condition's judges are pretrained to (how well aligned they start)",
     knobs=JudgeStrengthKnobs,
-    judge_plan=_target,
+    judge_plan=_with_target,
 )

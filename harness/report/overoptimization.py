@@ -4,9 +4,9 @@ compared with a quadratic by held-out error and by extrapolation; α and β agai
 RL condition's gold-vs-KL path beside best-of-n's; and where runs end.
 
 Each shape's run directory holds its metrics.csv.gz and best-of-n table: the per-run table that declares the frontier's
-measures (`frontier_table_name`), whichever mechanism registered it. Best-of-n's points are iteration 0's curves from
-π₀ (n = 1 … 10⁶), scored by the pretrained judges, by q* (the perfect proxy) and by q* plus noise at the judges'
-alignment; a run's RL points are its path over the iterations;
+measures (`frontier_table_name`, found through the registry, so that this module names no mechanism). Best-of-n's
+points are iteration 0's curves from π₀ (n = 1 … 10⁶), scored by the pretrained judges, by q* (the perfect proxy) and
+by q* plus noise at the judges' alignment; a run's RL points are its path over the iterations;
 both as gains since their start against d = √KL(· ‖ π₀) (`harness.inference.frontier_measures`). The fits are
 `harness.inference.overoptimization.fit_gao` (each optimizer its own form), written as gao_fits.csv, the held-out
 comparison gao_held_out.csv, the extrapolation gao_extrapolation.csv, beside the study's report.
@@ -78,7 +78,7 @@ def frontier_points(metrics: pd.DataFrame, curves: Mapping[str, pd.DataFrame]) -
 
 def frontier_table_name() -> str | None:
     """The per-run table whose rows yield the frontier's measures (`FRONTIER_MEASURES`): the one registered table that
-    declares them (measure names are one namespace, so no two can), or None where no loaded mechanism has one."""
+    declares them (measure names are one namespace, so no two can), or None where none does."""
     names = [table.name for table in registry.measured_tables() if set(FRONTIER_MEASURES) <= set(table.measures)]
     return names[0] if names else None
 

@@ -11,7 +11,7 @@ from harness.grid.study import StudySpec
 
 
 def pretraining_examples(grid: GridSpec, condition: str) -> int:
-    """How many examples a condition's judges were pretrained on, as the mechanism that sets their data says
+    """How many examples a condition's judges were pretrained on, as its `JudgePlan` says
     (`GridSpec.judge_data`): its fixed dataset's size, or with fresh draws its fixed steps × batch; for judges
     pretrained to a target, the most they may draw, the grid's step cap × batch."""
     data = grid.judge_data(grid.condition(condition))
