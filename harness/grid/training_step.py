@@ -28,7 +28,6 @@ from harness.grid.contract import (
     PairSides,
     StepContext,
 )
-from harness.grid.contract_checks import checked
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import policy_step
 from harness.grid.step_table import apply_rows
@@ -63,13 +62,9 @@ def with_state_hooks(hook: str, context: StepContext | IterationContext) -> Coev
     reads the state as the point found it and writes only its own part, so no hook's result depends on another's
     or on their order."""
     state = context.state
-    for mechanism in context.shape.used_mechanisms:
-        function = getattr(mechanism, hook)
-        if function is None:
-            continue
-        keyed = with_own_key(context, mechanism.name, hook)
-        own = checked(function, 1, mechanism.name, f"hook '{hook}'")(keyed, own_state(context.state, mechanism.name))
-        state = with_own_state(state, mechanism.name, own)
+    for name, function in registry.checked_hooks(context.shape.used_mechanisms, hook, given_at=1):
+        own = function(with_own_key(context, name, hook), own_state(context.state, name))
+        state = with_own_state(state, name, own)
     return state
 
 

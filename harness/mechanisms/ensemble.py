@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.grid.contract import JudgePlan, Mechanism, MemberScores
 from harness.grid.knobs import Knobs
+from harness.grid.reward import mean_of_members
 
 # Upper bound on ensemble size: each member is a pretrained judge per seed.
 MAX_JUDGES = 16
@@ -52,14 +53,12 @@ def aggregate_scores(reward: jax.Array, judges: MemberScores) -> jax.Array:
     minimum (the worst case over the ensemble), mean − ensemble_std_weight · std or mean − ensemble_variance_weight ·
     variance (the population's).
     """
-    del reward  # replaced by the run's rule, whose "mean" is computed as the grid's starting reward is
+    del reward  # replaced by the run's rule, computed from the scores whatever a mechanism before it did
     scores, members, knobs = judges.scores, judges.members, judges.knobs
     rule, std_weight = knobs.ensemble_aggregation, knobs.ensemble_std_weight
-    weight = members.astype(scores.dtype)[:, None]
-    count = jnp.sum(weight)
-    mean = jnp.sum(weight * scores, axis=0) / count
+    mean = mean_of_members(scores, members)
     minimum = jnp.min(jnp.where(members[:, None], scores, jnp.inf), axis=0)
-    variance = jnp.sum(weight * (scores - mean) ** 2, axis=0) / count
+    variance = mean_of_members((scores - mean) ** 2, members)
     by_rule = {
         "mean": mean,
         "min": minimum,
