@@ -1,7 +1,7 @@
-"""The loop's flags in the contract's one form, (flag, context, own) -> (flag, own): `judge_update_due`, `contrast`
-and `reset_due`. Each is a bool per run passed from one mechanism to the next in mechanism order, so a lab's
-mechanism narrows or widens what a built-in decided instead of replacing it, and what it returns of its own state is
-kept."""
+"""The loop's hooks that pass a value per run, in the contract's one form, (value, context, own) -> (value, own): the
+flags `judge_update_due` and `reset_due` (a bool per run) and `contrast` (a probability per run, which the grid draws
+from and the pair audit reads). Each is passed from one mechanism to the next in mechanism order, so a lab's mechanism
+narrows or widens what a built-in decided instead of replacing it, and what it returns of its own state is kept."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from harness.engine.metrics import MechanismShapeError
 from harness.grid import registry
 from harness.grid.contract import IterationContext, Mechanism, OwnState, StepContext
+from harness.grid.diagnostics import judge_score_tables, policy_log_prob_tables
 from harness.grid.knobs import Knobs, stack_knobs
 from harness.grid.spec import Condition, GridSpec, MechanismSource, RunSettings
 from harness.grid.trainer import GridTrainer
+from harness.grid.training_step import draw_contrast
 from harness.mechanisms import BUILT_IN, judge_update, pair_sources, reset
 from tests.worlds import TWO_POSITIONS
 
@@ -59,22 +62,31 @@ def test_the_judges_cadence_narrows_the_flag_it_is_given() -> None:
     assert due(jnp.zeros(3, bool), 3) == [False, False, False]  # a run an earlier mechanism held back stays back
 
 
-def test_contrast_pairs_widen_the_flag_they_are_given() -> None:
-    """`pair_sources` marks the due runs whose rejected side is a past checkpoint (contrast_mix 1: always), never a run
-    whose sides are both the policy; a run an earlier mechanism marked stays marked."""
-    knobs = stack_knobs([Knobs(rejected_from="past", temporal_gap=1), Knobs()], BUILT_IN_NAMES)
-    keys = SimpleNamespace(contrast=jax.random.split(jax.random.PRNGKey(3), 2))
+def test_contrast_pairs_raise_the_share_they_are_given() -> None:
+    """`pair_sources` raises the contrast share of the due runs whose rejected side is a past checkpoint to their
+    contrast_mix, never a run whose sides are both the policy; a higher share an earlier mechanism gave stays."""
+    knobs = stack_knobs([Knobs(rejected_from="past", temporal_gap=1, contrast_mix=0.25), Knobs()], BUILT_IN_NAMES)
 
-    def labelled(before: jax.Array, due: list[bool]) -> list[bool]:
-        step = StepContext(None, None, knobs, None, keys, jnp.int32(1), jnp.asarray(due))
-        flag, own = pair_sources.contrast(before, step, OwnState())
+    def share(before: list[float], due: list[bool]) -> list[float]:
+        step = StepContext(None, None, knobs, None, keys=None, counter=jnp.int32(1), update_due=jnp.asarray(due))
+        value, own = pair_sources.contrast(jnp.asarray(before, jnp.float32), step, OwnState())
         assert own == OwnState()
-        return np.asarray(flag).tolist()
+        return np.asarray(value).tolist()
 
-    none = jnp.zeros(2, bool)
-    assert labelled(none, [True, True]) == [True, False]
-    assert labelled(none, [False, True]) == [False, False]
-    assert labelled(jnp.ones(2, bool), [False, False]) == [True, True]
+    assert share([0.0, 0.0], [True, True]) == [0.25, 0.0]
+    assert share([0.0, 0.0], [False, True]) == [0.0, 0.0]
+    assert share([0.5, 0.5], [True, True]) == [0.5, 0.5]
+
+
+def test_the_grid_draws_contrast_with_the_share() -> None:
+    """Over 4,000 runs' keys: never at share 0, always at 1, and at 0.3 within 5 binomial standard deviations of 1,200
+    (the keys are fixed, so the count is too)."""
+    n = 4000
+    keys = SimpleNamespace(contrast=jax.random.split(jax.random.PRNGKey(8), n))
+    assert not np.any(draw_contrast(keys, jnp.zeros(n)))
+    assert np.all(draw_contrast(keys, jnp.ones(n)))
+    drawn = int(np.sum(draw_contrast(keys, jnp.full(n, 0.3))))
+    assert abs(drawn - 0.3 * n) < 5 * np.sqrt(n * 0.3 * 0.7)
 
 
 @flax.struct.dataclass
@@ -160,3 +172,60 @@ def test_a_flag_hook_in_the_old_form_is_refused_when_it_registers() -> None:
         registry.register(Mechanism("old_due", "the old form", judge_update_due=old_form), module="old.py", digest="1")
     assert str(refused.value).startswith("mechanism 'old_due': hook 'judge_update_due' (")
     assert "is called with (due, step, own)" in str(refused.value)
+
+
+def _always_contrast(share: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
+    """Every due judge update labels its pairs chosen > rejected (both sides the policy's: a coin for a label)."""
+    return jnp.where(step.update_due, 1.0, share), own
+
+
+ALWAYS_CONTRAST = Mechanism("always_contrast", "every judge update labels its pairs by side", contrast=_always_contrast)
+
+
+def test_the_pair_audit_audits_the_pairs_a_loaded_contrast_hook_draws() -> None:
+    """With a lab's hook that makes every baseline update draw contrast pairs from two policy samples, the exact label
+    error the audit reports is P(q*(a) < q*(b)) under π × π, summed here over every pair with numpy, not the
+    self-labelled error it reports for the same policy without the hook (the audit once read `pair_sources`' knobs
+    alone, and audited self-labelled pairs the step never drew)."""
+    with registry.restored_catalog():
+        registry.register(ALWAYS_CONTRAST, module="always_contrast.py", digest="0" * 64)
+        spec = GridSpec(
+            mechanisms=(MechanismSource(name="always_contrast", module="always_contrast.py", digest="0" * 64),),
+            run=RunSettings(seeds=(0,), iterations=1, steps_per_iteration=STEPS, batch_size=16),
+            world=TWO_POSITIONS,
+            conditions=(Condition(name="baseline"),),
+        )
+        trainer = GridTrainer(spec)
+        metrics = trainer.run()
+        pi = np.exp(np.asarray(policy_log_prob_tables(trainer.shape, trainer.final_state.runs.policy.params)[0]))
+        q_star = np.asarray(trainer.constants.q_star)
+        expected = float(np.sum(np.outer(pi, pi) * (q_star[:, None] < q_star[None, :])))
+        audited = metrics.query("iteration == 1")["pair_label_error"].item()
+        np.testing.assert_allclose(audited, expected, rtol=1e-5)
+        # The same state's self-labelled pairs, 1[J(a) > J(b)] against q*, have another error.
+        judge = np.asarray(judge_score_tables(trainer.shape, trainer.final_state.slots.judge.params)[0])
+        above = judge[:, None] > judge[None, :]
+        wrong = np.where(above, q_star[:, None] < q_star[None, :], q_star[:, None] > q_star[None, :])
+        assert abs(float(np.sum(np.outer(pi, pi) * wrong)) - expected) > 1e-3
+
+
+def _labelled_flag(labelled: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
+    """The old form's value: a bool per run (the due runs) where the hook now passes a probability on."""
+    return step.update_due, own
+
+
+def test_a_contrast_hook_that_returns_a_flag_is_refused_in_one_line() -> None:
+    with registry.restored_catalog():
+        old = Mechanism("flag_contrast", "returns a flag", contrast=_labelled_flag)
+        registry.register(old, module="flag_contrast.py", digest="0" * 64)
+        spec = GridSpec(
+            mechanisms=(MechanismSource(name="flag_contrast", module="flag_contrast.py", digest="0" * 64),),
+            run=RunSettings(seeds=(0,), iterations=1, steps_per_iteration=2, batch_size=16),
+            world=TWO_POSITIONS,
+            conditions=(Condition(name="baseline"),),
+        )
+        with pytest.raises(MechanismShapeError) as refused:
+            GridTrainer(spec).run()
+    message = str(refused.value)
+    assert message.startswith("mechanism 'flag_contrast'") and "hook 'contrast'" in message and "\n" not in message
+    assert "bool" in message and "float32" in message

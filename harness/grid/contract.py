@@ -16,8 +16,9 @@ The inner step of every run, in order:
    scores aggregated over the run's judges (``aggregate``), shaped per sample (``shape_reward``),
    then the update's weight on mean log π and learning rate (``update_policy``).
 3. Stage ``sides`` (rows over runs, replacing `PairSides`): where the two sides of the judge's
-   training pairs are drawn from (the policy, unless a row replaces a side; ``contrast``, before the
-   stage, says which runs label their pairs chosen > rejected instead of by the judge).
+   training pairs are drawn from (the policy, unless a row replaces a side; before the stage, ``contrast``
+   gives each run's probability of labelling its pairs chosen > rejected instead of by the judge, and the grid
+   draws which do).
 4. Stage ``updates`` (rows over judge slots, replacing fields of `SlotState`): the judge's update and
    whatever rides on it.
 5. Stage ``corrections`` (rows over judge slots): steps on a cadence of their own, after the updates.
@@ -28,10 +29,10 @@ after the last, then the judges' reset where ``reset_due`` says. A stage's rows 
 mechanisms were registered (built-ins first, in `harness.mechanisms.BUILT_IN` order), except where a
 mechanism's ``after`` / ``before`` say otherwise; so do the hooks that pass a value from one mechanism
 to the next (``reward_row``, ``aggregate``, ``shape_reward``, ``update_policy``, the flags
-``judge_update_due``, ``contrast`` and ``reset_due``, each a bool per run that the grid acts on, and, on the
-host, ``judge_plan``). No hook is one mechanism's alone. The state hooks (``start_iteration``,
-``end_iteration``, ``after_step``) need no order: each changes only its own mechanism's state (`OwnState`),
-and every one at a point reads the state as that point found it.
+``judge_update_due`` and ``reset_due``, each a bool per run that the grid acts on, ``contrast``, a
+probability per run that the grid draws from, and, on the host, ``judge_plan``). No hook is one mechanism's
+alone. The state hooks (``start_iteration``, ``end_iteration``, ``after_step``) need no order: each changes
+only its own mechanism's state (`OwnState`), and every one at a point reads the state as that point found it.
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ class StepContext(NamedTuple):
     step left it so far, the step's keys (`streams.StepKeys`, each with a leading run axis), counter (the step's
     1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due; keys and
     update_due are None in the `judge_update_due` hooks, which decide them: the keys are drawn from it), and, from
-    the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected) and
+    the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected, drawn
+    with the probability the `contrast` hooks give) and
     sides (the `PairSides` each run draws its judge's pairs from); after the stages (`after_step`), applied: every
     work group each row acted on and its due mask (`AppliedRows`); key: where a mechanism's own row or hook reads
     the step, that mechanism's own key of the step, (R, 2) (`streams.own_keys`: independent of the loop's draws
@@ -446,8 +448,12 @@ class Mechanism:
             start: the runs whose judge update is due on the step of 1-based count `step.counter` in its outer
             iteration (True to begin with: every step where no mechanism says otherwise). No key: the step's keys
             are drawn from its value.
-        contrast: (labelled, `StepContext`, own) -> (labelled, own), after the policy step: the runs whose judge
-            pairs on this step are labelled chosen > rejected (False to begin with).
+        contrast: (share, `StepContext`, own) -> (share, own), after the policy step, in the flags' form but with a
+            probability float32 (R,) in [0, 1] in place of the flag: each run's chance that its judge pairs on this
+            step are labelled chosen > rejected (0 to begin with; `pair_sources` raises it to contrast_mix where
+            due). The grid draws the flag from it (`training_step.draw_contrast`), and the pair audit reads the
+            same share (calling the hook as if the update were due, and dropping its own state), so the audit
+            describes the pairs a step draws whichever mechanism set it.
         reset_due: (due, `IterationContext`, own) -> (due, own), after every `end_iteration` hook: the runs whose
             judges the grid returns to their pretrained weights after outer iteration `context.iteration` (0-based),
             with a fresh Adam state and every mechanism's per-judge state at its start (`slot_state`) (False to

@@ -34,7 +34,7 @@ HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "judge_plan": ("plan", "knobs"),
     "aggregate": ("reward", "judges"),
     "judge_update_due": ("due", "step", "own"),
-    "contrast": ("labelled", "step", "own"),
+    "contrast": ("share", "step", "own"),
     "reset_due": ("due", "context", "own"),
     "reward_row": ("row", "judge", "own"),
     "shape_reward": ("rewards", "batch", "own"),

@@ -68,18 +68,18 @@ def with_state_hooks(hook: str, context: StepContext | IterationContext) -> Coev
     return state
 
 
-def with_flag_hooks(
-    hook: str, flag: jax.Array, context: StepContext | IterationContext
+def with_value_hooks(
+    hook: str, value: jax.Array, context: StepContext | IterationContext
 ) -> tuple[jax.Array, CoevolutionState]:
-    """`flag` (bool (R,)) after every used mechanism's flag hook `hook` (`judge_update_due`, `contrast` or
-    `reset_due`: `Mechanism`), in mechanism order, each given the flag as those before it left it, the context with
-    its own key and its own state; returns the flag and `context.state` with each hook's own state as it returned
-    it. Every hook reads the state as the point found it."""
+    """`value` (one per run, (R,): a flag, or the contrast's probability) after every used mechanism's hook `hook`
+    (`judge_update_due`, `contrast` or `reset_due`: `Mechanism`), in mechanism order, each given the value as those
+    before it left it, the context with its own key and its own state; returns the value and `context.state` with
+    each hook's own state as it returned it. Every hook reads the state as the point found it."""
     state = context.state
     for name, function in registry.checked_hooks(context.shape.used_mechanisms, hook, given_at=(0, 2)):
-        flag, own = function(flag, with_own_key(context, name, hook), own_state(context.state, name))
+        value, own = function(value, with_own_key(context, name, hook), own_state(context.state, name))
         state = with_own_state(state, name, own)
-    return flag, state
+    return value, state
 
 
 def with_own_key(context: StepContext | IterationContext, name: str, hook: str) -> StepContext | IterationContext:
@@ -104,6 +104,20 @@ def step_keys(
     return jax.vmap(keys, (0, None, 0, 0))(state.runs.stream_key, state.step, update_due, constants.run_member_draws)
 
 
+def contrast_share(step: StepContext) -> tuple[jax.Array, CoevolutionState]:
+    """float32 (R,): the probability that each run's judge update on this step draws contrast pairs (labelled chosen >
+    rejected), after every used mechanism's `contrast` hook (0 to begin with), and the state with their own states.
+    The pair audit reads the same share, so it audits the pairs the step draws whatever mechanism set it."""
+    return with_value_hooks("contrast", jnp.zeros(step.shape.n_runs, jnp.float32), step)
+
+
+def draw_contrast(keys: streams.StepKeys, share: jax.Array) -> jax.Array:
+    """bool (R,): the runs that draw contrast pairs on this step, each with probability `share` (uniform in [0, 1)
+    from the run's contrast key of the step, `streams.StepKeys.contrast`: never at 0, always at 1)."""
+    drawn = jax.vmap(lambda key: jax.random.uniform(jax.random.fold_in(key, 0)))(keys.contrast)
+    return drawn < share
+
+
 def pair_sides(step: StepContext) -> PairSides:
     """The policy rows each run draws the chosen and the rejected side of its judge's pairs from on this step: the
     policy's own, except where a row of the sides stage replaces one (where `step.contrast`)."""
@@ -116,8 +130,11 @@ def judge_stages(step: StepContext) -> tuple[CoevolutionState, StepContext, Appl
     """The judge's side of an inner step, after the policy step (`step.state`): which runs draw contrast pairs, the
     pair sides, then the updates and the corrections. Returns the state, the step as its last stage saw it, and
     every group each row acted on."""
-    labelled, state = with_flag_hooks("contrast", jnp.zeros(step.shape.n_runs, bool), step)
-    step = step._replace(state=state, contrast=labelled)
+    if any(m.contrast is not None for m in step.shape.used_mechanisms):
+        share, state = contrast_share(step)
+        step = step._replace(state=state, contrast=draw_contrast(step.keys, share))
+    else:  # no draw traced where nothing can set a share: the program stays as it was
+        step = step._replace(contrast=jnp.zeros(step.shape.n_runs, bool))
     step = step._replace(sides=pair_sides(step))
     state, applied = step.state, {}
     for stage in ("updates", "corrections"):
@@ -133,7 +150,7 @@ def inner_step(
     """The policy step, then the stages' rows where due, then the mechanisms' bookkeeping, for every run."""
     counter = step_in_iteration + 1
     starting = StepContext(shape, constants, knobs, state, keys=None, counter=counter, update_due=None)
-    update_due, state = with_flag_hooks("judge_update_due", jnp.ones(shape.n_runs, bool), starting)
+    update_due, state = with_value_hooks("judge_update_due", jnp.ones(shape.n_runs, bool), starting)
     keys = step_keys(shape, constants, state, update_due)
     # Named scopes mark where the compiled program's instructions come from (benchmarks/test_program_size.py).
     with jax.named_scope("policy_step"):
@@ -168,7 +185,7 @@ def train_iteration(
     if not any(m.reset_due is not None for m in shape.used_mechanisms):
         return state
     ending = IterationContext(shape, constants, knobs, state, iteration)
-    due, state = with_flag_hooks("reset_due", jnp.zeros(shape.n_runs, bool), ending)
+    due, state = with_value_hooks("reset_due", jnp.zeros(shape.n_runs, bool), ending)
     return reset_judges(shape, constants, state, due)
 
 

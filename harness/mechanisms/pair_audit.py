@@ -2,8 +2,9 @@
 the sides are, how often they are one output, and what a referee re-judges (`harness.engine.pair_audits`).
 
 It has no knobs and changes nothing: its view measures, after every outer iteration, the pair distribution a
-judge update would draw from the state as it stands (the pair sources' sides, contrast pairs with probability
-contrast_mix where a run has them, else self-labelled; the referee's re-judging where the grid has a referee).
+judge update would draw from the state as it stands (the pair sources' sides; contrast pairs with the probability
+the mechanisms' `contrast` hooks give, as the step draws them: `pair_sources`' contrast_mix where a run has a side
+other than the policy; else self-labelled; the referee's re-judging where the grid has a referee).
 """
 
 from __future__ import annotations
@@ -16,24 +17,29 @@ import jax.numpy as jnp
 
 from harness.engine.metrics import NON_NEGATIVE, PROBABILITY, Metric, ValidValues
 from harness.engine.pair_audits import PairAudit, audit_pairs
+from harness.grid import registry
 from harness.grid.contract import DiagnosticsContext, Mechanism, StepContext
 from harness.grid.diagnostics import policy_log_prob_tables
-from harness.grid.training_step import pair_sides, step_keys
-from harness.mechanisms import pair_sources, referee
+from harness.grid.training_step import contrast_share, pair_sides, step_keys
+from harness.mechanisms import referee
 from harness.mechanisms.pair_audit_report import REPORT
 
 
-def _sides(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The distributions (R, N) of each run's two sides, as the next step would draw them where it drew contrast
-    pairs (the look-ahead drawn with that step's keys)."""
+def _contrast(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Each run's contrast share, float32 (R,), and the distributions (R, N) of its two sides, as the next step would
+    draw them if its judge update were due: the share every used mechanism's `contrast` hook leaves
+    (`training_step.contrast_share`, the step's own), the sides where it is above 0 (the look-ahead drawn with that
+    step's keys)."""
     shape, constants, knobs, state = context.shape, context.constants, context.knobs, context.state
-    if not (shape.groups_of("rejected_side") or shape.groups_of("lookahead")):
-        return pi, pi
     due = jnp.ones(shape.n_runs, bool)
     keys = step_keys(shape, constants, state, due)
-    contrast = pair_sources.contrast_runs(knobs)
-    sides = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, due, contrast))
-    return jnp.exp(policy_log_prob_tables(shape, sides.chosen)), jnp.exp(policy_log_prob_tables(shape, sides.rejected))
+    step = StepContext(shape, constants, knobs, state, keys, state.step, due)
+    share, _ = contrast_share(step)
+    if not any(shape.groups_of(row.name) for row in registry.stage_rows(shape.mechanisms, "sides")):
+        return share, pi, pi
+    sides = pair_sides(step._replace(contrast=share > 0))
+    chosen, rejected = policy_log_prob_tables(shape, sides.chosen), policy_log_prob_tables(shape, sides.rejected)
+    return share, jnp.exp(chosen), jnp.exp(rejected)
 
 
 def audit_view(context: DiagnosticsContext) -> PairAudit:
@@ -41,9 +47,8 @@ def audit_view(context: DiagnosticsContext) -> PairAudit:
     error averaged over the judges with any pair re-labelled). The second opinion is the referee: the judge as
     pretrained."""
     shape, constants, knobs = context.shape, context.constants, context.knobs
-    share = jnp.where(pair_sources.contrast_runs(knobs), knobs.contrast_mix, 0.0)
     pi = jnp.exp(context.log_pi)
-    chosen, rejected = _sides(context, pi)
+    share, chosen, rejected = _contrast(context, pi)
     with_referee = referee.in_grid(shape)
     referees = context.score_table(constants.pretrained_judges) if with_referee else context.judge_tables
     run = constants.slot_run

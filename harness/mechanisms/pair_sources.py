@@ -139,12 +139,12 @@ def contrast_runs(knobs: RunKnobs) -> jax.Array:
     return (knobs.chosen_from != policy_chosen) | (knobs.rejected_from != policy_rejected)
 
 
-def contrast(labelled: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
-    """bool (R,): the runs `labelled` names, and those whose judge update on this step uses contrast pairs: due,
-    with a side other than the policy, and drawn with probability contrast_mix (uniform in [0, 1): always at 1)
-    from the loop's contrast key of the step (`streams.StepKeys.contrast`); own state unchanged."""
-    drawn = jax.vmap(lambda key: jax.random.uniform(jax.random.fold_in(key, 0)))(step.keys.contrast)
-    return labelled | (step.update_due & contrast_runs(step.knobs) & (drawn < step.knobs.contrast_mix)), own
+def contrast(share: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
+    """float32 (R,): the share it is given, raised to contrast_mix for the runs whose judge update is due on this step
+    and whose pairs have a side other than the policy: the probability that such an update draws contrast pairs (the
+    grid draws them: `harness.grid.training_step.draw_contrast`); own state unchanged."""
+    mix = jnp.where(step.update_due & contrast_runs(step.knobs), step.knobs.contrast_mix, 0.0)
+    return jnp.maximum(share, mix), own
 
 
 def contrast_due(step: StepContext, group: Group, sides: PairSides) -> jax.Array:
