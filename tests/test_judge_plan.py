@@ -5,11 +5,12 @@ the data), so a lab's mechanism can change what a built-in planned instead of be
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from harness.grid import registry
 from harness.grid.contract import JudgePlan, Mechanism, PretrainData
 from harness.grid.knobs import Knobs
-from harness.grid.spec import judge_plan, judges_per_run
+from harness.grid.spec import Condition, GridSpec, MechanismSource, judge_plan, judges_per_run
 
 
 def test_the_built_ins_plan_one_judge_at_the_grids_target_on_fresh_data_unless_the_knobs_say_otherwise() -> None:
@@ -45,3 +46,28 @@ def test_a_plan_hook_that_returns_no_judge_is_one_line() -> None:
         "JudgePlan(count=0, target=None, data=PretrainData(examples=0, corruption=0.0, fixed_steps=0)), "
         "not a JudgePlan of at least one judge"
     )
+
+
+def test_the_original_baseline_script_keeps_one_judge_by_the_plan_of_the_grids_own_mechanisms() -> None:
+    """The original's baseline script pretrains one judge: a condition run as it is refused in one line where its
+    runs would have more, by the built-ins' plan (an ensemble) or by a mechanism the grid loads (`one_more`). A grid
+    that does not load `one_more` keeps its one judge, whatever else the process registered (the check once asked
+    the built-ins alone, and passed the first such grid)."""
+    one_more = MechanismSource(name="one_more", module="one_more.py", digest="0")
+
+    def grid(knobs: Knobs, mechanisms: tuple[MechanismSource, ...] = ()) -> GridSpec:
+        condition = Condition(name="original", knobs=knobs, original_script="baseline")
+        return GridSpec(mechanisms=mechanisms, conditions=(condition,))
+
+    with registry.restored_catalog():
+        registry.register(
+            Mechanism("one_more", "one more judge", judge_plan=_one_more), module="one_more.py", digest="0"
+        )
+        assert judges_per_run(Knobs(), grid(Knobs()).active_mechanisms) == 1
+        for knobs, mechanisms, judges in ((Knobs(n_judges=3), (), 3), (Knobs(), (one_more,), 2)):
+            with pytest.raises(ValidationError) as refused:
+                grid(knobs, mechanisms)
+            assert str(refused.value.errors()[0]["ctx"]["error"]) == (
+                f"condition 'original', key 'original_script': the original's baseline script pretrains one judge, "
+                f"and this condition's runs have {judges}"
+            )

@@ -127,13 +127,6 @@ class Condition(BaseModel):
         "'baseline' (its published baseline row; one judge) or 'variants' (every other row)",
     )
 
-    @model_validator(mode="after")
-    def _baseline_script_has_one_judge(self) -> Condition:
-        judges = judges_per_run(self.knobs, registry.active())
-        if self.original_script == "baseline" and judges != 1:
-            raise ValueError(f"the original's baseline script pretrains one judge, not {judges}")
-        return self
-
 
 class MechanismSource(BaseModel):
     """A mechanism a grid loads beside the built-in ones: its name, its module as the condition file names it (a
@@ -221,6 +214,21 @@ class GridSpec(BaseModel):
                 "a non-default [model] needs streams = 'coevolab'",
                 key="model",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _baseline_script_has_one_judge(self) -> GridSpec:
+        # Judged with the mechanisms this grid loads: a loaded one's `judge_plan` may add judges the built-ins do not.
+        for condition in self.conditions:
+            if condition.original_script != "baseline":
+                continue
+            judges = judges_per_run(condition.knobs, self.active_mechanisms)
+            if judges != 1:
+                raise GridRuleError(
+                    f"the original's baseline script pretrains one judge, and this condition's runs have {judges}",
+                    condition.name,
+                    key="original_script",
+                )
         return self
 
     @model_validator(mode="after")
