@@ -80,13 +80,16 @@ def test_contrast_pairs_raise_the_share_they_are_given() -> None:
 
 def test_the_grid_draws_contrast_with_the_share() -> None:
     """Over 4,000 runs' keys: never at share 0, always at 1, and at 0.3 within 5 binomial standard deviations of 1,200
-    (the keys are fixed, so the count is too)."""
+    (the keys are fixed, so the count is too); each draw is the one `pair_sources` made before the grid drew for it,
+    uniform(fold_in(the run's contrast key, 0)) < share, run by run without vmap."""
     n = 4000
     keys = SimpleNamespace(contrast=jax.random.split(jax.random.PRNGKey(8), n))
     assert not np.any(draw_contrast(keys, jnp.zeros(n)))
     assert np.all(draw_contrast(keys, jnp.ones(n)))
-    drawn = int(np.sum(draw_contrast(keys, jnp.full(n, 0.3))))
-    assert abs(drawn - 0.3 * n) < 5 * np.sqrt(n * 0.3 * 0.7)
+    drawn = np.asarray(draw_contrast(keys, jnp.full(n, 0.3)))
+    assert abs(int(drawn.sum()) - 0.3 * n) < 5 * np.sqrt(n * 0.3 * 0.7)
+    one_by_one = [bool(jax.random.uniform(jax.random.fold_in(key, 0)) < 0.3) for key in keys.contrast[:200]]
+    np.testing.assert_array_equal(drawn[:200], one_by_one)
 
 
 @flax.struct.dataclass
@@ -175,18 +178,30 @@ def test_a_flag_hook_in_the_old_form_is_refused_when_it_registers() -> None:
 
 
 def _always_contrast(share: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
-    """Every due judge update labels its pairs chosen > rejected (both sides the policy's: a coin for a label)."""
-    return jnp.where(step.update_due, 1.0, share), own
+    """Every due judge update labels its pairs chosen > rejected (both sides the policy's: a coin for a label): a share
+    of 2, past 1, which the grid clips to 1."""
+    return jnp.where(step.update_due, 2.0, share), own
 
 
-ALWAYS_CONTRAST = Mechanism("always_contrast", "every judge update labels its pairs by side", contrast=_always_contrast)
+def _count_contrast(step: StepContext, own: OwnState) -> OwnState:
+    """Counts the steps on which the grid drew contrast pairs for the run."""
+    return own._replace(runs=Calls(own.runs.count + step.contrast))
+
+
+ALWAYS_CONTRAST = Mechanism(
+    "always_contrast",
+    "every judge update labels its pairs by side",
+    run_state=lambda shape, policy: Calls(jnp.zeros((), jnp.int32)),
+    contrast=_always_contrast,
+    after_step=_count_contrast,
+)
 
 
 def test_the_pair_audit_audits_the_pairs_a_loaded_contrast_hook_draws() -> None:
-    """With a lab's hook that makes every baseline update draw contrast pairs from two policy samples, the exact label
-    error the audit reports is P(q*(a) < q*(b)) under π × π, summed here over every pair with numpy, not the
-    self-labelled error it reports for the same policy without the hook (the audit once read `pair_sources`' knobs
-    alone, and audited self-labelled pairs the step never drew)."""
+    """With a lab's hook that makes every baseline update draw contrast pairs from two policy samples, the grid draws
+    them on each of the 6 steps, and the exact label error the audit reports is P(q*(a) < q*(b)) under π × π, summed
+    here over every pair with numpy: not the self-labelled pairs' error (the audit once read `pair_sources`' knobs
+    alone, and audited self-labelled pairs the step never drew), nor a share past 1 weighing the contrast pairs."""
     with registry.restored_catalog():
         registry.register(ALWAYS_CONTRAST, module="always_contrast.py", digest="0" * 64)
         spec = GridSpec(
@@ -197,6 +212,7 @@ def test_the_pair_audit_audits_the_pairs_a_loaded_contrast_hook_draws() -> None:
         )
         trainer = GridTrainer(spec)
         metrics = trainer.run()
+        np.testing.assert_array_equal(trainer.final_state.runs.of("always_contrast").count, [STEPS])
         pi = np.exp(np.asarray(policy_log_prob_tables(trainer.shape, trainer.final_state.runs.policy.params)[0]))
         q_star = np.asarray(trainer.constants.q_star)
         expected = float(np.sum(np.outer(pi, pi) * (q_star[:, None] < q_star[None, :])))

@@ -192,8 +192,8 @@ class StepContext(NamedTuple):
     1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due; keys and
     update_due are None in the `judge_update_due` hooks, which decide them: the keys are drawn from it), and, from
     the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected, drawn
-    with the probability the `contrast` hooks give) and
-    sides (the `PairSides` each run draws its judge's pairs from); after the stages (`after_step`), applied: every
+    with the probability the `contrast` hooks give) and sides (the `PairSides` each run draws its judge's pairs
+    from); after the stages (`after_step`), applied: every
     work group each row acted on and its due mask (`AppliedRows`); key: where a mechanism's own row or hook reads
     the step, that mechanism's own key of the step, (R, 2) (`streams.own_keys`: independent of the loop's draws
     and of every other mechanism's; one for all the mechanism's rows and its `after_step`, so a mechanism that draws
@@ -441,19 +441,22 @@ class Mechanism:
             in mechanism order (of the mechanisms the condition uses): how many judges the condition's runs have and
             how they are pretrained, from the plan the mechanisms before it left (at first one judge, the grid's
             target, fresh data).
-    The loop's flags, any number, applied in mechanism order: each is given a bool per run (R,) as the mechanisms
-    before it left it, the point's context with its own key, and its own state (`OwnState`), and returns the flag
-    and its own state (kept, changed or not); the rest of the grid's state it reads as the point found it:
+    The loop's values per run (two flags, bool, and the contrast's probability, float32), any number of each,
+    applied in mechanism order: each is given the value (R,) as the mechanisms before it left it, the point's context
+    with its own key, and its own state (`OwnState`), and returns the value and its own state (kept, changed or not);
+    the rest of the grid's state it reads as the point found it:
         judge_update_due: (due, `StepContext` without keys or update_due, own) -> (due, own), at each inner step's
             start: the runs whose judge update is due on the step of 1-based count `step.counter` in its outer
             iteration (True to begin with: every step where no mechanism says otherwise). No key: the step's keys
             are drawn from its value.
-        contrast: (share, `StepContext`, own) -> (share, own), after the policy step, in the flags' form but with a
-            probability float32 (R,) in [0, 1] in place of the flag: each run's chance that its judge pairs on this
-            step are labelled chosen > rejected (0 to begin with; `pair_sources` raises it to contrast_mix where
-            due). The grid draws the flag from it (`training_step.draw_contrast`), and the pair audit reads the
-            same share (calling the hook as if the update were due, and dropping its own state), so the audit
-            describes the pairs a step draws whichever mechanism set it.
+        contrast: (share, `StepContext`, own) -> (share, own), after the policy step: each run's probability,
+            float32 (R,), that its judge pairs on this step are labelled chosen > rejected (0 to begin with;
+            `pair_sources` raises it to contrast_mix where the judge update is due and one of the run's sides is not
+            the policy). The grid clips the share to [0, 1] and draws the flag from it once
+            (`training_step.draw_contrast`). The pair audit reads the same share after each outer iteration, calling
+            the hooks as for the next step (the first of the next iteration, its update due) and dropping their own
+            state, so it audits the pairs that step would draw whichever mechanism set the share: a hook returns a
+            probability rather than drawing from its own key, which the audit would see one draw of.
         reset_due: (due, `IterationContext`, own) -> (due, own), after every `end_iteration` hook: the runs whose
             judges the grid returns to their pretrained weights after outer iteration `context.iteration` (0-based),
             with a fresh Adam state and every mechanism's per-judge state at its start (`slot_state`) (False to

@@ -106,9 +106,12 @@ def step_keys(
 
 def contrast_share(step: StepContext) -> tuple[jax.Array, CoevolutionState]:
     """float32 (R,): the probability that each run's judge update on this step draws contrast pairs (labelled chosen >
-    rejected), after every used mechanism's `contrast` hook (0 to begin with), and the state with their own states.
-    The pair audit reads the same share, so it audits the pairs the step draws whatever mechanism set it."""
-    return with_value_hooks("contrast", jnp.zeros(step.shape.n_runs, jnp.float32), step)
+    rejected), after every used mechanism's `contrast` hook (0 to begin with), clipped to [0, 1]; and the state with
+    their own states. The pair audit reads the same share, so it audits the pairs the step would draw whatever
+    mechanism set it."""
+    share, state = with_value_hooks("contrast", jnp.zeros(step.shape.n_runs, jnp.float32), step)
+    # A share past 1 would draw always and still weigh the audit's contrast pairs past a probability.
+    return jnp.clip(share, 0.0, 1.0), state
 
 
 def draw_contrast(keys: streams.StepKeys, share: jax.Array) -> jax.Array:

@@ -26,14 +26,14 @@ from harness.mechanisms.pair_audit_report import REPORT
 
 
 def _contrast(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Each run's contrast share, float32 (R,), and the distributions (R, N) of its two sides, as the next step would
-    draw them if its judge update were due: the share every used mechanism's `contrast` hook leaves
-    (`training_step.contrast_share`, the step's own), the sides where it is above 0 (the look-ahead drawn with that
-    step's keys)."""
+    """Each run's contrast share, float32 (R,), and the distributions (R, N) of its two sides, as the next step (the
+    first of the next outer iteration, counter 1) would draw them if its judge update were due: the share every used
+    mechanism's `contrast` hook leaves (`training_step.contrast_share`, the step's own), the sides where it is above 0
+    (the look-ahead drawn with that step's keys)."""
     shape, constants, knobs, state = context.shape, context.constants, context.knobs, context.state
     due = jnp.ones(shape.n_runs, bool)
     keys = step_keys(shape, constants, state, due)
-    step = StepContext(shape, constants, knobs, state, keys, state.step, due)
+    step = StepContext(shape, constants, knobs, state, keys, jnp.int32(1), due)
     share, _ = contrast_share(step)
     if not any(shape.groups_of(row.name) for row in registry.stage_rows(shape.mechanisms, "sides")):
         return share, pi, pi
