@@ -99,6 +99,10 @@ class Calls:
     count: jax.Array
 
 
+def _no_calls(shape: object, policy: jax.Array) -> Calls:
+    return Calls(jnp.zeros((), jnp.int32))
+
+
 def _odd_steps(due: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Array, OwnState]:
     """The judge updates only on odd steps (1-based) of where it was due; counts its calls."""
     return due & (step.counter % 2 == 1), own._replace(runs=Calls(own.runs.count + 1))
@@ -115,11 +119,24 @@ def _after_last_iteration(due: jax.Array, context: IterationContext, own: OwnSta
 ODD_STEPS = Mechanism(
     "odd_steps",
     "judges update on odd steps only, and reset after the second iteration",
-    run_state=lambda shape, policy: Calls(jnp.zeros((), jnp.int32)),
+    run_state=_no_calls,
     judge_update_due=_odd_steps,
     reset_due=_after_last_iteration,
 )
 STEPS = 6
+
+
+def _grid_loading(mechanism: Mechanism, conditions: tuple[Condition, ...], iterations: int, steps: int) -> GridSpec:
+    """Registers `mechanism` (inside the caller's `registry.restored_catalog()`) and returns a grid of one seed in the
+    two-position world that loads it."""
+    module = f"{mechanism.name}.py"
+    registry.register(mechanism, module=module, digest="0" * 64)
+    return GridSpec(
+        mechanisms=(MechanismSource(name=mechanism.name, module=module, digest="0" * 64),),
+        run=RunSettings(seeds=(0,), iterations=iterations, steps_per_iteration=steps, batch_size=16),
+        world=TWO_POSITIONS,
+        conditions=conditions,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,17 +144,12 @@ def trained() -> GridTrainer:
     """Two iterations of 6 steps with `odd_steps` loaded: a judge that updates every step, one every 3 steps, and one
     every step that the built-in reset returns to pretrained after every iteration."""
     with registry.restored_catalog():
-        registry.register(ODD_STEPS, module="odd_steps.py", digest="0" * 64)
-        spec = GridSpec(
-            mechanisms=(MechanismSource(name="odd_steps", module="odd_steps.py", digest="0" * 64),),
-            run=RunSettings(seeds=(0,), iterations=2, steps_per_iteration=STEPS, batch_size=16),
-            world=TWO_POSITIONS,
-            conditions=(
-                Condition(name="baseline"),
-                Condition(name="slower", knobs=Knobs(judge_update_every=3)),
-                Condition(name="reset", knobs=Knobs(reset_every=1)),
-            ),
+        conditions = (
+            Condition(name="baseline"),
+            Condition(name="slower", knobs=Knobs(judge_update_every=3)),
+            Condition(name="reset", knobs=Knobs(reset_every=1)),
         )
+        spec = _grid_loading(ODD_STEPS, conditions, iterations=2, steps=STEPS)
         trainer = GridTrainer(spec)
         trainer.run()
     return trainer
@@ -191,7 +203,7 @@ def _count_contrast(step: StepContext, own: OwnState) -> OwnState:
 ALWAYS_CONTRAST = Mechanism(
     "always_contrast",
     "every judge update labels its pairs by side",
-    run_state=lambda shape, policy: Calls(jnp.zeros((), jnp.int32)),
+    run_state=_no_calls,
     contrast=_always_contrast,
     after_step=_count_contrast,
 )
@@ -203,14 +215,7 @@ def test_the_pair_audit_audits_the_pairs_a_loaded_contrast_hook_draws() -> None:
     here over every pair with numpy: not the self-labelled pairs' error (the audit once read `pair_sources`' knobs
     alone, and audited self-labelled pairs the step never drew), nor a share past 1 weighing the contrast pairs."""
     with registry.restored_catalog():
-        registry.register(ALWAYS_CONTRAST, module="always_contrast.py", digest="0" * 64)
-        spec = GridSpec(
-            mechanisms=(MechanismSource(name="always_contrast", module="always_contrast.py", digest="0" * 64),),
-            run=RunSettings(seeds=(0,), iterations=1, steps_per_iteration=STEPS, batch_size=16),
-            world=TWO_POSITIONS,
-            conditions=(Condition(name="baseline"),),
-        )
-        trainer = GridTrainer(spec)
+        trainer = GridTrainer(_grid_loading(ALWAYS_CONTRAST, (Condition(name="baseline"),), iterations=1, steps=STEPS))
         metrics = trainer.run()
         np.testing.assert_array_equal(trainer.final_state.runs.of("always_contrast").count, [STEPS])
         pi = np.exp(np.asarray(policy_log_prob_tables(trainer.shape, trainer.final_state.runs.policy.params)[0]))
@@ -233,13 +238,7 @@ def _labelled_flag(labelled: jax.Array, step: StepContext, own: OwnState) -> tup
 def test_a_contrast_hook_that_returns_a_flag_is_refused_in_one_line() -> None:
     with registry.restored_catalog():
         old = Mechanism("flag_contrast", "returns a flag", contrast=_labelled_flag)
-        registry.register(old, module="flag_contrast.py", digest="0" * 64)
-        spec = GridSpec(
-            mechanisms=(MechanismSource(name="flag_contrast", module="flag_contrast.py", digest="0" * 64),),
-            run=RunSettings(seeds=(0,), iterations=1, steps_per_iteration=2, batch_size=16),
-            world=TWO_POSITIONS,
-            conditions=(Condition(name="baseline"),),
-        )
+        spec = _grid_loading(old, (Condition(name="baseline"),), iterations=1, steps=2)
         with pytest.raises(MechanismShapeError) as refused:
             GridTrainer(spec).run()
     message = str(refused.value)
