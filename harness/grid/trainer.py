@@ -43,8 +43,12 @@ class PretrainingFailed(RuntimeError):
 
 @dataclass
 class PhaseTimes:
+    """Seconds of a grid's phases: pretrain; compile, of both programs (the diagnostics', then the iteration's),
+    compile_diagnostics the diagnostics program's part of it; train."""
+
     pretrain: float = 0.0
     compile: float = 0.0
+    compile_diagnostics: float = 0.0
     train: float = 0.0
 
 
@@ -267,6 +271,7 @@ class GridTrainer:
         shards = self.shard_state(state)
         start = time.perf_counter()
         self._diagnostics = self._compile_diagnostics(shards)
+        self.times.compile_diagnostics = time.perf_counter() - start
         args = (self._shard_constants[0], self._shard_knobs[0], shards[0], jnp.int32(0), self._steps)
         self._executable = compile_iteration(self.shard_shape, self.plan.devices, args)
         self.times.compile = time.perf_counter() - start
