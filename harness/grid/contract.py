@@ -193,11 +193,10 @@ class StepContext(NamedTuple):
     update_due are None in the `judge_update_due` hooks, which decide them: the keys are drawn from it), and, from
     the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected, drawn
     with the probability the `contrast` hooks give) and sides (the `PairSides` each run draws its judge's pairs
-    from); after the stages (`after_step`), applied: every
-    work group each row acted on and its due mask (`AppliedRows`); key: where a mechanism's own row or hook reads
-    the step, that mechanism's own key of the step, (R, 2) (`streams.own_keys`: independent of the loop's draws
-    and of every other mechanism's; one for all the mechanism's rows and its `after_step`, so a mechanism that draws
-    in more than one of them splits it)."""
+    from); after the stages (`after_step`), applied: every work group each row acted on and its due mask
+    (`AppliedRows`); key: where a mechanism's own row or hook reads the step, that mechanism's own key of the step,
+    (R, 2) (`streams.own_keys`: independent of the loop's draws and of every other mechanism's; one for all the
+    mechanism's rows and its `after_step`, so a mechanism that draws in more than one of them splits it)."""
 
     shape: GridShape
     constants: GridConstants
