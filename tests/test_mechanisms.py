@@ -276,19 +276,36 @@ def test_apply_where_due_touches_exactly_the_due_members() -> None:
     rows = jnp.arange(6 * 3, dtype=jnp.float32).reshape(6, 3)
     networks = fresh_networks(rows)
     ids, due = jnp.array([4, 1, 2]), jnp.array([True, False, True])
+    amounts = jnp.array([10.0, 20.0, 30.0])
 
-    def shift(network: Network, amount: jax.Array) -> Network:
-        return network.replace(params=network.params + amount)
+    def shift(network: Network, index: jax.Array) -> Network:
+        return network.replace(params=network.params + amounts[index])
 
-    after = jax.jit(lambda n: apply_where_due(shift, n, ids, due, lambda: (jnp.array([10.0, 20.0, 30.0]),)))(networks)
+    after = jax.jit(lambda n: apply_where_due(shift, n, ids, due))(networks)
     expected = np.asarray(rows).copy()
     expected[4] += 10.0
     expected[2] += 30.0
     np.testing.assert_array_equal(np.asarray(after.params), expected)
     chex.assert_trees_all_equal(after.adam, networks.adam)
 
-    nothing_due = apply_where_due(shift, networks, ids, jnp.zeros(3, bool), lambda: (jnp.ones(3),))
+    nothing_due = apply_where_due(shift, networks, ids, jnp.zeros(3, bool))
     np.testing.assert_array_equal(np.asarray(nothing_due.params), np.asarray(rows))
+
+
+def test_apply_where_due_writes_back_only_the_leaves_a_function_returns_anew() -> None:
+    """A leaf returned as given is neither selected nor scattered: the program writes one leaf of the four, and
+    the untouched ones come out as the very arrays that went in."""
+    networks = fresh_networks(jnp.ones((5, 3), jnp.float32))
+    ids, due = jnp.array([0, 3]), jnp.array([True, True])
+
+    def shift(network: Network, index: jax.Array) -> Network:
+        return network.replace(params=network.params * 2.0)
+
+    program = jax.make_jaxpr(lambda n: apply_where_due(shift, n, ids, due))(networks)
+    (cond,) = [equation for equation in program.eqns if equation.primitive.name == "cond"]
+    scatters = [e for e in cond.params["branches"][1].jaxpr.eqns if e.primitive.name.startswith("scatter")]
+    assert len(jax.tree.leaves(networks)) == 4 and len(scatters) == 1 and len(cond.outvars) == 1
+    assert program.jaxpr.outvars[1:] == program.jaxpr.invars[1:]  # Adam's state: the arrays that went in
 
 
 def test_layouts_match_the_networks() -> None:

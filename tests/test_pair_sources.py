@@ -9,13 +9,17 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from harness.engine import streams
+from harness.engine.state import take
 from harness.engine.streams import StepKeys
-from harness.grid.contract import StepContext
+from harness.grid import registry
+from harness.grid.contract import Group, StepContext
+from harness.grid.judge_slots import pair_tokens
 from harness.grid.knobs import Knobs
+from harness.grid.member_context import MemberContext
 from harness.grid.spec import Condition, GridSpec, RunSettings
-from harness.grid.step_table import pair_tokens
 from harness.grid.trainer import GridTrainer
-from harness.grid.training_step import judge_stages, pair_sides
+from harness.grid.training_step import judge_stages, pair_sides, step_keys
 from tests.worlds import TWO_POSITIONS
 
 SETTINGS = RunSettings(seeds=(0,), iterations=2, steps_per_iteration=5, batch_size=32)
@@ -25,6 +29,7 @@ CONDITIONS = {
     "temporal": Knobs(rejected_from="past", temporal_gap=1),
     "anchored": Knobs(rejected_from="initial"),
     "future": Knobs(chosen_from="lookahead", lookahead_steps=3),
+    "averaged-pair": Knobs(n_judges=2, judge_ema=0.5),
 }
 
 
@@ -76,7 +81,7 @@ def _draw_sides(program: GridTrainer, state, draws: int) -> tuple[np.ndarray, np
     def one_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
         run_keys = jax.random.split(key, shape.n_runs)
         keys = StepKeys(run_keys, run_keys, None, jax.vmap(lambda k: jax.random.fold_in(k, 1))(run_keys), None)
-        sides = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, contrast, contrast))
+        sides, _ = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, contrast, contrast))
         chosen, rejected = pair_tokens(shape, sides, keys, group)
         return chosen @ weights, rejected @ weights  # (R, B) output indices
 
@@ -127,3 +132,47 @@ def test_the_lookahead_copy_is_discarded(trained) -> None:
     np.testing.assert_array_equal(np.asarray(after.runs.policy.params), np.asarray(state.runs.policy.params))
     chosen = sides.chosen
     assert np.max(np.abs(np.asarray(chosen[run] - state.runs.policy.params[run]))) > 0  # the copy did move
+
+
+def test_a_rows_member_reads_its_own_run_and_judge_and_the_average_row_is_its_recurrence(trained) -> None:
+    """The second judge of a two-judge run, as the moving average's row sees it on a step: its own slot, run, pair
+    batch (its run's, at its place in the work group) and key (its mechanism's, folded with the judge's index); the
+    row returns the judge as given and the average d·ema + (1 − d)·judge."""
+    program, _, states = trained
+    shape, constants, knobs, state = program.shape, program.constants, program.layout.knobs, states[-1]
+    due = jnp.ones(shape.n_runs, bool)
+    keys = step_keys(shape, constants, state, due)
+    step = StepContext(shape, constants, knobs, state, keys, jnp.int32(3), due, jnp.zeros(shape.n_runs, bool))
+    sides, _ = pair_sides(step)
+    step = step._replace(sides=sides)
+    index = shape.groups_of("judge_ema")[0]
+    group = Group(constants.groups[index], shape.groups[index])
+    run = _run(program, "averaged-pair")
+    slot = int(constants.run_first_slot[run]) + 1
+    position = list(np.asarray(group.ids.slot_ids)).index(slot)
+
+    def member_at(where: int, stage: str = "updates") -> MemberContext:
+        judges, owns = state.slots.judge, state.slots.mechanisms
+        return MemberContext(step, group, stage, judges, owns, "judge_ema", jnp.int32(where))
+
+    member = member_at(position)
+    assert int(member.member) == 1 and float(member.knobs.judge_ema) == 0.5 and int(member.counter) == 3
+    np.testing.assert_array_equal(member.pretrained, constants.pretrained_judges[slot])
+    np.testing.assert_array_equal(member.initial_policy, constants.initial_policies[run])
+    chosen, rejected = pair_tokens(shape, sides, keys, group.ids)
+    np.testing.assert_array_equal(member.pairs[0], chosen[position])
+    np.testing.assert_array_equal(member.pairs[1], rejected[position])
+    np.testing.assert_array_equal(member.sides.chosen, sides.chosen[run])
+    own = jax.random.fold_in(streams.own_key(keys.judge_pairs[run], "judge_ema"), 1)
+    np.testing.assert_array_equal(member.key, own)
+    first = member_at(list(np.asarray(group.ids.slot_ids)).index(slot - 1))
+    assert int(first.member) == 0 and not np.array_equal(first.key, member.key)  # each judge its own draws
+
+    (row,) = [row for row in registry.rows(shape.mechanisms) if row.name == "judge_ema"]
+    judge, average = take(state.slots.judge, slot), state.slots.of("judge_ema")[slot]
+    new_judge, new_average = row.update(judge, member, average)
+    assert new_judge is judge
+    expected = 0.5 * np.asarray(average, np.float64) + 0.5 * np.asarray(judge.params, np.float64)
+    np.testing.assert_allclose(np.asarray(new_average), expected, rtol=1e-6)
+    with pytest.raises(AttributeError, match=r"MemberContext\.pairs is a judge slot's"):
+        _ = member_at(0, stage="sides").pairs

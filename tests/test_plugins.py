@@ -227,10 +227,8 @@ def _row(name: str) -> StepRow:
         name=name,
         stage="updates",
         schedule=lambda knobs, n_outputs: None,
-        replaces="judge",
-        unit=lambda step: None,
-        arguments=lambda step, group, networks: (),
-        due=lambda step, group, networks: None,
+        update=lambda value, member, own: (value, own),
+        due=lambda member: None,
     )
 
 
@@ -267,7 +265,9 @@ def _row(name: str) -> StepRow:
         ),
         (
             Mechanism(
-                "mine", "a row whose due takes too little", rows=(_row("mine_row")._replace(due=lambda step: 0),)
+                "mine",
+                "a row whose due takes too little",
+                rows=(_row("mine_row")._replace(due=lambda step, group, networks: 0),),
             ),
             "row 'mine_row' due (",
         ),
@@ -477,13 +477,13 @@ def test_a_metric_of_the_wrong_shape_is_one_line_before_anything_compiles(
     )
 
 
-def _one_row_module(mechanism: str, function: str, row: str, unit: str, arguments: str, due: str) -> str:
+def _one_row_module(mechanism: str, function: str, row: str, update: str, due: str, check: str = "None") -> str:
     """The source of a mechanism of one row on the judge's update, whose own function is `function` (its `def` on line
     7 of the file)."""
     return f"""import jax.numpy as jnp
 
 from harness.grid.contract import Mechanism, StepRow
-from harness.grid.step_table import with_judge_update
+from harness.mechanisms.judge_update import with_judge_update
 
 
 {function}
@@ -496,10 +496,9 @@ MECHANISM = Mechanism(
             name="{row}",
             stage="updates",
             schedule=lambda knobs, n_outputs: "every_step",
-            replaces="judge",
-            unit={unit},
-            arguments={arguments},
+            update={update},
             due={due},
+            check={check},
         ),
     ),
 )
@@ -508,27 +507,25 @@ MECHANISM = Mechanism(
 
 WRONG_ROW = _one_row_module(
     "shrinking",
-    "def shrink(judge):\n    return judge.replace(params=judge.params[:-1])  # one parameter short\n",
+    "def shrink(judge, member, own):\n    return judge.replace(params=judge.params[:-1]), own  # one parameter short\n",
     row="shrink",
-    unit="lambda step: shrink",
-    arguments="lambda step, group, slots: ()",
+    update="shrink",
     due="with_judge_update",
 )
 WRONG_DUE = _one_row_module(
     "always_due",
-    "def always(step, group, slots):\n    return jnp.bool_(True)  # one value for the group, not one per judge\n",
+    "def always(member):\n    return jnp.ones(3, bool)  # three flags for one judge\n",
     row="always",
-    unit="lambda step: lambda judge, lr: judge",
-    arguments="lambda step, group, slots: (step.knobs.lr_judge[group.ids.slot_run],)",
+    update="lambda judge, member, own: (judge, own)",
     due="always",
 )
-WRONG_ARGUMENTS = _one_row_module(
-    "first_rate",
-    "def first_rate(step, group, slots):\n    return (step.knobs.lr_judge[0],)  # the first run's rate alone\n",
-    row="first",
-    unit="lambda step: lambda judge, lr: judge",
-    arguments="first_rate",
+WRONG_CHECK = _one_row_module(
+    "scored",
+    "def accuracy(judge, member, own):\n    return jnp.float32(0.5)  # an accuracy, not whether the judge fails\n",
+    row="scored",
+    update="lambda judge, member, own: (judge, own)",
     due="with_judge_update",
+    check="accuracy",
 )
 
 WRONG_HOOK = """import jax.numpy as jnp
@@ -555,20 +552,20 @@ MECHANISM = Mechanism(
         (
             "shrink.py",
             WRONG_ROW,
-            "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink') returns '.params' as (4832,) float32, not the "
-            "(4833,) float32 it was given",
+            "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink') returns '[0].params' as (4832,) float32, not "
+            "the (4833,) float32 it was given",
         ),
         (
             "always.py",
             WRONG_DUE,
-            "mechanism 'always_due' ({file}:7, in always; row 'always' due) returns a mask of () bool, not one bool "
-            "per member of the work group (1,) bool",
+            "mechanism 'always_due' ({file}:7, in always; row 'always' due) returns (3,) bool, not one bool () for "
+            "the member",
         ),
         (
-            "first.py",
-            WRONG_ARGUMENTS,
-            "mechanism 'first_rate' ({file}:7, in first_rate; row 'first' arguments) returns '[0]' as () float32, not "
-            "with the work group's members (1) on its leading axis",
+            "scored.py",
+            WRONG_CHECK,
+            "mechanism 'scored' ({file}:7, in accuracy; row 'scored' check) returns () float32, not one bool () for "
+            "the member",
         ),
         (
             "restart.py",

@@ -1,14 +1,13 @@
-"""The inner step's table, as the built-in mechanisms declare it: every row in its stage, in order, replacing a field
-that its stage's networks have, built from the step with the contract's signatures."""
+"""The inner step's table, as the built-in mechanisms declare it: every row in its stage, in order, each a function of
+one member of its work group with the contract's signatures."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 
 from harness.grid import registry
-from harness.grid.contract import STAGES, PairSides
-from harness.mechanisms import BUILT_IN, judge_ema
+from harness.grid.contract import STAGES
+from harness.mechanisms import BUILT_IN
 
 
 def test_stages_run_sides_then_updates_then_corrections_in_mechanism_order() -> None:
@@ -21,13 +20,6 @@ def test_stages_run_sides_then_updates_then_corrections_in_mechanism_order() -> 
     }
 
 
-def test_every_row_replaces_a_field_of_its_stage_networks() -> None:
-    slot_fields = {"judge"} | {m.name for m in BUILT_IN if m.slot_state is not None}
-    side_fields = {field.name for field in dataclasses.fields(PairSides)}
-    for row in registry.rows(BUILT_IN):
-        assert row.replaces in (side_fields if row.stage == "sides" else slot_fields), row.name
-
-
 def test_row_names_are_unique_and_every_row_has_a_schedule() -> None:
     names = [row.name for row in registry.rows(BUILT_IN)]
     assert len(set(names)) == len(names)
@@ -35,15 +27,12 @@ def test_row_names_are_unique_and_every_row_has_a_schedule() -> None:
         assert len(inspect.signature(row.schedule).parameters) == 2, row.name
 
 
-def test_every_row_builds_its_pieces_from_the_step() -> None:
-    """unit takes the step; arguments and due take (step, group, networks)."""
+def test_every_row_is_a_function_of_one_member_in_the_hooks_form() -> None:
+    """update and check take (value, member, own); due takes the member alone."""
     for row in registry.rows(BUILT_IN):
-        assert len(inspect.signature(row.unit).parameters) == 1, row.name
-        assert len(inspect.signature(row.arguments).parameters) == 3, row.name
-        assert len(inspect.signature(row.due).parameters) == 3, row.name
-
-
-def test_the_average_row_applies_the_mechanism_of_one_judge() -> None:
-    (row,) = [row for row in registry.rows(BUILT_IN) if row.name == "judge_ema"]
-    assert row.replaces == "judge_ema"
-    assert row.unit(None) is judge_ema.ema_update  # its unit reads nothing of the step
+        assert list(inspect.signature(row.update).parameters)[1] == "member", row.name
+        assert len(inspect.signature(row.update).parameters) == 3, row.name
+        assert len(inspect.signature(row.due).parameters) == 1, row.name
+        assert row.check is None or len(inspect.signature(row.check).parameters) == 3, row.name
+    # Only meta-correction reads the network to decide: its held-out check is a forward pass.
+    assert [row.name for row in registry.rows(BUILT_IN) if row.check is not None] == ["meta_correction"]

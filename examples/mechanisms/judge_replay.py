@@ -4,14 +4,13 @@ Bradley–Terry step on a batch drawn from them, labelled by its current prefere
 A second mechanism of a lab's own (beside judge_tether.py), loaded by replay.toml with
 `[mechanisms] modules = ["judge_replay.py"]`. It shows what the tether does not: state carried across inner steps
 and outer iterations (the buffer, per judge), a static size (the buffer's capacity, the largest of the grid's
-runs), a random draw of its own (which stored batch to replay, from the mechanism's own key of the step, `step.key`),
-two rows of one stage in order (replay, then store), and a metric.
+runs), a random draw of its own (which stored batch to replay, from the mechanism's own key for each judge,
+`member.key`), two rows of one stage in order (replay, then store), and a metric.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
 
 import flax.struct
 import jax
@@ -26,14 +25,12 @@ from harness.grid.contract import (
     DiagnosticsContext,
     GridFacts,
     GridShape,
-    Group,
     Mechanism,
-    StepContext,
     StepRow,
 )
 from harness.grid.knobs import Knobs
-from harness.grid.step_table import pair_tokens, with_judge_update
-from harness.mechanisms.judge_update import judge_cadence, judge_pair_update
+from harness.grid.member_context import MemberContext
+from harness.mechanisms.judge_update import judge_cadence, judge_pair_update, with_judge_update
 
 NAME = "judge_replay"
 CAPACITY = "judge_replay_capacity"  # the static size: stored batches per judge, the largest of the grid's runs
@@ -94,21 +91,25 @@ def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return None if knobs.replay_buffer == 0 else judge_cadence(knobs)
 
 
-def _replay_arguments(step: StepContext, group: Group, slots: object) -> tuple:
-    ids, runs = group.ids.slot_ids, group.ids.slot_run
-    buffers = jax.tree.map(lambda leaf: leaf[ids], slots.of(NAME))
-    # The mechanism's own key of the step (`step.key`): its draw is independent of the loop's and of other mechanisms'.
-    return buffers, step.key[runs], step.knobs.replay_buffer[runs], step.knobs.lr_judge[runs]
+def _replay(judge: Network, member: MemberContext, buffer: ReplayBuffer) -> tuple[Network, ReplayBuffer]:
+    """The row's function of one judge: a replay step on one of its stored batches, drawn from the mechanism's own
+    key for this judge on this step (`member.key`), independent of the loop's draws and of other mechanisms'."""
+    shape, knobs = member.shape, member.knobs
+    replayed = replay(
+        judge, buffer, member.key, knobs.replay_buffer, knobs.lr_judge, vocab=shape.vocab_size, model=shape.model
+    )
+    return replayed, buffer
 
 
-def _replay_due(step: StepContext, group: Group, slots: object) -> jax.Array:
+def _replay_due(member: MemberContext) -> jax.Array:
     """With the judge's update, once its buffer holds a batch."""
-    return with_judge_update(step, group, slots) & (slots.of(NAME).stored[group.ids.slot_ids] > 0)
+    return member.update_due & (member.slot.of(NAME).stored > 0)
 
 
-def _store_arguments(step: StepContext, group: Group, slots: object) -> tuple:
-    chosen, rejected = pair_tokens(step.shape, step.sides, step.keys, group.ids)  # the batch the update just used
-    return chosen, rejected, step.knobs.replay_buffer[group.ids.slot_run]
+def _store(judge: Network, member: MemberContext, buffer: ReplayBuffer) -> tuple[Network, ReplayBuffer]:
+    """The row's function of one judge: the pair batch its update just used stored in its buffer."""
+    chosen, rejected = member.pairs
+    return judge, store(buffer, chosen, rejected, member.knobs.replay_buffer)
 
 
 def _sizes(knobs: Sequence[Knobs], facts: GridFacts) -> Mapping[str, int]:
@@ -132,18 +133,14 @@ MECHANISM = Mechanism(
             name=NAME,
             stage="updates",
             schedule=_schedule,
-            replaces="judge",
-            unit=lambda step: partial(replay, vocab=step.shape.vocab_size, model=step.shape.model),
-            arguments=_replay_arguments,
+            update=_replay,
             due=_replay_due,
         ),
         StepRow(
             name=f"{NAME}_store",
             stage="updates",
             schedule=_schedule,
-            replaces=NAME,
-            unit=lambda step: store,
-            arguments=_store_arguments,
+            update=_store,
             due=with_judge_update,
         ),
     ),

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.metrics import NON_NEGATIVE, Metric
-from harness.engine.state import Network, SlotState
-from harness.grid.contract import Cadence, DiagnosticsContext, Group, Mechanism, StepContext, StepRow
+from harness.engine.state import Network
+from harness.grid.contract import Cadence, DiagnosticsContext, Mechanism, StepRow
 from harness.grid.knobs import Knobs
-from harness.grid.step_table import with_judge_update
-from harness.mechanisms.judge_update import judge_cadence
+from harness.grid.member_context import MemberContext
+from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 NAME = "judge_tether"
 
@@ -45,9 +45,9 @@ def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return None if knobs.tether == 0 else judge_cadence(knobs)
 
 
-def _arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:
-    """Each judge's pretrained row and its run's pull, one per judge of the group."""
-    return step.constants.pretrained_judges[group.ids.slot_ids], step.knobs.tether[group.ids.slot_run]
+def _update(judge: Network, member: MemberContext, own: None) -> tuple[Network, None]:
+    """The row's function of one judge: pulled toward its own pretrained row by its run's pull."""
+    return tether(judge, member.pretrained, member.knobs.tether), own
 
 
 def drift(context: DiagnosticsContext) -> jax.Array:
@@ -66,9 +66,7 @@ MECHANISM = Mechanism(
             name=NAME,
             stage="updates",
             schedule=_schedule,
-            replaces="judge",
-            unit=lambda step: tether,
-            arguments=_arguments,
+            update=_update,
             due=with_judge_update,
         ),
     ),

@@ -1,20 +1,20 @@
-"""One helper that applies a one-network mechanism to a group of networks of the grid.
+"""One helper that applies a row of the step to the members of one of its work groups.
 
-A mechanism is written for one network (see `harness.grid.contract.StepRow`); `apply_where_due`
-gathers the group's networks, vmaps the mechanism over them, keeps the old values where
-it is not due, and scatters the results back. Steps where no network of the group is
-due skip the work entirely.
+A row is written for one member of its work group (see `harness.grid.contract.StepRow`); `apply_where_due`
+gathers the group's entries, vmaps the function over them, keeps the old values where it is not due, and
+scatters the results back. Steps where no entry of the group is due skip the work entirely.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from harness.engine.state import Network, select, take
+from harness.engine.state import select, take
 
 
 @flax.struct.dataclass
@@ -32,22 +32,29 @@ class WorkGroup:
     slot_position: jax.Array
 
 
-def apply_where_due(
-    mechanism: Callable[..., Network],
-    networks: Network,
-    ids: jax.Array,
-    due: jax.Array,
-    arguments: Callable[[], tuple] = tuple,
-) -> Network:
-    """`networks` with `networks[ids[i]]` replaced by `mechanism(networks[ids[i]], *arguments()[·][i])` where `due[i]`.
+def apply_where_due(mechanism: Callable[[Any, jax.Array], Any], networks: Any, ids: jax.Array, due: jax.Array) -> Any:
+    """`networks` with entry `ids[i]` of every leaf replaced by `mechanism(entry, i)` where `due[i]`, each entry being
+    the leaves' `ids[i]` slices (a pytree of `networks`' structure, without the leading axis).
 
-    arguments: builds the per-member arguments (each with leading axis len(ids)); it is
-    called only on steps where some member is due, so their cost is skipped too.
+    The mechanism is vmapped over the entries inside a `lax.cond`, so steps where no entry is due skip its work. A leaf
+    it returns as it was given (the same traced value) is left as it is, neither selected nor written back.
     """
 
-    def apply(networks: Network) -> Network:
+    def apply(networks: Any) -> Any:
         old = take(networks, ids)
-        new = select(due, jax.vmap(mechanism)(old, *arguments()), old)
-        return jax.tree.map(lambda leaf, value: leaf.at[ids].set(value), networks, new)
+        changed: list[bool] = []  # per leaf, whether the mechanism returned it anew: known once it is traced
+
+        def changed_leaves(entry: Any, index: jax.Array) -> list[jax.Array]:
+            given, returned = jax.tree.leaves(entry), jax.tree.leaves(mechanism(entry, index))
+            changed[:] = [new is not before for new, before in zip(returned, given, strict=True)]
+            return [new for new, anew in zip(returned, changed, strict=True) if anew]
+
+        new = iter(jax.vmap(changed_leaves)(old, jnp.arange(ids.shape[0], dtype=jnp.int32)))
+        leaves, structure = jax.tree.flatten(networks)
+        merged = [
+            leaf.at[ids].set(select(due, next(new), before)) if anew else leaf
+            for leaf, before, anew in zip(leaves, jax.tree.leaves(old), changed, strict=True)
+        ]
+        return jax.tree.unflatten(structure, merged)
 
     return jax.lax.cond(jnp.any(due), apply, lambda networks: networks, networks)

@@ -15,12 +15,12 @@ The inner step of every run, in order:
 2. The policy's REINFORCE step, rewarded by its judges: each judge's row (``reward_row``), their
    scores aggregated over the run's judges (``aggregate``), shaped per sample (``shape_reward``),
    then the update's weight on mean log π and learning rate (``update_policy``).
-3. Stage ``sides`` (rows over runs, replacing `PairSides`): where the two sides of the judge's
+3. Stage ``sides`` (rows over runs, each given its run's `PairSides`): where the two sides of the judge's
    training pairs are drawn from (the policy, unless a row replaces a side; before the stage, ``contrast``
    gives each run's probability of labelling its pairs chosen > rejected instead of by the judge, and the grid
    draws which do).
-4. Stage ``updates`` (rows over judge slots, replacing fields of `SlotState`): the judge's update and
-   whatever rides on it.
+4. Stage ``updates`` (rows over judge slots, each given its judge and its own state of the slot): the judge's
+   update and whatever rides on it.
 5. Stage ``corrections`` (rows over judge slots): steps on a cadence of their own, after the updates.
 6. ``after_step``: bookkeeping (counters) from what the rows did.
 
@@ -187,16 +187,18 @@ AppliedRows = Mapping[str, tuple[tuple[Group, jax.Array], ...]]
 
 
 class StepContext(NamedTuple):
-    """What one inner step's hooks and rows read: the grid's static shape, constants and knobs, the state as the
-    step left it so far, the step's keys (`streams.StepKeys`, each with a leading run axis), counter (the step's
-    1-based count within its outer iteration), update_due bool (R,) (the runs whose judge update is due; keys and
-    update_due are None in the `judge_update_due` hooks, which decide them: the keys are drawn from it), and, from
-    the sides stage on, contrast bool (R,) (the runs whose pairs on this step are labelled chosen > rejected, drawn
-    with the probability the `contrast` hooks give) and sides (the `PairSides` each run draws its judge's pairs
-    from); after the stages (`after_step`), applied: every work group each row acted on and its due mask
-    (`AppliedRows`); key: where a mechanism's own row or hook reads the step, that mechanism's own key of the step,
-    (R, 2) (`streams.own_keys`: independent of the loop's draws and of every other mechanism's; one for all the
-    mechanism's rows and its `after_step`, so a mechanism that draws in more than one of them splits it)."""
+    """What one inner step's hooks read (a row reads one member of it, `harness.grid.member_context.MemberContext`):
+    the grid's static shape, constants and knobs, the state as the step left it so far, the step's keys
+    (`streams.StepKeys`, each with a leading run axis), counter (the step's 1-based count within its outer
+    iteration), update_due bool (R,) (the runs whose judge update is due; keys and update_due are None in the
+    `judge_update_due` hooks, which decide them: the keys are drawn from it), and, from the sides stage on, contrast
+    bool (R,) (the runs whose pairs on this step are labelled chosen > rejected, drawn with the probability the
+    `contrast` hooks give) and sides (the `PairSides` each run draws its judge's pairs from); after the stages
+    (`after_step`), applied: every work group each row acted on and its due mask (`AppliedRows`); key: where a
+    mechanism's own hook reads the step, that mechanism's own key of the step, (R, 2) (`streams.own_keys`:
+    independent of the loop's draws and of every other mechanism's; one for its `contrast` and `after_step` hooks,
+    so a mechanism that draws in both splits it; its rows read it per member, `MemberContext.key`, a judge's folded
+    with its index in its run)."""
 
     shape: GridShape
     constants: GridConstants
@@ -253,29 +255,35 @@ class IterationContext(NamedTuple):
 
 
 class StepRow(NamedTuple):
-    """One row of the inner step: a function of one network, applied to each of the row's work groups where due.
+    """One row of the inner step: one function of one member of its work group (a judge slot, or a run in the sides
+    stage), applied to every member where due, in the hooks' form `(value, member, own) -> (value, own)`.
 
-    name: names the row's work groups (`GridShape.groups_of`), unique over every mechanism's rows;
-    stage: where in the step it runs (`STAGES`); schedule: (a condition's `Knobs`, the world's output count) ->
-    the cadence class of the runs it acts on (`cadence_of`), None for runs it never acts on; replaces: the field of
-    the stage's networks it replaces: "chosen" or "rejected" of `PairSides`, or "judge" or a mechanism's name (its
-    per-judge state) of `SlotState`; unit: (step) -> the one-network function, its shared arguments bound from the
-    step; arguments: (step, group, networks) -> the per-member arguments, each with the group's members on its
-    leading axis (built only on steps where some member is due); due: (step, group, networks) -> bool per member,
-    where the row acts on this step; group_size: (the `Knobs` of a group's runs, the world's output count) -> a
-    static size the group's arrays are padded to (`WorkGroupShape.size`; padded to the largest over shards too).
-    `arguments` and `due` read the stage's networks as they stand when the row reaches the group. member_keys:
-    whether `arguments` draws from each judge's own key of the step (`StepKeys.members`); under the original's
-    streams a run's update then advances its key chain once per judge (`harness.engine.streams.step_keys`).
+    name: names the row's work groups (`GridShape.groups_of`), unique over every mechanism's rows; stage: where in
+    the step it runs (`STAGES`); schedule: (a condition's `Knobs`, the world's output count) -> the cadence class of
+    the runs it acts on (`cadence_of`), None for runs it never acts on.
+    update: (value, member, own) -> (value, own): value is the member's network as the rows before left it (its
+    judge's `Network` in stages "updates" and "corrections"; its run's `PairSides` rows in stage "sides"); member,
+    what it reads of the step (`harness.grid.member_context.MemberContext`: knobs, keys, the pair batch, state);
+    own, the mechanism's own state of the member (per judge in the slot stages, `Mechanism.slot_state`; per run in
+    the sides stage, `Mechanism.run_state`; None where it keeps none). It returns both, changed or as given; the
+    grid keeps what it returns where the member is due and the rest as it was.
+    due: (member) -> bool (), whether the row acts on the member on this step (cheap: the grid skips the group's
+    work on steps where no member is due). check: (value, member, own) -> bool (), None for none: a further
+    condition read off the network (a forward pass, say), evaluated only on steps where some member of the group
+    is due; the row acts where both hold.
+    group_size: (the `Knobs` of a group's runs, the world's output count) -> a static size the group's arrays are
+    padded to (`WorkGroupShape.size`, `MemberContext.group_size`; padded to the largest over shards too).
+    member_keys: whether `update` draws from each judge's own key of the loop's streams (`MemberContext.keys.members`);
+    under the original's streams a run's update then advances its key chain once per judge
+    (`harness.engine.streams.step_keys`).
     """
 
     name: str
     stage: Stage
     schedule: Callable[[Knobs, int], Cadence | None]
-    replaces: str
-    unit: Callable[[StepContext], Callable[..., Any]]
-    arguments: Callable[[StepContext, Group, Any], tuple]
-    due: Callable[[StepContext, Group, Any], jax.Array]
+    update: Callable[[Any, Any, Any], tuple[Any, Any]]
+    due: Callable[[Any], jax.Array]
+    check: Callable[[Any, Any, Any], jax.Array] | None = None
     group_size: Callable[[Sequence[Knobs], int], int] | None = None
     member_keys: bool = False
 

@@ -3,11 +3,11 @@ they give back, against what they were given, while the program is traced.
 
 A hook is called with a fixed list of arguments (`HOOK_ARGUMENTS`); one that cannot take them (a hook written for
 another form of the contract) is refused when its mechanism registers (`call_mismatch`), instead of a traceback from
-inside the grid's trace. A row's function returns the network it was given, updated, and a state hook returns the
-state it was given: the same structure, every leaf of the same shape and dtype. A mistake there would otherwise
-surface far from its cause, as a broadcasting or loop-carry error deep inside the grid's code (or, where shapes happen
-to broadcast, as wrong numbers). Checked on the traced values, so the one-line `MechanismShapeError` comes before
-anything compiles, naming the mechanism, its function's file and line, and the row or hook.
+inside the grid's trace. A row's update returns the network and own state it was given, updated, and a state hook
+returns the state it was given: the same structure, every leaf of the same shape and dtype. A mistake there would
+otherwise surface far from its cause, as a broadcasting or loop-carry error deep inside the grid's code (or, where
+shapes happen to broadcast, as wrong numbers). Checked on the traced values, so the one-line `MechanismShapeError`
+comes before anything compiles, naming the mechanism, its function's file and line, and the row or hook.
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ HOOK_ARGUMENTS: dict[str, tuple[str, ...]] = {
 }
 ROW_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "schedule": ("knobs", "n_outputs"),
-    "unit": ("step",),
-    "arguments": ("step", "group", "networks"),
-    "due": ("step", "group", "networks"),
+    "update": ("value", "member", "own"),
+    "due": ("member",),
+    "check": ("value", "member", "own"),
     "group_size": ("knobs_of_runs", "n_outputs"),
 }
 
@@ -144,24 +144,3 @@ def checked(function: Callable, given_at: int | tuple[int, ...], mechanism: str,
         return returned
 
     return call
-
-
-def check_per_member(value: Any, members: int, mechanism: str, where: str, function: Callable, mask: bool) -> None:
-    """Raise `MechanismShapeError` unless every leaf of a row's `due` (mask=True: one bool per member, (members,)) or
-    `arguments` (each leaf with the work group's members on its leading axis) has that many members. A mask of one
-    value would otherwise broadcast over the group, acting on every member. (Entries in another order than the
-    group's, say per run in a group of judge slots, pass where the counts agree: the order is the row's to keep.)"""
-    place = f"mechanism '{mechanism}' ({where_defined(function)}; {where})"
-    if mask:
-        if jnp.shape(value) != (members,) or jnp.result_type(value) != jnp.bool_:
-            raise MechanismShapeError(
-                f"{place} returns a mask of {_described(value)}, not one bool per member of the work group "
-                f"({members},) bool"
-            )
-        return
-    for path, leaf in jax.tree_util.tree_leaves_with_path(value):
-        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != members:
-            raise MechanismShapeError(
-                f"{place} returns '{jax.tree_util.keystr(path)}' as {_described(leaf)}, not with the work group's "
-                f"members ({members}) on its leading axis"
-            )

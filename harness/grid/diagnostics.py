@@ -22,9 +22,9 @@ from harness.engine.state import CoevolutionState
 from harness.grid import registry
 from harness.grid.contract import DiagnosticsContext, GridConstants, GridShape, Mechanism
 from harness.grid.contract_checks import noting_place
+from harness.grid.judge_slots import run_judge_slots
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import reward_judges, run_rewards
-from harness.grid.step_table import run_judge_slots
 
 # One record of every metric of a grid: name -> array with a leading run axis (R,); and of every per-run table's
 # value columns (`RunTable.key`: "<table>/<column>") -> (R, K).

@@ -33,8 +33,8 @@ from harness.grid.contract import (
     PolicyBatch,
     PolicyUpdate,
 )
+from harness.grid.judge_slots import run_judge_slots
 from harness.grid.knobs import RunKnobs
-from harness.grid.step_table import run_judge_slots
 
 
 def reward_judges(shape: GridShape, constants: GridConstants, knobs: RunKnobs, slots: SlotState) -> jax.Array:

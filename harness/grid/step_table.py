@@ -1,116 +1,118 @@
-"""The inner step's stages as tables: every row the grid's mechanisms declare, applied where due.
+"""The inner step's stages as tables: every row the grid's mechanisms declare, applied to its work groups where due.
 
-A row (`harness.grid.contract.StepRow`) is a function of one network with its arguments and due mask;
-`apply_rows` applies a stage's rows in order (`harness.grid.registry.stage_rows`) to each of their work
-groups through `batching.apply_where_due`. The helpers that rows of many mechanisms share live here too:
-each run's judge slots (`run_judge_slots`) and the judge's pair batch (`pair_tokens`).
+A row (`harness.grid.contract.StepRow`) is a function of one member of a work group; `apply_rows` applies a
+stage's rows in order (`harness.grid.registry.stage_rows`) to each of their work groups: each member's
+`MemberContext`, its due flag (and `check`, on steps where some member is due), then the row's update, vmapped over
+the members and kept where due (`batching.apply_where_due`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from harness.engine import learning, streams
-from harness.engine.state import SlotState
+from harness.engine.metrics import MechanismShapeError
 from harness.grid import registry
-from harness.grid.batching import WorkGroup, apply_where_due
-from harness.grid.contract import (
-    STAGE_MEMBERS,
-    AppliedRows,
-    GridConstants,
-    GridShape,
-    Group,
-    PairSides,
-    Stage,
-    StepContext,
-)
-from harness.grid.contract_checks import check_per_member, checked, noting_place
+from harness.grid.batching import apply_where_due
+from harness.grid.contract import STAGE_MEMBERS, AppliedRows, Group, Stage, StepContext, StepRow
+from harness.grid.contract_checks import checked, noting_place, where_defined
+from harness.grid.member_context import MemberContext
 
 
-def run_judge_slots(shape: GridShape, constants: GridConstants) -> tuple[jax.Array, jax.Array]:
-    """Each run's judge slots padded to the largest ensemble: slot ids int32 (R, M) and which are real (R, M)."""
-    member = jnp.arange(shape.max_members)
-    members = member[None, :] < constants.run_judges[:, None]
-    slots = jnp.where(members, constants.run_first_slot[:, None] + member[None, :], constants.run_first_slot[:, None])
-    return slots, members
+def apply_rows(
+    stage: Stage, step: StepContext, values: Any, owns: dict[str, Any]
+) -> tuple[Any, dict[str, Any], AppliedRows]:
+    """The stage's networks and mechanism states after each of its rows, in order, on each of the row's work groups (in
+    `GridShape.groups` order).
 
-
-def pair_tokens(
-    shape: GridShape, sides: PairSides, keys: streams.StepKeys, group: WorkGroup
-) -> tuple[jax.Array, jax.Array]:
-    """The judge pair batch of each slot of `group`: chosen and rejected tokens (Jg, B, L) each, drawn with the
-    run's judge-pair noise from its sides' policy rows (one batch per run, shared by the run's judges)."""
-    batch, vocab, seq_len = shape.batch_size, shape.vocab_size, shape.seq_len
-    pair_noise = partial(streams.judge_pair_noise, shape.streams, batch=batch, vocab=vocab, seq_len=seq_len)
-    sample = jax.vmap(partial(learning.sample, vocab=vocab, model=shape.model))
-    runs = group.run_ids
-    noise = jax.vmap(pair_noise)(keys.judge_pairs[runs])
-    chosen_rows, rejected_rows = sides.chosen[runs], sides.rejected[runs]
-    chosen, _ = sample(chosen_rows, noise[:, :, :batch])
-    rejected, _ = sample(rejected_rows, noise[:, :, batch:])
-    return chosen[group.slot_position], rejected[group.slot_position]
-
-
-def stage_field(networks: PairSides | SlotState, name: str) -> Any:
-    """The field `name` of a stage's networks: a side of `PairSides`; the judge or a mechanism's state of
-    `SlotState`."""
-    if isinstance(networks, SlotState) and name != "judge":
-        return networks.of(name)
-    return getattr(networks, name)
-
-
-def with_stage_field(networks: PairSides | SlotState, name: str, value: Any) -> PairSides | SlotState:
-    """The stage's networks with field `name` (as `stage_field` reads it) replaced by `value`."""
-    if isinstance(networks, SlotState) and name != "judge":
-        return networks.with_state(name, value)
-    return networks.replace(**{name: value})
-
-
-def apply_rows(stage: Stage, step: StepContext, networks: PairSides | SlotState) -> tuple[Any, AppliedRows]:
-    """The stage's networks after each of its rows, in order, on each of the row's work groups (in `GridShape.groups`
-    order).
-
-    Returns the networks and, by row name, every group the row was applied to with its members' due mask.
+    values: the stage's networks on its member axis (`PairSides` (R, P) for the sides stage, the judges' `Network`
+    (J, ...) otherwise); owns: mechanism name -> its own state on the same axis (per run for the sides stage, per
+    judge otherwise). Returns both and, by row name, every group the row was applied to with its members' due mask.
     """
     applied: dict[str, tuple[tuple[Group, jax.Array], ...]] = {}
     owners = registry.row_owners(step.shape.mechanisms)
     for row in registry.stage_rows(step.shape.mechanisms, stage):
-        step = step._replace(key=streams.own_keys(step.keys.judge_pairs, owners[row.name]))  # unused keys cost nothing
-        # The row's function of one network, checked while traced to return that network's kind (one line, not an
-        # error deep in the batching, where its output is merged back).
-        unit = checked(noting_place(row.unit, f"row '{row.name}' unit")(step), 0, owners[row.name], f"row '{row.name}'")
+        owner = owners[row.name]
         for index in step.shape.groups_of(row.name):
             group = Group(step.constants.groups[index], step.shape.groups[index])
-            ids = group.ids.run_ids if STAGE_MEMBERS[stage] == "run" else group.ids.slot_ids
-            with jax.named_scope(owners[row.name]):  # the row's gathers, arguments and merge are its mechanism's too
-                due = per_member(row.due, "due", row.name, owners[row.name], len(ids))(step, group, networks)
-                arguments = per_member(row.arguments, "arguments", row.name, owners[row.name], len(ids))
-                new = apply_where_due(
-                    unit, stage_field(networks, row.replaces), ids, due, partial(arguments, step, group, networks)
+            with jax.named_scope(owner):  # the row's gathers, due flags and merge are its mechanism's too
+                due = _due(row, owner, stage, step, group, values, owns)
+                values, own = apply_where_due(
+                    _member_update(row, owner, stage, step, group, values, owns),
+                    (values, owns.get(owner)),
+                    _member_ids(stage, group),
+                    due,
                 )
-            networks = with_stage_field(networks, row.replaces, new)
+            owns = {**owns, owner: own} if owner in owns else owns
             applied[row.name] = (*applied.get(row.name, ()), (group, due))
-    return networks, applied
+    return values, owns, applied
 
 
-def per_member(function: Callable, part: str, row: str, mechanism: str, members: int) -> Callable:
-    """A row's `due` or `arguments` (`part`), its errors noting the row and part, its result checked to hold one
-    entry per member of the work group (`contract_checks.check_per_member`) while traced."""
-    where = f"row '{row}' {part}"
-
-    def call(*arguments: Any) -> Any:
-        returned = noting_place(function, where)(*arguments)
-        check_per_member(returned, members, mechanism, where, function, mask=part == "due")
-        return returned
-
-    return call
+def _member_ids(stage: Stage, group: Group) -> jax.Array:
+    """The group's members on the stage's member axis: its runs (sides) or its judge slots."""
+    return group.ids.run_ids if STAGE_MEMBERS[stage] == "run" else group.ids.slot_ids
 
 
-def with_judge_update(step: StepContext, group: Group, networks: Any) -> jax.Array:
-    """A row's due mask for rows that ride on the judge update: each judge is due where its run's update is."""
-    return step.update_due[group.ids.slot_run]
+def _member_update(
+    row: StepRow, owner: str, stage: Stage, step: StepContext, group: Group, values: Any, owns: dict[str, Any]
+) -> Callable[..., Any]:
+    """The row's update of one member, as `apply_where_due` calls it: (the member's (value, own), its position in
+    the group) -> (value, own), its result checked to be what it was given (one line naming the row otherwise)."""
+    update = checked(row.update, (0, 2), owner, f"row '{row.name}'")
+
+    def one(value_and_own: tuple[Any, Any], index: jax.Array) -> tuple[Any, Any]:
+        # The stage as the row found it, with this row's own fields as the work group's branch carries them.
+        member = MemberContext(step, group, stage, values, owns, owner, index)
+        value, own = value_and_own
+        return update(value, member, own)
+
+    return one
+
+
+def _due(
+    row: StepRow, owner: str, stage: Stage, step: StepContext, group: Group, values: Any, owns: dict[str, Any]
+) -> jax.Array:
+    """bool (members,): where the row acts on the group's members on this step: its `due`, and its `check` where it
+    has one, evaluated only on steps where some member is due (a forward pass, say)."""
+    ids = _member_ids(stage, group)
+    positions = jnp.arange(ids.shape[0], dtype=jnp.int32)
+
+    def due_of(index: jax.Array) -> jax.Array:
+        flag = noting_place(row.due, f"row '{row.name}' due")(
+            MemberContext(step, group, stage, values, owns, owner, index)
+        )
+        return _checked_flag(flag, owner, f"row '{row.name}' due", row.due)
+
+    due = jax.vmap(due_of)(positions)
+    if row.check is None:
+        return due
+
+    def check_of(index: jax.Array, value: Any, own: Any) -> jax.Array:
+        member = MemberContext(step, group, stage, values, owns, owner, index)
+        flag = noting_place(row.check, f"row '{row.name}' check")(value, member, own)
+        return _checked_flag(flag, owner, f"row '{row.name}' check", row.check)
+
+    def checked_members() -> jax.Array:
+        own = owns.get(owner)
+        return jax.vmap(check_of)(positions, _take(values, ids), _take(own, ids))
+
+    # zeros_like of a per-shard value, as shard_map requires of both branches.
+    return due & jax.lax.cond(jnp.any(due), checked_members, lambda: jnp.zeros_like(due))
+
+
+def _take(tree: Any, ids: jax.Array) -> Any:
+    return jax.tree.map(lambda leaf: leaf[ids], tree)
+
+
+def _checked_flag(flag: Any, mechanism: str, where: str, function: Callable) -> jax.Array:
+    """A row's `due` or `check` for one member, checked to be one bool (a mask of another shape would broadcast over
+    the group, acting on members it did not mean)."""
+    if jnp.shape(flag) != () or jnp.result_type(flag) != jnp.bool_:
+        raise MechanismShapeError(
+            f"mechanism '{mechanism}' ({where_defined(function)}; {where}) returns "
+            f"{tuple(jnp.shape(flag))} {jnp.result_type(flag)}, not one bool () for the member"
+        )
+    return flag

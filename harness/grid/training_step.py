@@ -2,7 +2,7 @@
 
 Each inner step takes the loop's policy step (`harness.grid.reward.policy_step`), then the stages of
 the step in order (`harness.grid.contract.STAGES`: where the judge's pairs come from, the updates that
-ride on the judge's update, corrections on their own cadence), each row a function of one network
+ride on the judge's update, corrections on their own cadence), each row a function of one member of a work group
 applied to its work groups through `batching.apply_where_due`, which skips a group on steps where none
 of it is due. The hooks of the mechanisms some run uses (`GridShape.used_mechanisms`) run where the
 contract places them; this module names none of them.
@@ -121,12 +121,14 @@ def draw_contrast(keys: streams.StepKeys, share: jax.Array) -> jax.Array:
     return drawn < share
 
 
-def pair_sides(step: StepContext) -> PairSides:
+def pair_sides(step: StepContext) -> tuple[PairSides, CoevolutionState]:
     """The policy rows each run draws the chosen and the rejected side of its judge's pairs from on this step: the
-    policy's own, except where a row of the sides stage replaces one (where `step.contrast`)."""
-    policy = step.state.runs.policy.params
-    sides, _ = apply_rows("sides", step, PairSides(chosen=policy, rejected=policy))
-    return sides
+    policy's own, except where a row of the sides stage replaces one (where `step.contrast`); and the state with the
+    sides rows' mechanisms' per-run states as they left them."""
+    runs = step.state.runs
+    policy = runs.policy.params
+    sides, owns, _ = apply_rows("sides", step, PairSides(chosen=policy, rejected=policy), runs.mechanisms)
+    return sides, step.state.replace(runs=runs.replace(mechanisms=owns))
 
 
 def judge_stages(step: StepContext) -> tuple[CoevolutionState, StepContext, AppliedRows]:
@@ -138,11 +140,11 @@ def judge_stages(step: StepContext) -> tuple[CoevolutionState, StepContext, Appl
         step = step._replace(state=state, contrast=draw_contrast(step.keys, share))
     else:  # no draw traced where nothing can set a share: the program stays as it was
         step = step._replace(contrast=jnp.zeros(step.shape.n_runs, bool))
-    step = step._replace(sides=pair_sides(step))
-    state, applied = step.state, {}
+    sides, state = pair_sides(step)
+    step, applied = step._replace(state=state, sides=sides), {}
     for stage in ("updates", "corrections"):
-        slots, applied_here = apply_rows(stage, step, state.slots)
-        state = state.replace(slots=slots)
+        judges, owns, applied_here = apply_rows(stage, step, state.slots.judge, state.slots.mechanisms)
+        state = state.replace(slots=state.slots.replace(judge=judges, mechanisms=owns))
         step, applied = step._replace(state=state), {**applied, **applied_here}
     return state, step, applied
 

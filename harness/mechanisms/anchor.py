@@ -8,7 +8,6 @@ a frozen judge).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -20,10 +19,10 @@ from harness.engine.keys import distinct_pairs
 from harness.engine.learning import pair_bce
 from harness.engine.state import Network, adam_step
 from harness.engine.streams import Streams
-from harness.grid.contract import Cadence, GridFacts, Group, Mechanism, StepContext, StepRow
+from harness.grid.contract import Cadence, GridFacts, Mechanism, StepRow
 from harness.grid.knobs import Knobs
-from harness.grid.step_table import with_judge_update
-from harness.mechanisms.judge_update import judge_cadence
+from harness.grid.member_context import MemberContext
+from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 # The static size every run's anchor pairs are padded to: the grid's largest count.
 ANCHOR_PAIRS = "anchor_pairs"
@@ -85,18 +84,23 @@ def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return None if knobs.anchor_fraction == 0 else judge_cadence(knobs)
 
 
-def _arguments(step: StepContext, group: Group, slots: object) -> tuple[jax.Array, ...]:
-    shape, constants, knobs, runs = step.shape, step.constants, step.knobs, group.ids.slot_run
-    members = group.ids.slot_ids - constants.run_first_slot[runs]
-    draw = partial(
-        anchor_pairs,
-        shape.streams,
-        batch=shape.batch_size,
-        max_pairs=shape.size(ANCHOR_PAIRS),
-        n_outputs=constants.q_star.shape[0],
+def _update(judge: Network, member: MemberContext, own: None) -> tuple[Network, None]:
+    """One judge's anchor step, on pairs drawn from its own key of the loop's streams (`StepKeys.members`)."""
+    shape, knobs, q_star = member.shape, member.knobs, member.q_star
+    n_outputs, batch = q_star.shape[0], shape.batch_size
+    pairs = anchor_pairs(shape.streams, member.keys.members[member.member], batch, shape.size(ANCHOR_PAIRS), n_outputs)
+    count = anchor_pair_count(knobs.anchor_fraction, batch)
+    stepped = anchor_update(
+        judge,
+        pairs,
+        count,
+        knobs.lr_judge,
+        q_star=q_star,
+        vocab=shape.vocab_size,
+        seq_len=shape.seq_len,
+        model=shape.model,
     )
-    pairs = jax.vmap(draw)(step.keys.members[runs, members])
-    return pairs, anchor_pair_count(knobs.anchor_fraction[runs], shape.batch_size), knobs.lr_judge[runs]
+    return stepped, own
 
 
 def _sizes(knobs: Sequence[Knobs], facts: GridFacts) -> Mapping[str, int]:
@@ -113,15 +117,7 @@ MECHANISM = Mechanism(
             name="anchor",
             stage="updates",
             schedule=_schedule,
-            replaces="judge",
-            unit=lambda step: partial(
-                anchor_update,
-                q_star=step.constants.q_star,
-                vocab=step.shape.vocab_size,
-                seq_len=step.shape.seq_len,
-                model=step.shape.model,
-            ),
-            arguments=_arguments,
+            update=_update,
             due=with_judge_update,
             member_keys=True,
         ),

@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.engine.state import SlotState
-from harness.grid.contract import Cadence, Group, JudgeContext, Mechanism, StepContext, StepRow
+from harness.engine.state import Network
+from harness.grid.contract import Cadence, JudgeContext, Mechanism, StepRow
 from harness.grid.knobs import Knobs
-from harness.grid.step_table import with_judge_update
-from harness.mechanisms.judge_update import judge_cadence
+from harness.grid.member_context import MemberContext
+from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 NAME = "judge_ema"
 
@@ -42,9 +42,10 @@ def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return None if knobs.judge_ema == 0 else judge_cadence(knobs)
 
 
-def _arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:
-    """Each judge as the rows before this one left it (its update, anchor and referee steps), and its run's decay."""
-    return slots.judge.params[group.ids.slot_ids], step.knobs.judge_ema[group.ids.slot_run]
+def _update(judge: Network, member: MemberContext, average: jax.Array) -> tuple[Network, jax.Array]:
+    """A judge's average moved toward the judge as the rows before this one left it (its update, anchor and referee
+    steps), at its run's decay; the judge as it was."""
+    return judge, ema_update(average, judge.params, member.knobs.judge_ema)
 
 
 def reward_row(row: jax.Array, judge: JudgeContext, average: jax.Array) -> jax.Array:
@@ -61,9 +62,7 @@ MECHANISM = Mechanism(
             name=NAME,
             stage="updates",
             schedule=_schedule,
-            replaces=NAME,
-            unit=lambda step: ema_update,
-            arguments=_arguments,
+            update=_update,
             due=with_judge_update,
         ),
     ),

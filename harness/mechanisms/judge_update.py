@@ -9,8 +9,6 @@ that ride on the update (the anchor, meta-judging, the judge's moving average) u
 
 from __future__ import annotations
 
-from functools import partial
-
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -22,7 +20,6 @@ from harness.engine.metrics import NON_NEGATIVE, Metric
 from harness.engine.state import Network, adam_step
 from harness.grid.contract import (
     Cadence,
-    Group,
     IterationContext,
     Mechanism,
     OwnState,
@@ -31,7 +28,7 @@ from harness.grid.contract import (
     cadence_of,
 )
 from harness.grid.knobs import INNER_STEPS, UNIT, Knobs
-from harness.grid.step_table import pair_tokens, with_judge_update
+from harness.grid.member_context import MemberContext
 
 
 class JudgeUpdateKnobs(BaseModel):
@@ -77,10 +74,19 @@ def judge_pair_update(
     return adam_step(judge, jax.grad(pair_bce_labelled)(judge.params, first, second, ordered, vocab, model), lr)
 
 
-def _arguments(step: StepContext, group: Group, slots: object) -> tuple[jax.Array, ...]:
-    runs = group.ids.slot_run
-    chosen, rejected = pair_tokens(step.shape, step.sides, step.keys, group.ids)
-    return chosen, rejected, step.contrast[runs], step.knobs.lr_judge[runs]
+def _update(judge: Network, member: MemberContext, own: None) -> tuple[Network, None]:
+    """One judge's step on its run's pair batch of this step, at the run's judge learning rate."""
+    chosen, rejected = member.pairs
+    shape = member.shape
+    stepped = judge_pair_update(
+        judge, chosen, rejected, member.contrast, member.knobs.lr_judge, vocab=shape.vocab_size, model=shape.model
+    )
+    return stepped, own
+
+
+def with_judge_update(member: MemberContext) -> jax.Array:
+    """A row's due flag for rows that ride on the judge update: a judge is due where its run's update is."""
+    return member.update_due
 
 
 @flax.struct.dataclass
@@ -108,9 +114,7 @@ MECHANISM = Mechanism(
             name="judge_update",
             stage="updates",
             schedule=lambda knobs, n_outputs: judge_cadence(knobs),
-            replaces="judge",
-            unit=lambda step: partial(judge_pair_update, vocab=step.shape.vocab_size, model=step.shape.model),
-            arguments=_arguments,
+            update=_update,
             due=with_judge_update,
         ),
     ),

@@ -8,7 +8,6 @@ on them. The check is a forward pass; the step's backward pass is skipped unless
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import flax.struct
 import jax
@@ -20,12 +19,11 @@ from harness.engine import keys
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_bce
 from harness.engine.metrics import NON_NEGATIVE, Metric, ValidValues
-from harness.engine.state import Network, SlotState, adam_step
+from harness.engine.state import Network, adam_step
 from harness.grid.contract import (
     Cadence,
     DiagnosticsContext,
     GridShape,
-    Group,
     HostRuns,
     IterationContext,
     Mechanism,
@@ -35,6 +33,7 @@ from harness.grid.contract import (
     cadence_of,
 )
 from harness.grid.knobs import INNER_STEPS, UNIT, Knobs
+from harness.grid.member_context import MemberContext
 from harness.grid.memory import FLOAT_BYTES, activation_width
 from harness.mechanisms.meta_correction_report import REPORT
 from harness.original import streams as original_streams
@@ -135,33 +134,40 @@ def _group_size(knobs: Sequence[Knobs], n_outputs: int) -> int:
     return int(np.max(holdout_pair_count(np.array([k.meta_holdout_fraction for k in knobs]), n_outputs)))
 
 
-def held_out(step: StepContext, group: Group) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Each judge's run's held-out pairs, labels and mask, (Jg, H, ...) with H the group's largest count."""
-    runs, n_held = group.ids.slot_run, group.sizes.size
-    count = holdout_pair_count(step.knobs.meta_holdout_fraction[runs], step.constants.q_star.shape[0])
-    mask = (jnp.arange(n_held)[None, :] < count[:, None]).astype(jnp.float32)
-    tables = step.constants.of("meta_correction")
-    return tables.pairs[runs, :n_held], tables.labels[runs, :n_held], mask
+def held_out(member: MemberContext) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A judge's run's held-out pairs, labels and mask, (H, ...) with H its work group's largest count."""
+    n_held = member.group_size
+    count = holdout_pair_count(member.knobs.meta_holdout_fraction, member.q_star.shape[0])
+    mask = (jnp.arange(n_held) < count).astype(jnp.float32)
+    tables = member.constants(ROW)
+    return tables.pairs[:n_held], tables.labels[:n_held], mask
 
 
-def _arguments(step: StepContext, group: Group, slots: SlotState) -> tuple[jax.Array, ...]:
-    return *held_out(step, group), step.knobs.lr_judge[group.ids.slot_run]
+def _due(member: MemberContext) -> jax.Array:
+    """A judge's check is due every meta_update_every steps."""
+    return member.counter % member.knobs.meta_update_every == 0
 
 
-def _due(step: StepContext, group: Group, slots: SlotState) -> jax.Array:
-    """Judges whose check is due (every meta_update_every steps) and whose held-out accuracy is below threshold."""
-    shape, knobs, runs = step.shape, step.knobs, group.ids.slot_run
-    accuracy_of = jax.vmap(pair_bce, (0, 0, 0, 0, None, None, None))
-    check_due = step.counter % knobs.meta_update_every[runs] == 0
-    # The check is a forward pass; the correction's backward pass is skipped unless some judge fails it.
-    accuracy = jax.lax.cond(
-        jnp.any(check_due),
-        lambda: accuracy_of(
-            slots.judge.params[group.ids.slot_ids], *held_out(step, group), shape.vocab_size, shape.seq_len, shape.model
-        )[1],
-        lambda: jnp.ones_like(check_due, jnp.float32),  # (shaped like a per-shard value, for shard_map)
+def _failing(judge: Network, member: MemberContext, own: None) -> jax.Array:
+    """Whether a judge's accuracy on its run's held-out pairs (a forward pass) is below the threshold: only then does
+    it take the correction's step, whose backward pass the grid skips on steps where no judge fails."""
+    shape = member.shape
+    _, accuracy = pair_bce(judge.params, *held_out(member), shape.vocab_size, shape.seq_len, shape.model)
+    return accuracy < member.knobs.meta_accuracy_threshold
+
+
+def _update(judge: Network, member: MemberContext, own: None) -> tuple[Network, None]:
+    """One judge's corrective step on its run's held-out pairs."""
+    shape = member.shape
+    corrected = holdout_correction(
+        judge,
+        *held_out(member),
+        member.knobs.lr_judge,
+        vocab=shape.vocab_size,
+        seq_len=shape.seq_len,
+        model=shape.model,
     )
-    return check_due & (accuracy < knobs.meta_accuracy_threshold[runs])
+    return corrected, own
 
 
 @flax.struct.dataclass
@@ -227,12 +233,9 @@ MECHANISM = Mechanism(
             name=ROW,
             stage="corrections",
             schedule=_schedule,
-            replaces="judge",
-            unit=lambda step: partial(
-                holdout_correction, vocab=step.shape.vocab_size, seq_len=step.shape.seq_len, model=step.shape.model
-            ),
-            arguments=_arguments,
+            update=_update,
             due=_due,
+            check=_failing,
             group_size=_group_size,
         ),
     ),

@@ -23,12 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine import streams
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
-from harness.engine.state import Network, take
+from harness.engine.state import Network
 from harness.grid.contract import (
     Cadence,
     GridFacts,
     GridShape,
-    Group,
     IterationContext,
     Mechanism,
     OwnState,
@@ -37,8 +36,8 @@ from harness.grid.contract import (
     StepRow,
 )
 from harness.grid.knobs import INNER_STEPS, OUTER_ITERATIONS, UNIT, Knobs, RunKnobs, choices
-from harness.grid.reward import reward_judges, run_policy_step
-from harness.grid.step_table import run_judge_slots
+from harness.grid.member_context import MemberContext
+from harness.grid.reward import run_policy_step
 from harness.mechanisms.judge_update import judge_cadence
 
 # Upper bounds on the look-ahead and the temporal gap: each bounds a scan or a stored history.
@@ -147,35 +146,47 @@ def contrast(share: jax.Array, step: StepContext, own: OwnState) -> tuple[jax.Ar
     return jnp.maximum(share, mix), own
 
 
-def contrast_due(step: StepContext, group: Group, sides: PairSides) -> jax.Array:
+def contrast_due(member: MemberContext) -> jax.Array:
     """A run's side is replaced where its judge update is due and draws contrast pairs (`contrast`)."""
-    return step.contrast[group.ids.run_ids]
+    return member.contrast
 
 
-def _rejected_arguments(step: StepContext, group: Group, sides: PairSides) -> tuple[jax.Array, ...]:
-    runs = group.ids.run_ids
-    history, initial = step.state.runs.of("pair_sources").history[runs], step.constants.initial_policies[runs]
-    return history, initial, step.knobs.rejected_from[runs], step.knobs.temporal_gap[runs]
+def _rejected_update(sides: PairSides, member: MemberContext, own: PolicyHistory) -> tuple[PairSides, PolicyHistory]:
+    """The run's rejected side from its checkpoint or its π₀, by its `rejected_from`."""
+    knobs = member.knobs
+    rejected = rejected_side(
+        sides.rejected, own.history, member.initial_policy, knobs.rejected_from, knobs.temporal_gap
+    )
+    return sides.replace(rejected=rejected), own
 
 
-def _lookahead_arguments(step: StepContext, group: Group, sides: PairSides) -> tuple[Any, ...]:
-    shape, knobs, runs = step.shape, step.knobs, group.ids.run_ids
-    slots, members = run_judge_slots(shape, step.constants)
-    step_keys = jax.vmap(lambda key: jax.random.split(key, shape.size(LOOKAHEAD_STEPS)))(step.keys.contrast[runs])
+def _lookahead_update(sides: PairSides, member: MemberContext, own: PolicyHistory) -> tuple[PairSides, PolicyHistory]:
+    """The run's chosen side from a look-ahead copy of its policy, trained on batches drawn from its contrast key."""
+    shape, knobs = member.shape, member.knobs
+    step_keys = jax.random.split(member.keys.contrast, shape.size(LOOKAHEAD_STEPS))
     sampling_noise = partial(
         streams.sampling_noise, shape.streams, batch=shape.batch_size, vocab=shape.vocab_size, seq_len=shape.seq_len
     )
-    noise = jax.vmap(jax.vmap(sampling_noise))(step_keys)
-    run_knobs = jax.tree.map(lambda leaf: leaf[runs], knobs)
-    # The copy trains as the policy does: against the judges the policy is rewarded by.
-    judges = reward_judges(shape, step.constants, knobs, step.state.slots)[slots[runs]]
-    policies = take(step.state.runs.policy, runs)
-    initial = step.constants.initial_policies[runs]
-    q_star = jnp.broadcast_to(step.constants.q_star, (runs.shape[0], *step.constants.q_star.shape))
-    # Each run's own mechanism states, for reward hooks that read them (what no hook reads, XLA drops).
-    run_state = jax.tree.map(lambda leaf: leaf[runs], step.state.runs.mechanisms)
-    steps = knobs.lookahead_steps[runs]
-    return policies, judges, members[runs], noise, step_keys, steps, run_knobs, initial, q_star, run_state
+    noise = jax.vmap(sampling_noise)(step_keys)
+    # The copy trains as the policy does: against the judges the policy is rewarded by, reading the run's mechanism
+    # states as its reward hooks do (what no hook reads, XLA drops).
+    chosen = lookahead_side(
+        sides.chosen,
+        member.run.policy,
+        member.judges,
+        member.judge_members,
+        noise,
+        step_keys,
+        knobs.lookahead_steps,
+        knobs,
+        member.initial_policy,
+        member.q_star,
+        member.run.mechanisms,
+        vocab=shape.vocab_size,
+        model=shape.model,
+        mechanisms=shape.used_mechanisms,
+    )
+    return sides.replace(chosen=chosen), own
 
 
 def _rejected_schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
@@ -222,23 +233,14 @@ MECHANISM = Mechanism(
             name="rejected_side",
             stage="sides",
             schedule=_rejected_schedule,
-            replaces="rejected",
-            unit=lambda step: rejected_side,
-            arguments=_rejected_arguments,
+            update=_rejected_update,
             due=contrast_due,
         ),
         StepRow(
             name="lookahead",
             stage="sides",
             schedule=_lookahead_schedule,
-            replaces="chosen",
-            unit=lambda step: partial(
-                lookahead_side,
-                vocab=step.shape.vocab_size,
-                model=step.shape.model,
-                mechanisms=step.shape.used_mechanisms,
-            ),
-            arguments=_lookahead_arguments,
+            update=_lookahead_update,
             due=contrast_due,
         ),
     ),

@@ -8,8 +8,6 @@ on them. q* is never read after pretraining; the pair audit measures the referee
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import optax
@@ -19,10 +17,10 @@ from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_margins
 from harness.engine.metrics import Metric, ValidValues
 from harness.engine.state import Network, adam_step
-from harness.grid.contract import Cadence, DiagnosticsContext, GridShape, Group, Mechanism, StepContext, StepRow
+from harness.grid.contract import Cadence, DiagnosticsContext, GridShape, Mechanism, StepRow
 from harness.grid.knobs import Knobs
-from harness.grid.step_table import pair_tokens, with_judge_update
-from harness.mechanisms.judge_update import judge_cadence
+from harness.grid.member_context import MemberContext
+from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 ROW = "referee"
 
@@ -78,11 +76,21 @@ def _schedule(knobs: Knobs, n_outputs: int) -> Cadence | None:
     return None if knobs.referee_margin == 0 else judge_cadence(knobs)
 
 
-def _arguments(step: StepContext, group: Group, slots: object) -> tuple[jax.Array, ...]:
-    runs = group.ids.slot_run
-    chosen, rejected = pair_tokens(step.shape, step.sides, step.keys, group.ids)
-    referees = step.constants.pretrained_judges[group.ids.slot_ids]
-    return chosen, rejected, referees, step.knobs.referee_margin[runs], step.knobs.lr_judge[runs]
+def _update(judge: Network, member: MemberContext, own: None) -> tuple[Network, None]:
+    """One judge's meta-judging step on its run's pair batch of this step, its referee its own pretrained row."""
+    chosen, rejected = member.pairs
+    knobs, shape = member.knobs, member.shape
+    stepped = referee_update(
+        judge,
+        chosen,
+        rejected,
+        member.pretrained,
+        knobs.referee_margin,
+        knobs.lr_judge,
+        vocab=shape.vocab_size,
+        model=shape.model,
+    )
+    return stepped, own
 
 
 def _view(context: DiagnosticsContext) -> jax.Array:
@@ -99,9 +107,7 @@ MECHANISM = Mechanism(
             name=ROW,
             stage="updates",
             schedule=_schedule,
-            replaces="judge",
-            unit=lambda step: partial(referee_update, vocab=step.shape.vocab_size, model=step.shape.model),
-            arguments=_arguments,
+            update=_update,
             due=with_judge_update,
         ),
     ),
