@@ -81,7 +81,7 @@ def _draw_sides(program: GridTrainer, state, draws: int) -> tuple[np.ndarray, np
     def one_batch(key: jax.Array) -> tuple[jax.Array, jax.Array]:
         run_keys = jax.random.split(key, shape.n_runs)
         keys = StepKeys(run_keys, run_keys, None, jax.vmap(lambda k: jax.random.fold_in(k, 1))(run_keys), None)
-        sides, _ = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, contrast, contrast))
+        sides, _, _ = pair_sides(StepContext(shape, constants, knobs, state, keys, state.step, contrast, contrast))
         chosen, rejected = pair_tokens(shape, sides, keys, group)
         return chosen @ weights, rejected @ weights  # (R, B) output indices
 
@@ -143,7 +143,7 @@ def test_a_rows_member_reads_its_own_run_and_judge_and_the_average_row_is_its_re
     due = jnp.ones(shape.n_runs, bool)
     keys = step_keys(shape, constants, state, due)
     step = StepContext(shape, constants, knobs, state, keys, jnp.int32(3), due, jnp.zeros(shape.n_runs, bool))
-    sides, _ = pair_sides(step)
+    sides, _, _ = pair_sides(step)
     step = step._replace(sides=sides)
     index = shape.groups_of("judge_ema")[0]
     group = Group(constants.groups[index], shape.groups[index])

@@ -527,6 +527,13 @@ WRONG_CHECK = _one_row_module(
     due="with_judge_update",
     check="accuracy",
 )
+UNPAIRED = _one_row_module(
+    "unpaired",
+    "def bare(judge, member, own):\n    return judge  # the judge alone, without its own state\n",
+    row="bare",
+    update="bare",
+    due="with_judge_update",
+)
 
 WRONG_HOOK = """import jax.numpy as jnp
 
@@ -552,8 +559,8 @@ MECHANISM = Mechanism(
         (
             "shrink.py",
             WRONG_ROW,
-            "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink') returns '[0].params' as (4832,) float32, not "
-            "the (4833,) float32 it was given",
+            "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink' update) returns '[0].params' as (4832,) float32, "
+            "not the (4833,) float32 it was given",
         ),
         (
             "always.py",
@@ -566,6 +573,12 @@ MECHANISM = Mechanism(
             WRONG_CHECK,
             "mechanism 'scored' ({file}:7, in accuracy; row 'scored' check) returns () float32, not one bool () for "
             "the member",
+        ),
+        (
+            "bare.py",
+            UNPAIRED,
+            "mechanism 'unpaired' ({file}:7, in bare; row 'bare' update) returns a Network, not a tuple of the 2 "
+            "values it was given (value and own state)",
         ),
         (
             "restart.py",

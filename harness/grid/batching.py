@@ -32,29 +32,30 @@ class WorkGroup:
     slot_position: jax.Array
 
 
-def apply_where_due(mechanism: Callable[[Any, jax.Array], Any], networks: Any, ids: jax.Array, due: jax.Array) -> Any:
-    """`networks` with entry `ids[i]` of every leaf replaced by `mechanism(entry, i)` where `due[i]`, each entry being
-    the leaves' `ids[i]` slices (a pytree of `networks`' structure, without the leading axis).
+def apply_where_due(update: Callable[[Any, jax.Array], Any], entries: Any, ids: jax.Array, due: jax.Array) -> Any:
+    """`entries` with entry `ids[i]` of every leaf replaced by `update(entry, i)` where `due[i]`, each entry being the
+    leaves' `ids[i]` slices (a pytree of `entries`' structure without the leading axis: a row's member's value and own
+    state).
 
-    The mechanism is vmapped over the entries inside a `lax.cond`, so steps where no entry is due skip its work. A leaf
-    it returns as it was given (the same traced value) is left as it is, neither selected nor written back.
+    The update is vmapped over the entries inside a `lax.cond`, so steps where no entry is due skip its work. A leaf it
+    returns as it was given (the same traced value) is left as it is, neither selected nor written back.
     """
 
-    def apply(networks: Any) -> Any:
-        old = take(networks, ids)
-        changed: list[bool] = []  # per leaf, whether the mechanism returned it anew: known once it is traced
+    def apply(entries: Any) -> Any:
+        old = take(entries, ids)
+        changed: list[bool] = []  # per leaf, whether the update returned it anew: known once it is traced
 
         def changed_leaves(entry: Any, index: jax.Array) -> list[jax.Array]:
-            given, returned = jax.tree.leaves(entry), jax.tree.leaves(mechanism(entry, index))
+            given, returned = jax.tree.leaves(entry), jax.tree.leaves(update(entry, index))
             changed[:] = [new is not before for new, before in zip(returned, given, strict=True)]
             return [new for new, anew in zip(returned, changed, strict=True) if anew]
 
         new = iter(jax.vmap(changed_leaves)(old, jnp.arange(ids.shape[0], dtype=jnp.int32)))
-        leaves, structure = jax.tree.flatten(networks)
+        leaves, structure = jax.tree.flatten(entries)
         merged = [
             leaf.at[ids].set(select(due, next(new), before)) if anew else leaf
             for leaf, before, anew in zip(leaves, jax.tree.leaves(old), changed, strict=True)
         ]
         return jax.tree.unflatten(structure, merged)
 
-    return jax.lax.cond(jnp.any(due), apply, lambda networks: networks, networks)
+    return jax.lax.cond(jnp.any(due), apply, lambda entries: entries, entries)

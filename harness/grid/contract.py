@@ -196,9 +196,9 @@ class StepContext(NamedTuple):
     `contrast` hooks give) and sides (the `PairSides` each run draws its judge's pairs from); after the stages
     (`after_step`), applied: every work group each row acted on and its due mask (`AppliedRows`); key: where a
     mechanism's own hook reads the step, that mechanism's own key of the step, (R, 2) (`streams.own_keys`:
-    independent of the loop's draws and of every other mechanism's; one for its `contrast` and `after_step` hooks,
-    so a mechanism that draws in both splits it; its rows read it per member, `MemberContext.key`, a judge's folded
-    with its index in its run)."""
+    independent of the loop's draws and of every other mechanism's; one for its `contrast` and `after_step` hooks and
+    its sides-stage rows, so a mechanism that draws in more than one of them splits it; its rows read it per member,
+    `MemberContext.key`, a judge's folded with its index in its run)."""
 
     shape: GridShape
     constants: GridConstants
@@ -265,7 +265,8 @@ class StepRow(NamedTuple):
     judge's `Network` in stages "updates" and "corrections"; its run's `PairSides` rows in stage "sides"); member,
     what it reads of the step (`harness.grid.member_context.MemberContext`: knobs, keys, the pair batch, state);
     own, the mechanism's own state of the member (per judge in the slot stages, `Mechanism.slot_state`; per run in
-    the sides stage, `Mechanism.run_state`; None where it keeps none). It returns both, changed or as given; the
+    the sides stage, `Mechanism.run_state`; None where it keeps none of that kind). It returns both, changed or as
+    given; the
     grid keeps what it returns where the member is due and the rest as it was.
     due: (member) -> bool (), whether the row acts on the member on this step (cheap: the grid skips the group's
     work on steps where no member is due). check: (value, member, own) -> bool (), None for none: a further
@@ -281,6 +282,7 @@ class StepRow(NamedTuple):
     name: str
     stage: Stage
     schedule: Callable[[Knobs, int], Cadence | None]
+    # The member is a `harness.grid.member_context.MemberContext`, which is built on this module's types.
     update: Callable[[Any, Any, Any], tuple[Any, Any]]
     due: Callable[[Any], jax.Array]
     check: Callable[[Any, Any, Any], jax.Array] | None = None

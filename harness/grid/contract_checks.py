@@ -83,6 +83,29 @@ def _described(leaf: Any) -> str:
     return f"{tuple(jnp.shape(leaf))} {jnp.result_type(leaf)}"
 
 
+def _kind(value: Any) -> str:
+    """An array's shape and dtype, in words; any other value's type (a tuple's length)."""
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}"
+    return _described(value) if _is_value(value) else f"a {type(value).__name__}"
+
+
+def _is_value(value: Any) -> bool:
+    """Whether `value` is an array (traced, JAX's or numpy's) or a Python number."""
+    return isinstance(value, bool | int | float) or (hasattr(value, "shape") and hasattr(value, "dtype"))
+
+
+def check_flag(flag: Any, mechanism: str, where: str, function: Callable) -> Any:
+    """Raise `MechanismShapeError` unless a row's `due` or `check` returned one bool for its member (an array of
+    another shape would broadcast over the work group, acting on members it did not mean); returns the flag."""
+    if not _is_value(flag) or jnp.shape(flag) != () or jnp.result_type(flag) != jnp.bool_:
+        raise MechanismShapeError(
+            f"mechanism '{mechanism}' ({where_defined(function)}; {where}) returns {_kind(flag)}, not one bool () "
+            "for the member"
+        )
+    return flag
+
+
 def check_returns_like(given: Any, returned: Any, mechanism: str, where: str, function: Callable) -> None:
     """Raise `MechanismShapeError` unless `returned` has `given`'s tree structure, each leaf `given`'s shape and dtype.
 
@@ -90,6 +113,11 @@ def check_returns_like(given: Any, returned: Any, mechanism: str, where: str, fu
     the mechanism's own function that returned it, named with its file and line.
     """
     place = f"mechanism '{mechanism}' ({where_defined(function)}; {where})"
+    if isinstance(given, tuple) and not (isinstance(returned, tuple) and len(returned) == len(given)):
+        raise MechanismShapeError(
+            f"{place} returns {_kind(returned)}, not a tuple of the {len(given)} values it was given (value and own "
+            "state)"
+        )
     if jax.tree.structure(returned) != jax.tree.structure(given):
         raise MechanismShapeError(
             f"{place} returns a value of another structure than it was given: {jax.tree.structure(returned)} "

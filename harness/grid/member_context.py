@@ -3,8 +3,8 @@
 
 The grid makes one `MemberContext` per member (inside `jax.vmap` over the group's members) and hands it to the
 row's `due`, `check` and `update` (`harness.grid.contract.StepRow`). Each field is computed when a row first
-reads it, for the whole work group, and taken for the member: what no row reads is never traced, and nothing a row
-reads depends on how the grid grouped the runs.
+reads it, for the work group (the run's judges: for every slot) at once, and taken for the member, so what no row
+reads is never traced; each is the member's own, whichever group it is in (but `group_size`, its group's padding).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from functools import cached_property
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from harness.engine import streams
 from harness.engine.state import Network, RunState, SlotState, take
@@ -149,8 +148,7 @@ class MemberContext:
 
     @cached_property
     def member(self) -> jax.Array:
-        if not self._slot_member:
-            return jnp.zeros((), jnp.int32)
+        self._of_slot("member")
         return self._slot - self._step.constants.run_first_slot[self._run]
 
     @cached_property

@@ -14,11 +14,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from harness.engine.metrics import MechanismShapeError
+from harness.engine.state import take
 from harness.grid import registry
 from harness.grid.batching import apply_where_due
 from harness.grid.contract import STAGE_MEMBERS, AppliedRows, Group, Stage, StepContext, StepRow
-from harness.grid.contract_checks import checked, noting_place, where_defined
+from harness.grid.contract_checks import check_flag, checked, noting_place
 from harness.grid.member_context import MemberContext
 
 
@@ -60,11 +60,13 @@ def _member_update(
     row: StepRow, owner: str, stage: Stage, step: StepContext, group: Group, values: Any, owns: dict[str, Any]
 ) -> Callable[..., Any]:
     """The row's update of one member, as `apply_where_due` calls it: (the member's (value, own), its position in
-    the group) -> (value, own), its result checked to be what it was given (one line naming the row otherwise)."""
-    update = checked(row.update, (0, 2), owner, f"row '{row.name}'")
+    the group) -> (value, own), its result checked to be of the structure, shapes and dtypes it was given (one line
+    naming the row otherwise)."""
+    update = checked(row.update, (0, 2), owner, f"row '{row.name}' update")
 
     def one(value_and_own: tuple[Any, Any], index: jax.Array) -> tuple[Any, Any]:
-        # The stage as the row found it, with this row's own fields as the work group's branch carries them.
+        # The member reads the stage as the row found it (closed over from outside the work group's cond, whose
+        # branch carries the same values); its own value and state come in as the arguments.
         member = MemberContext(step, group, stage, values, owns, owner, index)
         value, own = value_and_own
         return update(value, member, own)
@@ -84,7 +86,7 @@ def _due(
         flag = noting_place(row.due, f"row '{row.name}' due")(
             MemberContext(step, group, stage, values, owns, owner, index)
         )
-        return _checked_flag(flag, owner, f"row '{row.name}' due", row.due)
+        return check_flag(flag, owner, f"row '{row.name}' due", row.due)
 
     due = jax.vmap(due_of)(positions)
     if row.check is None:
@@ -93,26 +95,13 @@ def _due(
     def check_of(index: jax.Array, value: Any, own: Any) -> jax.Array:
         member = MemberContext(step, group, stage, values, owns, owner, index)
         flag = noting_place(row.check, f"row '{row.name}' check")(value, member, own)
-        return _checked_flag(flag, owner, f"row '{row.name}' check", row.check)
+        return check_flag(flag, owner, f"row '{row.name}' check", row.check)
+
+    # Under shard_map both branches of the cond must vary across shards alike, and a flag read off the step alone
+    # (its counter, a constant) does not vary: each branch is or-ed with the members' ids, which do.
+    none = jnp.zeros_like(ids, bool)
 
     def checked_members() -> jax.Array:
-        own = owns.get(owner)
-        return jax.vmap(check_of)(positions, _take(values, ids), _take(own, ids))
+        return jax.vmap(check_of)(positions, take(values, ids), take(owns.get(owner), ids)) | none
 
-    # zeros_like of a per-shard value, as shard_map requires of both branches.
-    return due & jax.lax.cond(jnp.any(due), checked_members, lambda: jnp.zeros_like(due))
-
-
-def _take(tree: Any, ids: jax.Array) -> Any:
-    return jax.tree.map(lambda leaf: leaf[ids], tree)
-
-
-def _checked_flag(flag: Any, mechanism: str, where: str, function: Callable) -> jax.Array:
-    """A row's `due` or `check` for one member, checked to be one bool (a mask of another shape would broadcast over
-    the group, acting on members it did not mean)."""
-    if jnp.shape(flag) != () or jnp.result_type(flag) != jnp.bool_:
-        raise MechanismShapeError(
-            f"mechanism '{mechanism}' ({where_defined(function)}; {where}) returns "
-            f"{tuple(jnp.shape(flag))} {jnp.result_type(flag)}, not one bool () for the member"
-        )
-    return flag
+    return due & jax.lax.cond(jnp.any(due), checked_members, lambda: none)

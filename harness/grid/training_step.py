@@ -121,14 +121,14 @@ def draw_contrast(keys: streams.StepKeys, share: jax.Array) -> jax.Array:
     return drawn < share
 
 
-def pair_sides(step: StepContext) -> tuple[PairSides, CoevolutionState]:
+def pair_sides(step: StepContext) -> tuple[PairSides, CoevolutionState, AppliedRows]:
     """The policy rows each run draws the chosen and the rejected side of its judge's pairs from on this step: the
-    policy's own, except where a row of the sides stage replaces one (where `step.contrast`); and the state with the
-    sides rows' mechanisms' per-run states as they left them."""
+    policy's own, except where a row of the sides stage replaces one (where `step.contrast`); the state with the
+    sides rows' mechanisms' per-run states as they left them; and every group each sides row acted on."""
     runs = step.state.runs
     policy = runs.policy.params
-    sides, owns, _ = apply_rows("sides", step, PairSides(chosen=policy, rejected=policy), runs.mechanisms)
-    return sides, step.state.replace(runs=runs.replace(mechanisms=owns))
+    sides, owns, applied = apply_rows("sides", step, PairSides(chosen=policy, rejected=policy), runs.mechanisms)
+    return sides, step.state.replace(runs=runs.replace(mechanisms=owns)), applied
 
 
 def judge_stages(step: StepContext) -> tuple[CoevolutionState, StepContext, AppliedRows]:
@@ -140,8 +140,8 @@ def judge_stages(step: StepContext) -> tuple[CoevolutionState, StepContext, Appl
         step = step._replace(state=state, contrast=draw_contrast(step.keys, share))
     else:  # no draw traced where nothing can set a share: the program stays as it was
         step = step._replace(contrast=jnp.zeros(step.shape.n_runs, bool))
-    sides, state = pair_sides(step)
-    step, applied = step._replace(state=state, sides=sides), {}
+    sides, state, applied = pair_sides(step)
+    step = step._replace(state=state, sides=sides)
     for stage in ("updates", "corrections"):
         judges, owns, applied_here = apply_rows(stage, step, state.slots.judge, state.slots.mechanisms)
         state = state.replace(slots=state.slots.replace(judge=judges, mechanisms=owns))

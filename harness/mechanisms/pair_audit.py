@@ -37,7 +37,7 @@ def _contrast(context: DiagnosticsContext, pi: jax.Array) -> tuple[jax.Array, ja
     share, _ = contrast_share(step)
     if not any(shape.groups_of(row.name) for row in registry.stage_rows(shape.mechanisms, "sides")):
         return share, pi, pi
-    sides, _ = pair_sides(step._replace(contrast=share > 0))
+    sides, _, _ = pair_sides(step._replace(contrast=share > 0))
     chosen, rejected = policy_log_prob_tables(shape, sides.chosen), policy_log_prob_tables(shape, sides.rejected)
     return share, jnp.exp(chosen), jnp.exp(rejected)
 
