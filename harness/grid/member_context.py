@@ -2,9 +2,10 @@
 "updates" and "corrections") or one run (stage "sides"), as if the grid did not exist.
 
 The grid makes one `MemberContext` per member (inside `jax.vmap` over the group's members) and hands it to the
-row's `due`, `check` and `update` (`harness.grid.contract.StepRow`). Each field is computed when a row first
-reads it, for the work group (the run's judges: for every slot) at once, and taken for the member, so what no row
-reads is never traced; each is the member's own, whichever group it is in (but `group_size`, its group's padding).
+row's `due`, `check` and `update` (`harness.grid.contract.StepRow`). Each field is computed the first time a row
+reads it, for the whole work group at once (the run's judges: for every judge slot), then taken for the member, so
+what no row reads is never traced. A field is the member's own whichever work group it falls in; only
+`group_size`, the group's padding, depends on the group.
 """
 
 from __future__ import annotations
