@@ -13,11 +13,12 @@ from harness.engine import streams
 from harness.engine.state import take
 from harness.engine.streams import StepKeys
 from harness.grid import registry
-from harness.grid.contract import Group, StepContext
+from harness.grid.contract import StepContext
 from harness.grid.judge_slots import pair_tokens
 from harness.grid.knobs import Knobs
 from harness.grid.member_context import MemberContext
 from harness.grid.spec import Condition, GridSpec, RunSettings
+from harness.grid.step_rows import Group
 from harness.grid.trainer import GridTrainer
 from harness.grid.training_step import judge_stages, pair_sides, step_keys
 from tests.worlds import TWO_POSITIONS

@@ -20,11 +20,12 @@ from harness import cli
 from harness.engine.metrics import Metric
 from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV
-from harness.grid.contract import Mechanism, StepRow
+from harness.grid.contract import Mechanism
 from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS
 from harness.grid.knobs import Knobs, knob_owners
 from harness.grid.layout import layout_grid
 from harness.grid.spec import Condition, GridSpec, MechanismSource
+from harness.grid.step_rows import StepRow
 from harness.mechanisms import BUILT_IN
 from tests.jax_logs import compile_log
 
@@ -479,10 +480,11 @@ def test_a_metric_of_the_wrong_shape_is_one_line_before_anything_compiles(
 
 def _one_row_module(mechanism: str, function: str, row: str, update: str, due: str, check: str = "None") -> str:
     """The source of a mechanism of one row on the judge's update, whose own function is `function` (its `def` on line
-    7 of the file)."""
+    8 of the file)."""
     return f"""import jax.numpy as jnp
 
-from harness.grid.contract import Mechanism, StepRow
+from harness.grid.contract import Mechanism
+from harness.grid.step_rows import StepRow
 from harness.mechanisms.judge_update import with_judge_update
 
 
@@ -559,25 +561,25 @@ MECHANISM = Mechanism(
         (
             "shrink.py",
             WRONG_ROW,
-            "mechanism 'shrinking' ({file}:7, in shrink; row 'shrink' update) returns '[0].params' as (4832,) float32, "
+            "mechanism 'shrinking' ({file}:8, in shrink; row 'shrink' update) returns '[0].params' as (4832,) float32, "
             "not the (4833,) float32 it was given",
         ),
         (
             "always.py",
             WRONG_DUE,
-            "mechanism 'always_due' ({file}:7, in always; row 'always' due) returns (3,) bool, not one bool () for "
+            "mechanism 'always_due' ({file}:8, in always; row 'always' due) returns (3,) bool, not one bool () for "
             "the member",
         ),
         (
             "scored.py",
             WRONG_CHECK,
-            "mechanism 'scored' ({file}:7, in accuracy; row 'scored' check) returns () float32, not one bool () for "
+            "mechanism 'scored' ({file}:8, in accuracy; row 'scored' check) returns () float32, not one bool () for "
             "the member",
         ),
         (
             "bare.py",
             UNPAIRED,
-            "mechanism 'unpaired' ({file}:7, in bare; row 'bare' update) returns a Network, not a tuple of the 2 "
+            "mechanism 'unpaired' ({file}:8, in bare; row 'bare' update) returns a Network, not a tuple of the 2 "
             "values it was given (value and own state)",
         ),
         (

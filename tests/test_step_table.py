@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness.grid import registry
-from harness.grid.contract import STAGES, Mechanism, OwnState, PairSides, StepContext, StepRow
+from harness.grid.contract import Mechanism, OwnState, PairSides, StepContext
 from harness.grid.knobs import Knobs
 from harness.grid.member_context import MemberContext
 from harness.grid.spec import Condition, GridSpec, MechanismSource, RunSettings
+from harness.grid.step_rows import STAGES, StepRow
 from harness.grid.trainer import GridTrainer
 from harness.mechanisms import BUILT_IN
 from tests.worlds import TWO_POSITIONS

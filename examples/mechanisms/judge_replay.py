@@ -20,16 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.engine.architecture import ModelConfig
 from harness.engine.metrics import NON_NEGATIVE, Metric
 from harness.engine.state import Network
-from harness.grid.contract import (
-    Cadence,
-    DiagnosticsContext,
-    GridFacts,
-    GridShape,
-    Mechanism,
-    StepRow,
-)
+from harness.grid.contract import DiagnosticsContext, GridFacts, GridShape, Mechanism
 from harness.grid.knobs import Knobs
 from harness.grid.member_context import MemberContext
+from harness.grid.step_rows import Cadence, StepRow
 from harness.mechanisms.judge_update import judge_cadence, judge_pair_update, with_judge_update
 
 NAME = "judge_replay"

@@ -1,6 +1,6 @@
 """One helper that applies a row of the step to the members of one of its work groups.
 
-A row is written for one member of its work group (see `harness.grid.contract.StepRow`); `apply_where_due`
+A row is written for one member of its work group (see `harness.grid.step_rows.StepRow`); `apply_where_due`
 gathers the group's entries, vmaps the function over them, keeps the old values where it is not due, and
 scatters the results back. Steps where no entry of the group is due skip the work entirely.
 """

@@ -3,7 +3,7 @@
 Runs are condition-major. Each run owns its judges' consecutive slots (as many as its `JudgePlan`
 says: `Mechanism.judge_plan`); slots of all runs are
 concatenated on one axis, so ensembles of different sizes share a grid without padding every run
-to the largest ensemble. Each row of the step (`harness.grid.contract.StepRow`) gets its work
+to the largest ensemble. Each row of the step (`harness.grid.step_rows.StepRow`) gets its work
 groups: the runs (and slots) it acts on, by cadence. The grid itself is `harness.grid.spec.GridSpec`.
 """
 
@@ -16,16 +16,10 @@ import numpy as np
 
 from harness.grid import registry
 from harness.grid.batching import WorkGroup
-from harness.grid.contract import (
-    CADENCES,
-    Cadence,
-    GridFacts,
-    GridShape,
-    Mechanism,
-    WorkGroupShape,
-)
+from harness.grid.contract import GridFacts, GridShape, Mechanism
 from harness.grid.knobs import Knobs, RunKnobs, stack_knobs
 from harness.grid.spec import GridSpec, judges_per_run, used_by
+from harness.grid.step_rows import CADENCES, Cadence, WorkGroupShape
 
 
 @dataclasses.dataclass(frozen=True)

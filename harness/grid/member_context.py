@@ -2,7 +2,7 @@
 "updates" and "corrections") or one run (stage "sides"), as if the grid did not exist.
 
 The grid makes one `MemberContext` per member (inside `jax.vmap` over the group's members) and hands it to the
-row's `due`, `check` and `update` (`harness.grid.contract.StepRow`). Each field is computed the first time a row
+row's `due`, `check` and `update` (`harness.grid.step_rows.StepRow`). Each field is computed the first time a row
 reads it, for the whole work group at once (the run's judges: for every judge slot), then taken for the member, so
 what no row reads is never traced. A field is the member's own whichever work group it falls in; only
 `group_size`, the group's padding, depends on the group.
@@ -17,10 +17,11 @@ import jax
 
 from harness.engine import streams
 from harness.engine.state import Network, RunState, SlotState, take
-from harness.grid.contract import STAGE_MEMBERS, GridShape, Group, PairSides, Stage, StepContext
+from harness.grid.contract import GridShape, PairSides, StepContext
 from harness.grid.judge_slots import pair_tokens, run_judge_slots
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import reward_judges
+from harness.grid.step_rows import STAGE_MEMBERS, Group, Stage
 
 
 class MemberContext:

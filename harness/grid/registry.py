@@ -27,11 +27,12 @@ from pathlib import Path
 
 from harness.engine import metrics as metric_registry
 from harness.grid import knobs as knob_registry
-from harness.grid.contract import STAGES, STATE_HOOKS, Mechanism, RunTable, Stage, StepRow
+from harness.grid.contract import STATE_HOOKS, Mechanism, RunTable
 from harness.grid.contract_checks import HOOK_ARGUMENTS, ROW_ARGUMENTS, call_mismatch, checked, noting_place, place_of
 from harness.grid.knobs import field_choices, field_host_only
 from harness.grid.plugin_imports import outside_imports
 from harness.grid.report_section import MechanismReport
+from harness.grid.step_rows import STAGES, Stage, StepRow
 from harness.inference.run_measures import DERIVED_MEASURES, SUMMARY_COLUMNS
 
 # The keys of a condition table that are not knobs (`harness.grid.conditions`): no knob may take these names.

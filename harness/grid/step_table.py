@@ -1,6 +1,6 @@
 """The inner step's stages as tables: every row the grid's mechanisms declare, applied to its work groups where due.
 
-A row (`harness.grid.contract.StepRow`) is a function of one member of a work group; `apply_rows` applies a
+A row (`harness.grid.step_rows.StepRow`) is a function of one member of a work group; `apply_rows` applies a
 stage's rows in order (`harness.grid.registry.stage_rows`) to each of their work groups: each member's
 `MemberContext`, its due flag (and `check`, on steps where some member is due), then the row's update, vmapped over
 the members and kept where due (`batching.apply_where_due`).
@@ -17,9 +17,10 @@ import jax.numpy as jnp
 from harness.engine.state import take
 from harness.grid import registry
 from harness.grid.batching import apply_where_due
-from harness.grid.contract import STAGE_MEMBERS, AppliedRows, Group, Stage, StepContext, StepRow
+from harness.grid.contract import StepContext
 from harness.grid.contract_checks import check_flag, checked, noting_place
 from harness.grid.member_context import MemberContext
+from harness.grid.step_rows import STAGE_MEMBERS, AppliedRows, Group, Stage, StepRow
 
 
 def apply_rows(

@@ -1,7 +1,7 @@
 """One outer iteration of co-evolution for every run of a grid at once, from the grid's mechanisms.
 
 Each inner step takes the loop's policy step (`harness.grid.reward.policy_step`), then the stages of
-the step in order (`harness.grid.contract.STAGES`: where the judge's pairs come from, the updates that
+the step in order (`harness.grid.step_rows.STAGES`: where the judge's pairs come from, the updates that
 ride on the judge's update, corrections on their own cadence), each row a function of one member of a work group
 applied to its work groups through `batching.apply_where_due`, which skips a group on steps where none
 of it is due. The hooks of the mechanisms some run uses (`GridShape.used_mechanisms`) run where the
@@ -19,17 +19,10 @@ import jax.numpy as jnp
 from harness.engine import streams
 from harness.engine.state import CoevolutionState, fresh_networks, select
 from harness.grid import registry
-from harness.grid.contract import (
-    AppliedRows,
-    GridConstants,
-    GridShape,
-    IterationContext,
-    OwnState,
-    PairSides,
-    StepContext,
-)
+from harness.grid.contract import GridConstants, GridShape, IterationContext, OwnState, PairSides, StepContext
 from harness.grid.knobs import RunKnobs
 from harness.grid.reward import policy_step
+from harness.grid.step_rows import AppliedRows
 from harness.grid.step_table import apply_rows
 
 

@@ -19,9 +19,10 @@ from harness.engine.keys import distinct_pairs
 from harness.engine.learning import pair_bce
 from harness.engine.state import Network, adam_step
 from harness.engine.streams import Streams
-from harness.grid.contract import Cadence, GridFacts, Mechanism, StepRow
+from harness.grid.contract import GridFacts, Mechanism
 from harness.grid.knobs import Knobs
 from harness.grid.member_context import MemberContext
+from harness.grid.step_rows import Cadence, StepRow
 from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 # The static size every run's anchor pairs are padded to: the grid's largest count.

@@ -11,9 +11,10 @@ import jax.numpy as jnp
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engine.state import Network
-from harness.grid.contract import Cadence, JudgeContext, Mechanism, StepRow
+from harness.grid.contract import JudgeContext, Mechanism
 from harness.grid.knobs import Knobs
 from harness.grid.member_context import MemberContext
+from harness.grid.step_rows import Cadence, StepRow
 from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 NAME = "judge_ema"

@@ -18,17 +18,10 @@ from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_bce_labelled
 from harness.engine.metrics import NON_NEGATIVE, Metric
 from harness.engine.state import Network, adam_step
-from harness.grid.contract import (
-    Cadence,
-    IterationContext,
-    Mechanism,
-    OwnState,
-    StepContext,
-    StepRow,
-    cadence_of,
-)
+from harness.grid.contract import IterationContext, Mechanism, OwnState, StepContext
 from harness.grid.knobs import INNER_STEPS, UNIT, Knobs
 from harness.grid.member_context import MemberContext
+from harness.grid.step_rows import Cadence, StepRow, cadence_of
 
 
 class JudgeUpdateKnobs(BaseModel):

@@ -21,7 +21,6 @@ from harness.engine.learning import pair_bce
 from harness.engine.metrics import NON_NEGATIVE, Metric, ValidValues
 from harness.engine.state import Network, adam_step
 from harness.grid.contract import (
-    Cadence,
     DiagnosticsContext,
     GridShape,
     HostRuns,
@@ -29,12 +28,11 @@ from harness.grid.contract import (
     Mechanism,
     OwnState,
     StepContext,
-    StepRow,
-    cadence_of,
 )
 from harness.grid.knobs import INNER_STEPS, UNIT, Knobs
 from harness.grid.member_context import MemberContext
 from harness.grid.memory import FLOAT_BYTES, activation_width
+from harness.grid.step_rows import Cadence, StepRow, cadence_of
 from harness.mechanisms.meta_correction_report import REPORT
 from harness.original import streams as original_streams
 

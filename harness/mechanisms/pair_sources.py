@@ -24,20 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.engine import streams
 from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.state import Network
-from harness.grid.contract import (
-    Cadence,
-    GridFacts,
-    GridShape,
-    IterationContext,
-    Mechanism,
-    OwnState,
-    PairSides,
-    StepContext,
-    StepRow,
-)
+from harness.grid.contract import GridFacts, GridShape, IterationContext, Mechanism, OwnState, PairSides, StepContext
 from harness.grid.knobs import INNER_STEPS, OUTER_ITERATIONS, UNIT, Knobs, RunKnobs, choices
 from harness.grid.member_context import MemberContext
 from harness.grid.reward import run_policy_step
+from harness.grid.step_rows import Cadence, StepRow
 from harness.mechanisms.judge_update import judge_cadence
 
 # Upper bounds on the look-ahead and the temporal gap: each bounds a scan or a stored history.

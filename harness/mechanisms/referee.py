@@ -17,9 +17,10 @@ from harness.engine.architecture import DEFAULT_MODEL, ModelConfig
 from harness.engine.learning import pair_margins
 from harness.engine.metrics import Metric, ValidValues
 from harness.engine.state import Network, adam_step
-from harness.grid.contract import Cadence, DiagnosticsContext, GridShape, Mechanism, StepRow
+from harness.grid.contract import DiagnosticsContext, GridShape, Mechanism
 from harness.grid.knobs import Knobs
 from harness.grid.member_context import MemberContext
+from harness.grid.step_rows import Cadence, StepRow
 from harness.mechanisms.judge_update import judge_cadence, with_judge_update
 
 ROW = "referee"
