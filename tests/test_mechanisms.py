@@ -175,7 +175,7 @@ def test_lookahead_side_is_that_many_policy_steps_and_leaves_the_policy_alone(po
     initial = _row(policy_tree)
     states = idle_run_states(K**L)
     steps = jnp.int32(2)
-    row = lookahead(policy.params, policy, judges, members, noise, keys, steps, knobs, initial, Q_STAR, states)
+    row = lookahead(policy, judges, members, noise, keys, steps, knobs, initial, Q_STAR, states)
 
     step = jax.jit(POLICY_STEP)
     once = step(policy, judges, members, noise[0], knobs, initial, Q_STAR, states, keys[0])

@@ -91,7 +91,6 @@ def rejected_side(
 
 
 def lookahead_side(
-    current: jax.Array,
     policy: Network,
     judges: jax.Array,
     members: jax.Array,
@@ -111,7 +110,6 @@ def lookahead_side(
     trained `steps` more REINFORCE steps against the run's current judges (rows (M, P), members marking the real
     ones), step i with noise[i] (S, L, B, K), S ≥ steps, drawn from step_keys[i] (S, 2), as the loop trains the policy
     (`run_policy_step`); the copy's row is returned, the run's policy and its mechanisms' states are untouched."""
-    del current  # the side it replaces: always the policy's own row
     train = partial(run_policy_step, vocab=vocab, model=model, mechanisms=mechanisms)
 
     def step(copy: Network, inputs: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[Network, None]:
@@ -162,7 +160,6 @@ def _lookahead_update(sides: PairSides, member: MemberContext, own: PolicyHistor
     # The copy trains as the policy does: against the judges the policy is rewarded by, reading the run's mechanism
     # states as its reward hooks do (what no hook reads, XLA drops).
     chosen = lookahead_side(
-        sides.chosen,
         member.run.policy,
         member.judges,
         member.judge_members,
