@@ -128,8 +128,13 @@ def test_a_stop_that_leaves_the_print_lock_held_cannot_hang_the_clean_up(capsys:
     progress.phase("train")
     progress._lock.acquire()  # what such a stop leaves behind
     time.sleep(0.1)  # the heartbeat is now waiting for the lock
+    heartbeat = progress._beating
+    assert heartbeat is not None
     began = time.perf_counter()
     progress.close()
     assert time.perf_counter() - began < JOIN_SECONDS + 2.0
     progress.phase_done("train", 1.0)
     assert "train done in 1.0s" in capsys.readouterr().out
+    progress._lock.release()  # the heartbeat's thread, still waiting on it, prints its line and ends here
+    heartbeat._thread.join(timeout=5.0)
+    assert not heartbeat._thread.is_alive()
