@@ -34,8 +34,8 @@ run: $(RUN_STAMP)
 # The tests marked ray run beside them in a third pytest process that ends with them: a process that has been a Ray
 # driver keeps Ray's native threads (its metrics harvester, gRPC's pools, the GCS client's) after ray.shutdown, which
 # then ran beside the other tests' XLA compiles (two suites of four, 2026-12-01, died natively in JAX's compile-cache
-# write, one in gw0, which pytest-xdist usually deals the Ray tests to first). Their lines follow the suite's; either
-# process failing fails the target. All share one compile cache (tests/conftest.py's shared_compile_cache).
+# write; at least one in the process that had run the Ray tests). Their lines follow the suite's; either process
+# failing fails the target. Both share one compile cache (tests/conftest.py's shared_compile_cache).
 SUITE := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -m "not heavy and not ray"
 RAY_SUITE := -n 0 -p no:cacheprovider
 # $(1): the two processes' options, $(2): the Ray process's marker expression, $(3): the paths (default: tests/).
