@@ -33,14 +33,14 @@ run: $(RUN_STAMP)
 # after replacing a crashed worker (pytest-xdist issue 784).
 # The tests marked ray run beside them in a third pytest process that ends with them: a process that has been a Ray
 # driver keeps Ray's native threads (its metrics harvester, gRPC's pools, the GCS client's) after ray.shutdown, which
-# then ran beside the other tests' XLA compiles (two suites of four, 2026-12-01, died natively in JAX's compile-cache
+# then ran beside the other tests' XLA compiles (two suites of four, 2026-11-30, died natively in JAX's compile-cache
 # write; at least one in the process that had run the Ray tests). Their lines follow the suite's; either process
-# failing fails the target. Both share one compile cache (tests/conftest.py's shared_compile_cache).
+# failing fails the target.
 SUITE := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -m "not heavy and not ray"
 RAY_SUITE := -n 0 -p no:cacheprovider
 # $(1): the two processes' options, $(2): the Ray process's marker expression, $(3): the paths (default: tests/).
 define beside_ray_tests
-	@log=$$(mktemp) && temp=$$(mktemp -d) && export COEVOLAB_TEST_COMPILE_CACHE=$$temp/compile-cache && \
+	@log=$$(mktemp) && temp=$$(mktemp -d) && \
 	{ $(BIN)/python -m pytest $(RAY_SUITE) -m "$(2)" --basetemp=$$temp/ray $(3) > $$log 2>&1 & } && ray=$$! && \
 	{ $(BIN)/python -m pytest $(1) $(3); suite=$$?; } && \
 	{ wait $$ray; ray_status=$$?; } && \

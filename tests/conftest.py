@@ -141,21 +141,12 @@ def original_streams_grid() -> TrainedGrid:
     return TrainedGrid(trainer, trainer.run())
 
 
-TEST_COMPILE_CACHE_ENV = "COEVOLAB_TEST_COMPILE_CACHE"
-
-
 @pytest.fixture(scope="session")
 def shared_compile_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """One compile cache for every `coevolab` subprocess of the session (never the user's): a grid shape that
     several tests run compiles once. Under xdist the test processes share it too (their temporary directories have
     one parent, the session's), so a shape compiled by one process is loaded by the other (entries are read and
-    written under the cache's file lock: `enable_compilation_cache`). $COEVOLAB_TEST_COMPILE_CACHE, where set, is
-    that cache, shared with other pytest processes (`make test` runs the tests marked ray in one of their own). Tests
-    of the cache itself use a private one."""
-    shared = os.environ.get(TEST_COMPILE_CACHE_ENV)
-    if shared:
-        Path(shared).mkdir(parents=True, exist_ok=True)
-        return Path(shared)
+    written under the cache's file lock: `enable_compilation_cache`). Tests of the cache itself use a private one."""
     if worker_id == "master":
         return tmp_path_factory.mktemp("compile-cache")
     directory = tmp_path_factory.getbasetemp().parent / "compile-cache"
