@@ -31,26 +31,11 @@ run: $(RUN_STAMP)
 # busy, so two processes use a 2-core machine. Tests marked heavy and the benchmarks are make test-all's. A test process
 # that dies (a native crash) fails its test by name and is not replaced: pytest-xdist's file scheduling hangs, idle,
 # after replacing a crashed worker (pytest-xdist issue 784).
-# The tests marked ray run beside them in a third pytest process that ends with them: a process that has been a Ray
-# driver keeps Ray's native threads (its metrics harvester, gRPC's pools, the GCS client's) after ray.shutdown, which
-# then ran beside the other tests' XLA compiles (two suites of four, 2026-11-30, died natively in JAX's compile-cache
-# write; at least one in the process that had run the Ray tests). Their lines follow the suite's; either process
-# failing fails the target.
-SUITE := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -m "not heavy and not ray"
-RAY_SUITE := -n 0 -p no:cacheprovider
-# $(1): the two processes' options, $(2): the Ray process's marker expression, $(3): the paths (default: tests/).
-define beside_ray_tests
-	@log=$$(mktemp) && temp=$$(mktemp -d) && \
-	{ $(BIN)/python -m pytest $(RAY_SUITE) -m "$(2)" --basetemp=$$temp/ray $(3) > $$log 2>&1 & } && ray=$$! && \
-	{ $(BIN)/python -m pytest $(1) $(3); suite=$$?; } && \
-	{ wait $$ray; ray_status=$$?; } && \
-	echo "---- the tests marked ray, in a process of their own ----" && cat $$log && rm -rf $$log $$temp && \
-	[ $$suite -eq 0 ] && [ $$ray_status -eq 0 ]
-endef
+SUITE := -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -m "not heavy"
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(call beside_ray_tests,$(SUITE),ray and not heavy)
+	$(BIN)/python -m pytest $(SUITE)
 	$(MAKE) test-lowest
 
 # coevolab at the oldest versions pyproject.toml's ranges allow (lowest-direct: each direct dependency at its floor,
@@ -58,10 +43,10 @@ test: $(STAMP)
 test-lowest: $(STAMP)
 	$(BIN)/python -m tools.lowest_direct --venv .venv-lowest
 
-# Where make test's time goes: its two processes' run (not the Ray tests') with tools/test_profile.py recording each
-# test's wall time and its process's JAX compile work (tracing, lowering, XLA compiles), then the tables by test file
-# and by compiled program (artifacts/bench/test-profile/, not committed: a profile is of one machine). Run it on a
-# fresh clone with an empty HOME to see a cold compile cache.
+# Where make test's time goes: the same run with tools/test_profile.py recording each test's wall time and its process's
+# JAX compile work (tracing, lowering, XLA compiles), then the tables by test file and by compiled program
+# (artifacts/bench/test-profile/, not committed: a profile is of one machine). Run it on a fresh clone with an empty
+# HOME to see a cold compile cache.
 PROFILE := artifacts/bench/test-profile
 test-profile: $(STAMP)
 	rm -rf $(PROFILE)
@@ -73,7 +58,7 @@ test-profile: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(call beside_ray_tests,-n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -m "not ray",ray,tests benchmarks)
+	$(BIN)/python -m pytest tests benchmarks -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart=0
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest benchmarks --benchmark-enable -q -p no:xdist

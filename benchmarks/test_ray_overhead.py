@@ -31,9 +31,6 @@ from harness.experiment.blocks import BLOCK_RUNS
 from harness.experiment.ray_backend import LOCAL, RayBackend
 from tools.ray_projection import MACHINES, SEEDS, BlockCosts, machines_needed, projected_seconds, projection_block
 
-# In a pytest process of its own (Makefile): a driver keeps Ray's native threads after ray.shutdown.
-pytestmark = pytest.mark.ray
-
 # (seeds, seeds per block) of the published grid by mode: two blocks, so that the second finds the first's compiles.
 MEASURED = {"full": (10, 5), "quick": (2, 1)}
 # `make test-all`: the same measuring at the smallest size (the baseline in a 2-token world, a few steps).

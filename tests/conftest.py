@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # --no-loadscope-reorder): started first, they run beside the many short files instead of leaving one process alone
 # with a long file at the end (test_until_decided.py, left out, ran last on its own for 197 s).
 LONGEST_FIRST = (
+    "test_ray_backend.py",  # 220 s
     "test_grid_program.py",  # with test_sharding.py: one unit (tests/mechanisms_grid.py), 216 s
     "test_sharding.py",
     "test_until_decided.py",  # 197 s
@@ -97,30 +97,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put the files of LONGEST_FIRST first, in that order; every other file keeps its place (a stable sort)."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
-# Threads of Ray's native library, by the names Linux gives them (15 characters at most); JAX starts none of these.
-RAY_THREAD_NAMES = frozenset({"gcs_client_io_s", "grpc_global_tim"})
-
-
-def native_ray_threads() -> frozenset[str]:
-    """The names of Ray's native threads running in this process (Linux; none elsewhere)."""
-    names = set()
-    for task in Path("/proc/self/task").glob("*"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            names.add((task / "comm").read_text().strip())
-    return frozenset(names) & RAY_THREAD_NAMES
-
-
-@pytest.fixture(autouse=True)
-def _ray_stays_in_its_own_process(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that starts Ray in its process fails unless it is marked ray. Ray's native threads outlive
-    ray.shutdown, so the Makefile runs the tests marked ray in a pytest process of their own, apart from every other
-    test's compiles."""
-    before = native_ray_threads()
-    yield
-    if not before and native_ray_threads() and request.node.get_closest_marker("ray") is None:
-        pytest.fail("this test started Ray in the test process: mark it ray (pytest.mark.ray)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

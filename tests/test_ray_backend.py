@@ -46,14 +46,10 @@ from harness.grid import registry
 from harness.grid.compile_cache import CACHE_DIR_ENV, harness_source_digest
 from harness.grid.conditions import load_grid
 from tests.compile_cache_settings import compile_cache_settings_restored
-from tests.conftest import RAY_THREAD_NAMES, native_ray_threads
 from tests.stop_handlers import wait_for_stop_handlers
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: the module needs Ray)
-
-# In a pytest process of its own (Makefile): a driver keeps Ray's native threads after ray.shutdown.
-pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
 MECHANISM = ROOT / "examples" / "mechanisms" / "judge_tether.py"
@@ -161,12 +157,6 @@ def cluster() -> Iterator[Cluster]:
         machines.shutdown()
     for number, handler in handlers.items():  # Ray's nodes set their own; later tests in this worker get the old ones
         signal.signal(number, handler)
-
-
-def test_a_ray_cluster_leaves_the_threads_the_suites_guard_looks_for(cluster: Cluster) -> None:
-    """`tests/conftest.py` fails a test, not marked ray, that starts Ray in a process shared with other tests; it
-    knows Ray by its threads' names, which this checks while a cluster and its client run here."""
-    assert native_ray_threads() == RAY_THREAD_NAMES
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str], says: str) -> None:
