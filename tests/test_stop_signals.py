@@ -170,6 +170,88 @@ def test_exit_code_never_zero_after_a_stop() -> None:
         assert stop_signals.exit_code() == cli.EXIT_TERMINATED
 
 
+def _exit_as_ray_does(signum: int, frame: object) -> None:
+    """The SIGTERM handler ray.init installs first thing and keeps while it joins the cluster."""
+    del frame
+    sys.exit(signum)
+
+
+def _under_a_library_handler_until_stopped() -> None:
+    with stop_signals.under_library_handler():
+        signal.signal(signal.SIGTERM, _exit_as_ray_does)
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def test_a_sigterm_under_a_library_handler_ends_the_command_as_ours_would() -> None:
+    """A SIGTERM while ray.init runs under its own handler (which exits with 15; once in CI a stop 2 s into a Ray
+    run's start ended it with 15, not 143) raises `Terminated`, is recorded, and our handlers are back after."""
+    with stop_signals.caught():
+        with pytest.raises(KeyboardInterrupt) as stop:
+            _under_a_library_handler_until_stopped()
+        assert isinstance(stop.value, stop_signals.Terminated)
+        assert stop_signals.received == [signal.SIGTERM]
+        assert stop_signals.exit_code() == cli.EXIT_TERMINATED
+        assert signal.getsignal(signal.SIGTERM) is stop_signals._raise_stop
+
+
+def test_a_library_sigterm_that_a_callback_swallowed_is_raised_again() -> None:
+    """The library's SystemExit(15) raised inside a garbage-collection callback (which Python prints and drops) is
+    recorded as a SIGTERM and sent again, so the command still ends with 143."""
+    import gc
+
+    def swallowing_callback(phase: str, info: dict) -> None:
+        del info
+        if phase == "start":
+            gc.callbacks.remove(swallowing_callback)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by the library's handler inside this callback
+            for _ in range(1000):
+                pass
+
+    with stop_signals.caught(), pytest.raises(stop_signals.Terminated):
+        with stop_signals.under_library_handler():
+            signal.signal(signal.SIGTERM, _exit_as_ray_does)
+            gc.callbacks.append(swallowing_callback)
+            gc.collect()
+            time.sleep(2)  # the resend lands here, under the library's handler again
+    assert stop_signals.received[:2] == [signal.SIGTERM, signal.SIGTERM]
+
+
+def _exit_as_a_local_ray_node_does(signum: int, frame: object) -> None:
+    """The SIGTERM handler of the local node ray.init starts: it stops Ray's processes and exits with 1."""
+    del signum, frame
+    sys.exit(1)
+
+
+def test_a_sigterm_under_a_library_handler_that_exits_with_another_code_is_still_a_sigterm() -> None:
+    """Whatever code the library's handler exits with, a SIGTERM that came is the command's 143; an exit of the
+    library's own, with no SIGTERM, goes through as it is."""
+    with stop_signals.caught():
+        with pytest.raises(stop_signals.Terminated), stop_signals.under_library_handler():
+            signal.signal(signal.SIGTERM, _exit_as_a_local_ray_node_does)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert stop_signals.exit_code() == cli.EXIT_TERMINATED
+        stop_signals.received.clear()
+        with pytest.raises(SystemExit) as ended, stop_signals.under_library_handler():
+            sys.exit(3)
+        assert ended.value.code == 3
+        assert stop_signals.received == []
+
+
+def test_a_library_sigterm_outside_a_command_is_the_librarys_own() -> None:
+    """Outside `caught` (a lab's program calling the API), the library's handler does what it does: SystemExit(15)."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            _under_a_library_handler_until_stopped()
+        assert ended.value.code == signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_resend_sends_nothing_once_the_stop_is_handled_or_the_command_ended() -> None:
     """A stop that a callback swallowed is sent again from a timer (`test_a_stop_that_a_callback_swallowed_is_raised_
     again`). A timer that fires once the command is handling a stop, or after `caught` has put the handlers back,

@@ -9,7 +9,8 @@ so it raises `Terminated` (a KeyboardInterrupt) the same way. Two ways a raised 
 - Library code that catches the exception and goes on (or raises a plain KeyboardInterrupt for a SIGTERM) cannot
   hide that a signal came: `received` keeps it, and `exit_code` gives the command's exit code from it.
 Libraries that install handlers of their own (Ray's ray.init makes SIGTERM exit with 15) are followed by `catch`
-again.
+again, and a call that runs under such a handler for a while (ray.init: seconds) goes inside `under_library_handler`,
+which turns the library's SIGTERM exit into ours.
 """
 
 from __future__ import annotations
@@ -37,7 +38,16 @@ class Terminated(KeyboardInterrupt):
 # Every stop signal this process has received since `caught` began, in order.
 received: list[int] = []
 # returned_at: how many stops had come when the command returned (`returned`), None before.
-_state: dict[str, Any] = {"handling": False, "resend": None, "active": False, "returned_at": None}
+# library: inside `under_library_handler`, the descriptor its wakeup bytes are read from (else False), and
+# library_signals the bytes read so far.
+_state: dict[str, Any] = {
+    "handling": False,
+    "resend": None,
+    "active": False,
+    "returned_at": None,
+    "library": False,
+    "library_signals": b"",
+}
 # Held while a resend decides and sends, and while `caught` ends: a stop is never sent again once the command handles
 # one or has put the handlers before it back (where it would end the process by Python's own handler, exit -2).
 _resend_lock = threading.Lock()
@@ -52,8 +62,12 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 def _resend_swallowed(unraisable: Any) -> None:
     """sys.unraisablehook: a stop raised inside a callback, which Python ignores, is sent again from another thread
-    once the callback has returned, so that the main thread raises it in the command's own code."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and received and not _state["handling"]:
+    once the callback has returned, so that the main thread raises it in the command's own code. A library's SIGTERM
+    exit inside `under_library_handler` is such a stop too."""
+    if _is_library_sigterm(unraisable.exc_value):
+        received.append(signal.SIGTERM)  # the library's handler records nothing of its own
+    stop = isinstance(unraisable.exc_value, KeyboardInterrupt) or _is_library_sigterm(unraisable.exc_value)
+    if stop and received and not _state["handling"]:
         pending = _state["resend"]
         if pending is None or not pending.is_alive():  # one resend at a time: a second could cut the clean-up
             timer = threading.Timer(_RESEND_SECONDS, _resend, (received[-1],))
@@ -62,6 +76,10 @@ def _resend_swallowed(unraisable: Any) -> None:
             _state["resend"] = timer
         return
     sys.__unraisablehook__(unraisable)
+
+
+def _is_library_sigterm(error: BaseException | None) -> bool:
+    return isinstance(error, SystemExit) and _library_sigterm_came()
 
 
 def _resend(signum: int) -> None:
@@ -82,6 +100,47 @@ def catch() -> None:
     SIGTERM exit with 15). Elsewhere (a lab's own program calling the API) nothing: its handlers are its own."""
     if _state["active"] and threading.current_thread() is threading.main_thread():
         _install()
+
+
+@contextlib.contextmanager
+def under_library_handler() -> Iterator[None]:
+    """Around a library call that installs a SIGTERM handler of its own and runs under it, and whose handler exits
+    (ray.init's exits with 15 while it joins a cluster for seconds; the local node it starts exits with 1): a SIGTERM
+    inside is recorded and raised as `Terminated`, as ours would raise it, and our handlers are back however the call
+    ends (`catch`). The signal is seen by the interpreter's wakeup descriptor, which gets one byte per signal whatever
+    handler runs, so an exit for another reason goes through unchanged. Outside `caught` (a lab's program calling the
+    API) nothing changes: the library's handlers are the program's."""
+    if not _state["active"] or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reader, writer = os.pipe()
+    for end in (reader, writer):
+        os.set_blocking(end, False)  # the interpreter writes from its C handler; never block there or here
+    earlier_descriptor = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    _state.update(library=reader, library_signals=b"")
+    try:
+        yield
+    except SystemExit:
+        if not _library_sigterm_came():
+            raise
+        received.append(signal.SIGTERM)
+        raise Terminated from None
+    finally:
+        signal.set_wakeup_fd(earlier_descriptor)
+        _state["library"] = False
+        os.close(reader)
+        os.close(writer)
+        catch()
+
+
+def _library_sigterm_came() -> bool:
+    """Inside `under_library_handler`: whether a SIGTERM has come since it began (the wakeup bytes; read once)."""
+    reader = _state["library"]
+    if reader is False:
+        return False
+    with contextlib.suppress(BlockingIOError):
+        _state["library_signals"] = _state["library_signals"] + os.read(reader, 4096)
+    return signal.SIGTERM in _state["library_signals"]
 
 
 def _exit_at_once(signum: int, frame: FrameType | None) -> None:

@@ -232,23 +232,24 @@ class RayBackend:
         quiet_logs = {"logging_level": logging.ERROR, "log_to_driver": False}
         joined = not ray.is_initialized()
         if joined:
-            if address == LOCAL:
-                ray.init(
-                    address=LOCAL,
-                    include_dashboard=False,
-                    object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                    **quiet_logs,
-                )
-            else:
-                # An address given as HOST:PORT is tried as given (Ray's own resolution would name another IP).
-                given = address.removeprefix("ray://")
-                explicit = given != "auto" and ":" in given
-                check_reachable(address, given if explicit else _bootstrap_address(ray, address))
-                try:
-                    ray.init(address=address, **quiet_logs)
-                except (ConnectionError, RuntimeError) as error:
-                    raise RaySetupError(f"--ray {address}: {str(error).splitlines()[0]}") from None
-            stop_signals.catch()  # ray.init replaced the command's handlers: its SIGTERM exits with 15
+            # ray.init's SIGTERM handler exits with 15; inside, a SIGTERM ends the command as ours would (143)
+            with stop_signals.under_library_handler():
+                if address == LOCAL:
+                    ray.init(
+                        address=LOCAL,
+                        include_dashboard=False,
+                        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                        **quiet_logs,
+                    )
+                else:
+                    # An address given as HOST:PORT is tried as given (Ray's own resolution would name another IP).
+                    given = address.removeprefix("ray://")
+                    explicit = given != "auto" and ":" in given
+                    check_reachable(address, given if explicit else _bootstrap_address(ray, address))
+                    try:
+                        ray.init(address=address, **quiet_logs)
+                    except (ConnectionError, RuntimeError) as error:
+                        raise RaySetupError(f"--ray {address}: {str(error).splitlines()[0]}") from None
         return cls(address, cpus_per_block, compile_cache, quiet, owns_connection=joined)
 
     @classmethod
