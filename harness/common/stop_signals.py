@@ -38,14 +38,14 @@ class Terminated(KeyboardInterrupt):
 # Every stop signal this process has received since `caught` began, in order.
 received: list[int] = []
 # returned_at: how many stops had come when the command returned (`returned`), None before.
-# library: inside `under_library_handler`, the descriptor its wakeup bytes are read from (else False), and
+# library: inside `under_library_handler`, the descriptor its wakeup bytes are read from (else None), and
 # library_signals the bytes read so far.
 _state: dict[str, Any] = {
     "handling": False,
     "resend": None,
     "active": False,
     "returned_at": None,
-    "library": False,
+    "library": None,
     "library_signals": b"",
 }
 # Held while a resend decides and sends, and while `caught` ends: a stop is never sent again once the command handles
@@ -64,10 +64,10 @@ def _resend_swallowed(unraisable: Any) -> None:
     """sys.unraisablehook: a stop raised inside a callback, which Python ignores, is sent again from another thread
     once the callback has returned, so that the main thread raises it in the command's own code. A library's SIGTERM
     exit inside `under_library_handler` is such a stop too."""
-    if _is_library_sigterm(unraisable.exc_value):
+    library_sigterm = _is_library_sigterm(unraisable.exc_value)
+    if library_sigterm:
         received.append(signal.SIGTERM)  # the library's handler records nothing of its own
-    stop = isinstance(unraisable.exc_value, KeyboardInterrupt) or _is_library_sigterm(unraisable.exc_value)
-    if stop and received and not _state["handling"]:
+    if (library_sigterm or isinstance(unraisable.exc_value, KeyboardInterrupt)) and received and not _state["handling"]:
         pending = _state["resend"]
         if pending is None or not pending.is_alive():  # one resend at a time: a second could cut the clean-up
             timer = threading.Timer(_RESEND_SECONDS, _resend, (received[-1],))
@@ -127,7 +127,7 @@ def under_library_handler() -> Iterator[None]:
         raise Terminated from None
     finally:
         signal.set_wakeup_fd(earlier_descriptor)
-        _state["library"] = False
+        _state["library"] = None
         os.close(reader)
         os.close(writer)
         catch()
@@ -136,7 +136,7 @@ def under_library_handler() -> Iterator[None]:
 def _library_sigterm_came() -> bool:
     """Inside `under_library_handler`: whether a SIGTERM has come since it began (the wakeup bytes; read once)."""
     reader = _state["library"]
-    if reader is False:
+    if reader is None:
         return False
     with contextlib.suppress(BlockingIOError):
         _state["library_signals"] = _state["library_signals"] + os.read(reader, 4096)
