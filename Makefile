@@ -44,9 +44,9 @@ test-lowest: $(STAMP)
 	$(BIN)/python -m tools.lowest_direct --venv .venv-lowest
 
 # Where make test's time goes: the same run with tools/test_profile.py recording each test's wall time and its process's
-# JAX compile work (tracing, lowering, XLA compiles), then the tables by test file and by compiled program
-# (artifacts/bench/test-profile/, not committed: a profile is of one machine). Run it on a fresh clone with an empty
-# HOME to see a cold compile cache.
+# JAX compile work (tracing, lowering, XLA compiles), then the tables by test file and by compiled program, and what
+# sets each grid program's shapes apart (artifacts/bench/test-profile/, not committed: a profile is of one machine).
+# Run it on a fresh clone with an empty HOME to see a cold compile cache.
 PROFILE := artifacts/bench/test-profile
 test-profile: $(STAMP)
 	rm -rf $(PROFILE)

@@ -3,6 +3,7 @@ then its tables by file and by program."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def test_compiles_one_shape_twice_and_another_once():
     program = jax.jit(running_sum_plus_one)
     for size in (5, 5, 11):
         forget_compiled()
-        compile_exported("shaped", program, (jnp.ones(size),), "a static key")
+        parts = {"size": str(size), "kind": "ones"}
+        compile_exported("shaped", program, (jnp.ones(size),), "a static key", parts=parts)
 """
 
 
@@ -108,9 +110,12 @@ def test_a_session_is_profiled_per_phase_and_summed_by_file(tmp_path: Path) -> N
         "test_sample.py",
     ]
     assert programs.loc["TOTAL", "compile_s"] == pytest.approx(compiles["compile_s"].sum(), abs=0.1 * len(programs))
+    # The two shapes differ in their size alone: equal sizes would leave one; the part that never varies is not listed.
+    separating = test_profile.apart(profile).reset_index()
+    assert separating.values.tolist() == [["jit(shaped)", "size", 2, 2, 1]]
 
     assert test_profile.main([str(profile)]) == 0
-    assert all((profile / f"{name}.csv").is_file() for name in ("by-file", "by-program", "repeats"))
+    assert all((profile / f"{name}.csv").is_file() for name in ("by-file", "by-program", "repeats", "apart"))
 
 
 def test_a_directory_without_a_profile_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,3 +166,30 @@ def test_a_session_without_long_compiles_has_empty_program_tables(tmp_path: Path
     programs = test_profile.by_program(tmp_path)
     assert programs.index.tolist() == ["TOTAL"] and programs.loc["TOTAL"].sum() == 0
     assert test_profile.repeats(tmp_path).empty
+
+
+def test_what_sets_shapes_apart_counts_the_shapes_each_part_alone_separates(tmp_path: Path) -> None:
+    """Four shapes of one program: runs and world each vary; equal runs would leave the two worlds of runs 2 and 4
+    merged into 2 shapes, equal worlds would leave 3 (runs 2, 4 and 8); the batch never varies and is not listed. A
+    second program's shapes are counted on their own, and a compile without parts is not a shape."""
+    shapes = [
+        ("a", {"runs": "2", "world": "8x2", "batch": "16"}),
+        ("b", {"runs": "4", "world": "8x2", "batch": "16"}),
+        ("c", {"runs": "2", "world": "4x2", "batch": "16"}),
+        ("d", {"runs": "8", "world": "4x2", "batch": "16"}),
+    ]
+    rows = [
+        {"test": "test_x.py::t", "phase": "call", "program": "jit(iterate)", "compile_s": 2.0, "shape": key}
+        | {"cached": False, "parts": json.dumps(parts)}
+        for key, parts in [*shapes, shapes[0]]  # the first shape compiled again: still one shape
+    ]
+    rows.append(rows[0] | {"program": "jit(pretrain_shard)", "shape": "p1", "parts": json.dumps({"judges": "2"})})
+    rows.append(rows[0] | {"program": "jit(pretrain_shard)", "shape": "p2", "parts": json.dumps({"judges": "4"})})
+    rows.append(rows[0] | {"program": "jit(scan)", "shape": "", "parts": ""})
+    pd.DataFrame(rows, columns=list(test_profile.COMPILE_COLUMNS)).to_csv(tmp_path / "compiles-gw0-1.csv", index=False)
+    table = test_profile.apart(tmp_path).reset_index()
+    assert table.values.tolist() == [
+        ["jit(iterate)", "runs", 4, 3, 2],
+        ["jit(iterate)", "world", 4, 2, 3],
+        ["jit(pretrain_shard)", "judges", 2, 2, 1],
+    ]

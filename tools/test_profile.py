@@ -2,12 +2,14 @@
 compile work done in its process while it ran (tracing, lowering to MLIR, XLA's backend compile, each compile's
 count), then a per-file table of the whole session, a table of the long compiles by program: which compiled
 programs (`jit(iterate)`, `jit(diagnose_shards)`, `jit(pretrain_shard)`, ...) the time goes to, how many long compiles
-of each, for how many distinct shapes and from how many test files, and a table of the grid programs compiled more
+of each, for how many distinct shapes and from how many test files, a table of the grid programs compiled more
 than once for one shape (what a shared compile cache could have served: `harness.grid.compile_cache.COMPILED_EVENT`
-names the shape each grid program was compiled for).
+names the shape each grid program was compiled for), and a table of what sets a grid program's shapes apart: for each
+part of a shape (the runs per shard, the world, the batch size, a loaded mechanism, ...), how many values the suite's
+shapes take and how many distinct shapes would be left were that part the same in all of them.
 
     make test-profile                  # `make test`'s pytest run with the plugin, into artifacts/bench/test-profile/
-    python -m tools.test_profile DIR   # the tables (DIR/by-file.csv, by-program.csv, repeats.csv) from DIR's files
+    python -m tools.test_profile DIR   # the tables (DIR/by-file.csv, by-program.csv, repeats.csv, apart.csv)
 
 The time of a test's module fixtures is its first test's setup, as pytest reports it. Work done in a `coevolab`
 subprocess that a test starts is in the test's wall time and not in its compile columns (JAX reports compiles only to
@@ -18,6 +20,7 @@ compile work: execution, subprocesses, file work and waiting.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -45,7 +48,8 @@ LONG_COMPILE_ENV = "COEVOLAB_TEST_PROFILE_LONG_COMPILE"
 LONG_COMPILE_SECONDS = 1.0
 # shape: for a grid program (`compile_exported`), a digest of what it was compiled for; empty for other programs.
 # cached: the persistent compile cache served it (compile_s is then the load's time).
-COMPILE_COLUMNS = ("test", "phase", "program", "compile_s", "shape", "cached")
+# parts: for a grid program, what it was compiled for by part (a JSON object of texts); empty for other programs.
+COMPILE_COLUMNS = ("test", "phase", "program", "compile_s", "shape", "cached", "parts")
 
 
 class _Recorder:
@@ -60,7 +64,8 @@ class _Recorder:
 
     def listen(self, event: str, duration: float, fun_name: str = "", **details: object) -> None:
         if event == COMPILED_EVENT:
-            self._name_shape(str(details.get("program", "")), str(details.get("key", "")))
+            program, key, parts = (str(details.get(name, "")) for name in ("program", "key", "parts"))
+            self._name_shape(program, key, parts)
             return
         if event == CACHE_LOAD_EVENT:
             self.loading = True
@@ -77,9 +82,9 @@ class _Recorder:
         if column == "compile_s" and duration >= self.long_compile:
             test, phase = self.current["test"], self.current["phase"]
             row = {"test": test, "phase": phase, "program": fun_name, "compile_s": duration, "shape": ""}
-            self.long_compiles.append(row | {"cached": cached})
+            self.long_compiles.append(row | {"cached": cached, "parts": ""})
 
-    def _name_shape(self, program: str, key: str) -> None:
+    def _name_shape(self, program: str, key: str, parts: str) -> None:
         """Give the grid program's compile (or load), the last long one of this phase, the shape it was compiled for.
         Where the program's own was short, the last row is another program's, or one already named, and nothing is
         named (a program compiled directly under a grid program's name just before could be misnamed: none is)."""
@@ -92,7 +97,7 @@ class _Recorder:
             program,
             "",
         ):
-            row["shape"] = key
+            row["shape"], row["parts"] = key, parts
 
 
 _RECORDER = _Recorder()
@@ -154,9 +159,9 @@ def _read(directory: Path, prefix: str) -> pd.DataFrame:
     files = sorted(directory.glob(f"{prefix}-*.csv"))
     if not files:
         raise FileNotFoundError(f"{directory}: no {prefix}-*.csv (run the tests with -p tools.test_profile)")
-    frames = [pd.read_csv(path, dtype={"shape": str}, keep_default_na=False) for path in files]
+    frames = [pd.read_csv(path, dtype={"shape": str, "parts": str}, keep_default_na=False) for path in files]
     rows = pd.concat(frames, ignore_index=True)
-    defaults = {"compiles": {"shape": "", "cached": False}, "tests": {"load_s": 0.0, "loads": 0}}[prefix]
+    defaults = {"compiles": {"shape": "", "cached": False, "parts": ""}, "tests": {"load_s": 0.0, "loads": 0}}[prefix]
     for column, value in defaults.items():
         if column not in rows:
             rows[column] = value
@@ -218,6 +223,28 @@ def repeats(directory: Path) -> pd.DataFrame:
     return table.round(1)
 
 
+def apart(directory: Path) -> pd.DataFrame:
+    """What sets the shapes of each grid program compiled in `directory`'s session apart, by program and part: the
+    program's distinct shapes (`shapes`), how many values the part takes among them (`values`), and how many distinct
+    shapes would be left were that part the same in all of them (`shapes_without`): the shapes a bucket of that part
+    alone would merge. Parts that take one value are left out; each program's parts in the order of `shapes_without`,
+    fewest first."""
+    rows = _read(directory, "compiles")
+    rows = rows[(rows["parts"] != "") & (rows["shape"] != "")].drop_duplicates(["program", "shape"])
+    records = []
+    for program, shapes in rows.groupby("program"):
+        parts = pd.DataFrame([json.loads(text) for text in shapes["parts"]]).fillna("")
+        for part in parts.columns:
+            if parts[part].nunique() > 1:
+                others = parts.drop(columns=part)
+                left = len(others.drop_duplicates()) if len(others.columns) else 1
+                records.append((program, part, len(parts.drop_duplicates()), parts[part].nunique(), left))
+    table = pd.DataFrame.from_records(
+        records, columns=["program", "part", "shapes", "values", "shapes_without"]
+    ).sort_values(["program", "shapes_without", "part"])
+    return table.set_index(["program", "part"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.test_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="the per-process files of a profiled run")
@@ -227,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "by-file": by_file(args.directory),
             "by-program": by_program(args.directory),
             "repeats": repeats(args.directory),
+            "apart": apart(args.directory),
         }
     except FileNotFoundError as error:
         print(f"test_profile: {error}", file=sys.stderr)

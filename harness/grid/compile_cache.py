@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +31,10 @@ from jax import export
 from jax.experimental.compilation_cache import compilation_cache
 
 CACHE_DIR_ENV = "COEVOLAB_CACHE_DIR"
-# Reported (`jax.monitoring`) after each program `compile_exported` compiles, with its name (`program`, "jit(<name>)")
-# and a digest of what it was compiled for (`key`): a profile can tell a program compiled again for the same shape
-# from one compiled for another (tools/test_profile.py).
+# Reported (`jax.monitoring`) after each program `compile_exported` compiles, with its name (`program`, "jit(<name>)"),
+# a digest of what it was compiled for (`key`) and that by part (`parts`, a JSON object of texts): a profile can tell
+# a program compiled again for the same shape from one compiled for another, and which parts set them apart
+# (tools/test_profile.py).
 COMPILED_EVENT = "/coevolab/compile_exported"
 DEFAULT_CACHE_DIR = Path("~/.cache/coevolab/jax")
 CACHE_MAX_BYTES = 8 * 2**30
@@ -221,6 +223,7 @@ def compile_exported(
     static_key: str,
     out_tree: jax.tree_util.PyTreeDef | None = None,
     donate: tuple[int, ...] = (),
+    parts: Mapping[str, str] | None = None,
 ) -> Executable:
     """Compile `program` (jitted) for `args`, its traced form from disk when the cache holds it (tracing and
     lowering a grid's program is seconds that a rerun of the same shape would otherwise pay again).
@@ -229,6 +232,8 @@ def compile_exported(
     out_tree: the output's structure where it holds nodes of the package's own (a state), flattened to its leaves
     (known without tracing, so a cache hit traces nothing); None where it is made of plain containers (a dict).
     donate: the positions in `args` whose buffers the program may reuse for its outputs.
+    parts: what `static_key` holds, by part, as text (e.g. `GridShape.parts()`), sent with `COMPILED_EVENT` so that a
+    profile can tell which parts set two compiled shapes apart; `static_key` alone decides the program.
     The compile log names the program `jit(<name>)`. Compiled once per process for each name, static key and the
     arguments' structure, shapes, dtypes and shardings (`forget_compiled` empties that store)."""
     leaves, in_tree = jax.tree.flatten(args)
@@ -256,7 +261,11 @@ def compile_exported(
     compiled = jax.jit(call, donate_argnums=donated).lower(*leaves).compile()
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
     jax.monitoring.record_event_duration_secs(
-        COMPILED_EVENT, time.perf_counter() - start, program=f"jit({name})", key=digest
+        COMPILED_EVENT,
+        time.perf_counter() - start,
+        program=f"jit({name})",
+        key=digest,
+        parts=json.dumps(dict(parts or {}), sort_keys=True),
     )
     _COMPILED[key] = Executable(compiled, in_tree, out_tree)
     return _COMPILED[key]

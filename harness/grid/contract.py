@@ -97,6 +97,11 @@ class GridShape:
         calls."""
         return tuple(m for m in self.mechanisms if m.name in self.used)
 
+    def parts(self) -> dict[str, str]:
+        """Each field of the shape but `mechanisms` (whose used ones `used` names), as text: what a profile lists to
+        tell two programs' shapes apart."""
+        return {f.name: repr(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "mechanisms"}
+
     def size(self, name: str) -> int:
         """A static size a mechanism declared (0 where the grid has none of that name)."""
         return dict(self.sizes).get(name, 0)

@@ -90,6 +90,7 @@ def compile_iteration(
         f"{shape} {devices}",
         out_tree=jax.tree.structure(args[2]),  # a state shaped like the input state
         donate=(2,),
+        parts=shape.parts() | {"devices": str(devices)},
     )
 
 
@@ -98,7 +99,9 @@ def compile_diagnostics(
 ) -> Executable:
     """`shard_diagnostics_program(shape, devices)` compiled for `args`, as `compile_iteration` (its output, a dict of
     arrays, is carried by the exported program itself)."""
-    return compile_exported("diagnose_shards", shard_diagnostics_program(shape, devices), args, f"{shape} {devices}")
+    parts = shape.parts() | {"devices": str(devices)}
+    program = shard_diagnostics_program(shape, devices)
+    return compile_exported("diagnose_shards", program, args, f"{shape} {devices}", parts=parts)
 
 
 def clear_program_caches() -> None:

@@ -347,7 +347,9 @@ def pretrain_judges(
         tail = to_shards((caps, examples, corruption), index)
     shards = to_shards((init_keys, data_keys, jnp.asarray(targets)), index)
     args = (*shards, jnp.int32(settings.max_steps), world.outputs, world.q_star, *tail)
-    pretrain = compile_exported("pretrain_shard", _pretrain_program(*key), args, " ".join(map(repr, key)))
+    names = ("world", "settings", "shards", "streams", "network", "data")
+    parts = dict(zip(names, map(repr, key), strict=True)) | {"judges_per_shard": str(per_shard)}
+    pretrain = compile_exported("pretrain_shard", _pretrain_program(*key), args, " ".join(map(repr, key)), parts=parts)
     state = from_shards(pretrain(*args), np.arange(count))
     result = PretrainResult(state["params"], state["steps"], state["spearman"], state["done"] | jnp.asarray(fixed > 0))
     chex.assert_tree_all_finite(result.params)
