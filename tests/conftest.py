@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from xdist.scheduler import LoadFileScheduling
 import harness.mechanisms  # noqa: F401  (registers the built-in mechanisms, which every grid uses)
 from harness.grid.compile_cache import CACHE_DIR_ENV, enable_compilation_cache
 from harness.grid.conditions import load_grid
+from harness.grid.executables import clear_program_caches
 from harness.grid.sharding import use_every_cpu_core
 from harness.grid.trainer import GridTrainer
 from tests.compile_cache_settings import LONG_COMPILE_SECONDS, SETTINGS, compile_cache_settings_restored
@@ -157,6 +159,19 @@ def long_compiles_stay_shared(
     yield
     if any(getattr(jax.config, name) != value for name, value in test_processes_share_long_compiles.items()):
         _share_long_compiles(shared_compile_cache)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_programs_released_after_each_file() -> Iterator[None]:
+    """After each test file, this process's compiled programs are dropped (the grid's, its jitted functions'), so their
+    code's memory mappings go with them. XLA:CPU maps each compiled program's machine code in sections of its own, and a
+    test process compiles thousands of programs: kept for the whole session they passed Linux's limit on mappings
+    (vm.max_map_count), and the next compile aborted the process ("LLVM ERROR: Unable to allocate section memory", an
+    mmap refused with ENOMEM with gigabytes free; three test files held 13,735 mappings). A grid that a later file
+    trains again is loaded from the shared compile cache, and a session grid's trainer keeps its own programs."""
+    yield
+    clear_program_caches()
+    gc.collect()
 
 
 @pytest.fixture
