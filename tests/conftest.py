@@ -19,7 +19,13 @@ from harness.grid.conditions import load_grid
 from harness.grid.executables import clear_program_caches
 from harness.grid.sharding import use_every_cpu_core
 from harness.grid.trainer import GridTrainer
-from tests.compile_cache_settings import LONG_COMPILE_SECONDS, SETTINGS, compile_cache_settings_restored
+from tests.compile_cache_settings import (
+    LONG_COMPILE_SECONDS,
+    SETTINGS,
+    compile_cache_settings_restored,
+    map_count_limit,
+    memory_mappings,
+)
 from tests.original_streams_grid import FILES as ORIGINAL_STREAMS_FILES
 from tests.original_streams_grid import TrainedGrid, original_streams_spec
 
@@ -161,17 +167,25 @@ def long_compiles_stay_shared(
         _share_long_compiles(shared_compile_cache)
 
 
+# A test process drops its compiled programs once it holds this share of the limit: rarely, since dropping them makes
+# later files load or compile again what they would have reused (done after every file, it cost the suite about 100 s
+# of compile and load here).
+RELEASE_SHARE = 0.25
+
+
 @pytest.fixture(scope="module", autouse=True)
-def compiled_programs_released_after_each_file() -> Iterator[None]:
-    """After each test file, this process's compiled programs are dropped (the grid's, its jitted functions'), so their
-    code's memory mappings go with them. XLA:CPU maps each compiled program's machine code in sections of its own, and a
-    test process compiles thousands of programs: kept for the whole session they passed Linux's limit on mappings
-    (vm.max_map_count), and the next compile aborted the process ("LLVM ERROR: Unable to allocate section memory", an
-    mmap refused with ENOMEM with gigabytes free; three test files held 13,735 mappings). A grid that a later file
-    trains again is loaded from the shared compile cache, and a session grid's trainer keeps its own programs."""
+def compiled_programs_released_near_the_mapping_limit() -> Iterator[None]:
+    """After a test file, where this process holds a quarter of Linux's limit on memory mappings
+    (vm.max_map_count), its compiled programs are dropped (the grid's, every jitted function's), and their code's
+    mappings with them. XLA:CPU maps each compiled program's machine code in sections of its own, held as long as the
+    program, and a test process compiles thousands: kept for the whole session they reached the limit (65,530 here),
+    and the next compile aborted the process ("LLVM ERROR: Unable to allocate section memory", an mmap refused with
+    ENOMEM with gigabytes free). A grid that a later file trains again is loaded from the shared compile cache, and a
+    session grid's trainer keeps its own programs."""
     yield
-    clear_program_caches()
-    gc.collect()
+    if memory_mappings() >= RELEASE_SHARE * map_count_limit():
+        clear_program_caches()
+        gc.collect()
 
 
 @pytest.fixture

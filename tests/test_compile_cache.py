@@ -16,7 +16,7 @@ import pytest
 from harness.grid import compile_cache
 from harness.grid.compile_cache import compile_exported, enable_compilation_cache, exported, forget_compiled
 from harness.grid.executables import clear_program_caches
-from tests.compile_cache_settings import compile_cache_settings_restored
+from tests.compile_cache_settings import compile_cache_settings_restored, memory_mappings
 
 
 @pytest.fixture
@@ -193,28 +193,22 @@ def test_a_location_that_cannot_hold_a_cache_is_one_warning_and_no_cache(
     assert warning.startswith(f"coevolab: warning: the compile cache at {blocked / 'cache'} cannot be used (")
 
 
-def _memory_mappings() -> int:
-    """How many memory mappings this process holds (the lines of /proc/self/maps)."""
-    with open("/proc/self/maps", "rb") as maps:
-        return sum(1 for _ in maps)
-
-
 def test_dropping_the_compiled_programs_releases_their_memory_mappings() -> None:
     """XLA:CPU maps each compiled program's code in sections of its own, held as long as the program is: a process
     that keeps thousands passes Linux's limit on mappings (vm.max_map_count) and its next compile aborts. What
     `clear_program_caches` drops (the programs `compile_exported` kept, every jitted function's) releases them, as
     the test processes do after each file (`tests/conftest.py`)."""
     gc.collect()
-    before = _memory_mappings()
+    before = memory_mappings()
     with compile_cache_settings_restored():
         compile_cache.disable_compilation_cache()
         for width in range(1, 41):
             program = jax.jit(lambda x: [jnp.cumsum(jnp.sin(x) * 3.0) + 1.0])
             compile_exported("sine_sum", program, (jnp.ones(width),), "mappings")  # a program of its own per width
             jax.jit(lambda x: jnp.tanh(x) @ x)(jnp.ones((width, width))).block_until_ready()
-    held = _memory_mappings() - before
+    held = memory_mappings() - before
     clear_program_caches()
     gc.collect()
-    left = _memory_mappings() - before
+    left = memory_mappings() - before
     assert held >= 80, held  # at least one mapping per program (40 of each kind)
     assert left <= held // 4, (held, left)  # here: 802 held, 75 left (without the clear, all 802)
