@@ -168,8 +168,8 @@ def long_compiles_stay_shared(
 
 
 # A test process drops its compiled programs once it holds this share of the limit: rarely, since dropping them makes
-# later files load or compile again what they would have reused (done after every file, it cost the suite about 100 s
-# of compile and load here).
+# later files load or compile again what they would have reused (done after every file, it cost the suite 131 s of
+# compile and load here).
 RELEASE_SHARE = 0.25
 
 

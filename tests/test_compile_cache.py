@@ -197,7 +197,7 @@ def test_dropping_the_compiled_programs_releases_their_memory_mappings() -> None
     """XLA:CPU maps each compiled program's code in sections of its own, held as long as the program is: a process
     that keeps thousands passes Linux's limit on mappings (vm.max_map_count) and its next compile aborts. What
     `clear_program_caches` drops (the programs `compile_exported` kept, every jitted function's) releases them, as
-    the test processes do after each file (`tests/conftest.py`)."""
+    a test process does once it holds a quarter of the limit (`tests/conftest.py`)."""
     gc.collect()
     before = memory_mappings()
     with compile_cache_settings_restored():

@@ -78,6 +78,16 @@ def shard_diagnostics_program(shape: GridShape, devices: int) -> Callable:
     return jax.jit(jax.shard_map(diagnose_shards, mesh=shard_mesh(devices), in_specs=(sharded,) * 3, out_specs=sharded))
 
 
+def _static_key(shape: GridShape, devices: int) -> str:
+    """What a grid program's trace depends on besides its arguments (`compile_exported`'s static key)."""
+    return f"{shape} {devices}"
+
+
+def _parts(shape: GridShape, devices: int) -> dict[str, str]:
+    """`_static_key` by part, for profiles."""
+    return shape.parts() | {"devices": str(devices)}
+
+
 def compile_iteration(
     shape: GridShape, devices: int, args: tuple[GridConstants, RunKnobs, CoevolutionState, jax.Array, jax.Array]
 ) -> Executable:
@@ -87,10 +97,10 @@ def compile_iteration(
         "iterate",
         iteration_program(shape, devices),
         args,
-        f"{shape} {devices}",
+        _static_key(shape, devices),
         out_tree=jax.tree.structure(args[2]),  # a state shaped like the input state
         donate=(2,),
-        parts=shape.parts() | {"devices": str(devices)},
+        parts=_parts(shape, devices),
     )
 
 
@@ -99,9 +109,8 @@ def compile_diagnostics(
 ) -> Executable:
     """`shard_diagnostics_program(shape, devices)` compiled for `args`, as `compile_iteration` (its output, a dict of
     arrays, is carried by the exported program itself)."""
-    parts = shape.parts() | {"devices": str(devices)}
     program = shard_diagnostics_program(shape, devices)
-    return compile_exported("diagnose_shards", program, args, f"{shape} {devices}", parts=parts)
+    return compile_exported("diagnose_shards", program, args, _static_key(shape, devices), parts=_parts(shape, devices))
 
 
 def clear_program_caches() -> None:
