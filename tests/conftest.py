@@ -41,31 +41,32 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 ROOT = Path(__file__).resolve().parents[1]
 
 # The units that take longest (cold compiles of grids of their own, `coevolab` subprocesses), longest first, as
-# `make test-profile` measured them (a fresh clone, 2026-11-30; a unit is a file, or the files of a shared grid, listed
+# `make test-profile` measured them (a fresh clone, 2026-12-02; a unit is a file, or the files of a shared grid, listed
 # together). `make test` deals whole units to two processes in collection order (--dist loadfile
 # --no-loadscope-reorder): started first, they run beside the many short files instead of leaving one process alone
-# with a long file at the end (test_until_decided.py, left out, ran last on its own for 197 s).
+# with a long file at the end.
 LONGEST_FIRST = (
-    "test_ray_backend.py",  # 220 s
-    "test_grid_program.py",  # with test_sharding.py: one unit (tests/mechanisms_grid.py), 216 s
-    "test_sharding.py",
-    "test_until_decided.py",  # 197 s
-    "test_original_engine.py",  # with test_paper_claims.py: one unit (tests/original_streams_grid.py), 188 s
+    "test_original_engine.py",  # with test_paper_claims.py: one unit (tests/original_streams_grid.py), 110 s
     "test_paper_claims.py",
-    "test_run_directories.py",  # with the damaged and tampered runs: one unit (tests/run_directories.py), 189 s
+    "test_run_directories.py",  # with the damaged and tampered runs: one unit (tests/run_directories.py), 109 s
     "test_damaged_run_directories.py",
     "test_tampered_runs.py",
-    "test_api.py",  # with test_golden_metrics, test_live and test_notebook: one unit (the smoke grid's shape), 180 s
-    "test_kl_penalty.py",  # with test_mechanism_uses.py: one unit (one pretraining shape), 171 s
+    "test_cli.py",  # 89 s
+    "test_ray_backend.py",  # 84 s
+    "test_grid_program.py",  # with test_sharding.py: one unit (tests/mechanisms_grid.py), 81 s
+    "test_sharding.py",
+    "test_plugins.py",  # 72 s
+    "test_api.py",  # with test_golden_metrics, test_live and test_notebook: one unit (the smoke grid's shape), 65 s
+    "test_kl_penalty.py",  # with test_mechanism_uses.py: one unit (one pretraining shape), 55 s
     "test_mechanism_uses.py",
-    "test_checkpoint.py",  # with test_blocks.py: one unit (the smoke grid at one seed), 145 s
+    "test_checkpoint.py",  # with test_blocks.py: one unit (the smoke grid at one seed), 47 s
     "test_blocks.py",
-    "test_plugins.py",  # 134 s
-    "test_cli.py",  # 124 s
-    "test_model_settings.py",  # 105 s
-    "test_knobs.py",  # 97 s
-    "test_study.py",  # 93 s
-    "test_replay_example.py",  # 88 s
+    "test_reward_hook_state.py",  # 44 s
+    "test_pair_sources.py",  # 41 s
+    "test_study.py",  # 41 s
+    "test_knobs.py",  # 36 s
+    "test_model_settings.py",  # 35 s
+    "test_replay_example.py",  # 33 s
 )
 
 

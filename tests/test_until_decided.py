@@ -179,12 +179,6 @@ def test_an_edited_file_of_a_grid_grown_until_decided_is_refused_or_changes_no_n
     check_commands(runs["run"], relative, edit, ("verify", "load_result", "resume-until-decided", "report"))
 
 
-def test_a_planned_budget_cannot_change(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert _coevolab("run", "--resume", runs["resumed"], "--until-decided", "--max-seeds", 80) == cli.EXIT_BAD_INPUT
-    assert "cannot change" in capsys.readouterr().err
-    assert _coevolab("run", runs["grid"], "--max-seeds", 80, "--out", runs["run"].parent / "x") == cli.EXIT_BAD_INPUT
-
-
 @pytest.mark.heavy
 def test_a_condition_runs_alike_in_a_grid_of_fewer_conditions(runs: dict[str, Path]) -> None:
     """Stage 2 ran baseline and reset without frozen: the same end modes as in the whole grid, floats within the
@@ -314,6 +308,28 @@ def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path) 
     assert {name: (tmp_path / name).read_bytes() for name in written} == written
     with pytest.raises(BlockError, match="cannot change"):
         until_decided.run_until_decided(None, tmp_path, 160, backend=synthetic_backend)
+
+
+def test_a_planned_budget_cannot_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command refuses another budget for a run whose looks are planned, in one line that names the planned one,
+    and changes none of its files; --max-seeds without --until-decided is refused too. (The refusal comes before
+    anything trains, so a run grown by the synthetic backend stands in for a trained one.)"""
+    run = tmp_path / "run"
+    until_decided.run_until_decided(grid_from_mapping(SYNTHETIC), run, 40, backend=synthetic_backend, figures=False)
+
+    def files() -> dict[Path, bytes]:
+        """The run's files but its lock (which a command takes and leaves in place)."""
+        return {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.suffix != LOCK_SUFFIX}
+
+    before = files()
+    assert _coevolab("run", "--resume", run, "--until-decided", "--max-seeds", 80) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "planned for 40 seeds" in err and "cannot change" in err and err.count("\n") == 1
+    assert files() == before
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    assert _coevolab("run", grid, "--max-seeds", 80, "--out", tmp_path / "x") == cli.EXIT_BAD_INPUT
+    assert "--max-seeds is the budget of --until-decided" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def test_judged_after_every_block_by_e_values(tmp_path: Path) -> None:
