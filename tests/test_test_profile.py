@@ -193,3 +193,32 @@ def test_what_sets_shapes_apart_counts_the_shapes_each_part_alone_separates(tmp_
         ["jit(iterate)", "world", 4, 2, 3],
         ["jit(pretrain_shard)", "judges", 2, 2, 1],
     ]
+
+
+def test_the_parts_that_move_together_count_as_one(tmp_path: Path) -> None:
+    """Three grid shapes as `GridShape.parts` writes them. a and b differ only in their run counts (n_runs and the
+    work group's runs and slots): padding runs to buckets would leave 2 shapes. c also has another group (its row is
+    another), which only a program independent of the conditions merges: 1 shape left there, where the batch never
+    varies and is not listed."""
+
+    def group(row: str, runs: int) -> str:
+        return f"(WorkGroupShape(row='{row}', cadence='every_step', runs={runs}, slots={runs}, size=0),)"
+
+    shapes = {
+        "a": {"n_runs": "2", "groups": group("judge_update", 2), "batch_size": "16"},
+        "b": {"n_runs": "4", "groups": group("judge_update", 4), "batch_size": "16"},
+        "c": {"n_runs": "4", "groups": group("anchor", 4), "batch_size": "16"},
+    }
+    rows = [
+        {"test": "test_x.py::t", "phase": "call", "program": "jit(iterate)", "compile_s": 2.0, "shape": key}
+        | {"cached": False, "parts": json.dumps(parts)}
+        for key, parts in shapes.items()
+    ]
+    pd.DataFrame(rows, columns=list(test_profile.COMPILE_COLUMNS)).to_csv(tmp_path / "compiles-gw0-1.csv", index=False)
+    table = test_profile.apart(tmp_path).reset_index()
+    assert table.values.tolist() == [
+        ["jit(iterate)", "[conditions]", 3, 3, 1],
+        ["jit(iterate)", "[run counts]", 3, 2, 2],
+        ["jit(iterate)", "groups", 3, 3, 2],
+        ["jit(iterate)", "n_runs", 3, 2, 3],
+    ]

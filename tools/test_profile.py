@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,22 +224,54 @@ def repeats(directory: Path) -> pd.DataFrame:
     return table.round(1)
 
 
+# Parts of a grid shape (`GridShape.parts`) that move together, each as one more row of `apart`: what a design where
+# they did not select a program would merge. "[run counts]": how many runs, judge slots and judges per run a shard
+# holds, and each work group's runs and slots (its row, cadence and static size stay): what padding runs to buckets
+# would merge. "[conditions]": those, the work groups whole, the mechanisms' static sizes and the mechanisms used:
+# what a program independent of the grid's conditions would merge, leaving the world, the networks, the batch, the
+# loaded mechanisms, the streams and the devices.
+GROUP_COUNTS = re.compile(r"runs=\d+, slots=\d+, ")
+RUN_COUNTS = ("n_runs", "n_slots", "max_members")
+COMPOUND_PARTS = {
+    "[run counts]": (RUN_COUNTS, True),
+    "[conditions]": ((*RUN_COUNTS, "groups", "sizes", "used"), False),
+}
+
+
+def _compound(parts: pd.DataFrame, drop: tuple[str, ...], group_counts: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the compound's columns, the other columns) of `parts`; where `group_counts`, the groups' runs and slots move
+    from the other columns to the compound's."""
+    others = parts.drop(columns=[name for name in drop if name in parts])
+    own = parts[[name for name in drop if name in parts]].copy()
+    if group_counts and "groups" in others:
+        own["groups"] = others["groups"].map(lambda text: ",".join(GROUP_COUNTS.findall(text)))
+        others["groups"] = others["groups"].str.replace(GROUP_COUNTS, "", regex=True)
+    return own, others
+
+
 def apart(directory: Path) -> pd.DataFrame:
     """What sets the shapes of each grid program compiled in `directory`'s session apart, by program and part: the
     program's distinct shapes (`shapes`), how many values the part takes among them (`values`), and how many distinct
     shapes would be left were that part the same in all of them (`shapes_without`): the shapes a bucket of that part
     alone would merge. Parts that take one value are left out; each program's parts in the order of `shapes_without`,
-    fewest first."""
+    fewest first. The parts that move together (`COMPOUND_PARTS`) get a row each too, named in brackets, where the
+    program has any of them."""
     rows = _read(directory, "compiles")
     rows = rows[(rows["parts"] != "") & (rows["shape"] != "")].drop_duplicates(["program", "shape"])
     records = []
     for program, shapes in rows.groupby("program"):
         parts = pd.DataFrame([json.loads(text) for text in shapes["parts"]]).fillna("")
+        count = len(parts.drop_duplicates())
         for part in parts.columns:
             if parts[part].nunique() > 1:
                 others = parts.drop(columns=part)
                 left = len(others.drop_duplicates()) if len(others.columns) else 1
-                records.append((program, part, len(parts.drop_duplicates()), parts[part].nunique(), left))
+                records.append((program, part, count, parts[part].nunique(), left))
+        for name, (drop, group_counts) in COMPOUND_PARTS.items():
+            own, others = _compound(parts, drop, group_counts)
+            if len(own.columns) and len(own.drop_duplicates()) > 1:
+                left = len(others.drop_duplicates()) if len(others.columns) else 1
+                records.append((program, name, count, len(own.drop_duplicates()), left))
     table = pd.DataFrame.from_records(
         records, columns=["program", "part", "shapes", "values", "shapes_without"]
     ).sort_values(["program", "shapes_without", "part"])
