@@ -121,7 +121,9 @@ def weighted_inversions(values: jax.Array, weights: jax.Array, order: jax.Array 
     for level in range(levels):  # from the smallest blocks up: the order these sums have always been added in
         size = 1 << level
         blocks = orders[levels - 1 - level].reshape(-1, 2 * size)
-        right, weight = (blocks // size) % 2, weights[blocks]
+        # Which half of its block a position is in: its bit `level` (positions are non-negative, so this is
+        # (blocks // size) % 2, without the sign handling jnp's // and % compile to for every level).
+        right, weight = jnp.right_shift(blocks, level) & 1, weights[blocks]
         right_before = _exclusive_cumsum(jnp.where(right == 1, weight, 0.0), axis=1)
         total = total + jnp.sum(jnp.where(right == 0, weight, 0.0) * right_before)
     return total
