@@ -168,6 +168,21 @@ def test_a_session_without_long_compiles_has_empty_program_tables(tmp_path: Path
     assert test_profile.repeats(tmp_path).empty
 
 
+def _iteration_compiles(shapes: list[tuple[str, dict[str, str]]]) -> list[dict]:
+    """Rows of a compiles-*.csv: one long compile of the iteration program per (shape key, parts)."""
+    return [
+        {"test": "test_x.py::t", "phase": "call", "program": "jit(iterate)", "compile_s": 2.0, "shape": key}
+        | {"cached": False, "parts": json.dumps(parts)}
+        for key, parts in shapes
+    ]
+
+
+def _apart(directory: Path, rows: list[dict]) -> list[list]:
+    """`apart`'s table of a session whose only compiles are `rows`, as rows of values."""
+    pd.DataFrame(rows, columns=list(test_profile.COMPILE_COLUMNS)).to_csv(directory / "compiles-gw0-1.csv", index=False)
+    return test_profile.apart(directory).reset_index().values.tolist()
+
+
 def test_what_sets_shapes_apart_counts_the_shapes_each_part_alone_separates(tmp_path: Path) -> None:
     """Four shapes of one program: runs and world each vary; equal runs would leave the two worlds of runs 2 and 4
     merged into 2 shapes, equal worlds would leave 3 (runs 2, 4 and 8); the batch never varies and is not listed. A
@@ -178,17 +193,11 @@ def test_what_sets_shapes_apart_counts_the_shapes_each_part_alone_separates(tmp_
         ("c", {"runs": "2", "world": "4x2", "batch": "16"}),
         ("d", {"runs": "8", "world": "4x2", "batch": "16"}),
     ]
-    rows = [
-        {"test": "test_x.py::t", "phase": "call", "program": "jit(iterate)", "compile_s": 2.0, "shape": key}
-        | {"cached": False, "parts": json.dumps(parts)}
-        for key, parts in [*shapes, shapes[0]]  # the first shape compiled again: still one shape
-    ]
+    rows = _iteration_compiles([*shapes, shapes[0]])  # the first shape compiled again: still one shape
     rows.append(rows[0] | {"program": "jit(pretrain_shard)", "shape": "p1", "parts": json.dumps({"judges": "2"})})
     rows.append(rows[0] | {"program": "jit(pretrain_shard)", "shape": "p2", "parts": json.dumps({"judges": "4"})})
     rows.append(rows[0] | {"program": "jit(scan)", "shape": "", "parts": ""})
-    pd.DataFrame(rows, columns=list(test_profile.COMPILE_COLUMNS)).to_csv(tmp_path / "compiles-gw0-1.csv", index=False)
-    table = test_profile.apart(tmp_path).reset_index()
-    assert table.values.tolist() == [
+    assert _apart(tmp_path, rows) == [
         ["jit(iterate)", "runs", 4, 3, 2],
         ["jit(iterate)", "world", 4, 2, 3],
         ["jit(pretrain_shard)", "judges", 2, 2, 1],
@@ -209,14 +218,7 @@ def test_the_parts_that_move_together_count_as_one(tmp_path: Path) -> None:
         "b": {"n_runs": "4", "groups": group("judge_update", 4), "batch_size": "16"},
         "c": {"n_runs": "4", "groups": group("anchor", 4), "batch_size": "16"},
     }
-    rows = [
-        {"test": "test_x.py::t", "phase": "call", "program": "jit(iterate)", "compile_s": 2.0, "shape": key}
-        | {"cached": False, "parts": json.dumps(parts)}
-        for key, parts in shapes.items()
-    ]
-    pd.DataFrame(rows, columns=list(test_profile.COMPILE_COLUMNS)).to_csv(tmp_path / "compiles-gw0-1.csv", index=False)
-    table = test_profile.apart(tmp_path).reset_index()
-    assert table.values.tolist() == [
+    assert _apart(tmp_path, _iteration_compiles(list(shapes.items()))) == [
         ["jit(iterate)", "[conditions]", 3, 3, 1],
         ["jit(iterate)", "[run counts]", 3, 2, 2],
         ["jit(iterate)", "groups", 3, 3, 2],
