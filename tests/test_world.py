@@ -10,7 +10,7 @@ import numpy as np
 import pydantic
 import pytest
 
-from harness.engine.world import MAX_OUTPUTS, World, WorldConfig, enumerate_outputs, output_index
+from harness.engine.world import MAX_OUTPUTS, World, WorldConfig, enumerate_outputs, output_index, output_tokens
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,17 @@ def test_enumerate_outputs_matches_itertools(vocab_size: int, seq_len: int) -> N
     chex.assert_type(outputs, np.int32)
     reference = np.array(list(itertools.product(range(vocab_size), repeat=seq_len)))
     np.testing.assert_array_equal(np.asarray(outputs), reference)
+
+
+@pytest.mark.parametrize(("vocab_size", "seq_len"), [(8, 4), (3, 5), (2, 1), (5, 3), (8, 6)])
+def test_output_tokens_are_the_enumerations_rows(vocab_size: int, seq_len: int) -> None:
+    """Any indices, repeated and in any order, against numpy's mixed-radix unravel."""
+    ids = np.random.default_rng(1).integers(0, vocab_size**seq_len, size=257)
+    tokens = output_tokens(jax.numpy.asarray(ids, np.int32), vocab_size, seq_len)
+    chex.assert_shape(tokens, (ids.size, seq_len))
+    chex.assert_type(tokens, np.int32)
+    expected = np.stack(np.unravel_index(ids, (vocab_size,) * seq_len), axis=1)
+    np.testing.assert_array_equal(np.asarray(tokens), expected)
 
 
 @pytest.mark.parametrize(("vocab_size", "seq_len"), [(8, 4), (3, 5), (2, 1), (5, 3)])

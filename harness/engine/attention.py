@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness.engine.architecture import NetworkConfig
-from harness.engine.world import enumerate_outputs
+from harness.engine.world import enumerate_outputs, output_tokens
 
 Params = chex.ArrayTree
 
@@ -203,5 +203,4 @@ def judge_scores_of_outputs(
     params: Params, output_ids: jax.Array, vocab_size: int, seq_len: int, include_bias: bool = True
 ) -> jax.Array:
     """Scores float32 (n,) of outputs named by their enumeration index, int32 (n,)."""
-    digits = vocab_size ** jnp.arange(seq_len - 1, -1, -1)
-    return judge_scores(params, (output_ids[:, None] // digits) % vocab_size, include_bias)
+    return judge_scores(params, output_tokens(output_ids, vocab_size, seq_len), include_bias)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from harness.engine import attention
 from harness.engine.architecture import DEFAULT_NETWORK, EMBED_DIM, HIDDEN_DIM, NetworkConfig
-from harness.engine.world import LARGE_WORLD_OUTPUTS
+from harness.engine.world import LARGE_WORLD_OUTPUTS, output_tokens
 
 __all__ = ["EMBED_DIM", "HIDDEN_DIM"]  # today's sizes, re-exported for the original lab's restated networks
 
@@ -399,8 +399,11 @@ def judge_scores_of_outputs(
     n_prefixes = vocab_size ** (seq_len - 1)
     if seq_len == 1 or n_prefixes + output_ids.shape[0] >= seq_len * output_ids.shape[0]:
         # The tree would not save work: read each output from the start.
-        digits = vocab_size ** jnp.arange(seq_len - 1, -1, -1)
-        return judge_scores(params, (output_ids[:, None] // digits) % vocab_size, vocab_size, include_bias)
+        return judge_scores(params, output_tokens(output_ids, vocab_size, seq_len), vocab_size, include_bias)
     prefix_hidden = _judge_prefix_hidden(tables, vocab_size, seq_len - 1)
-    hidden = _gru_step(tables, prefix_hidden[output_ids // vocab_size], output_ids % vocab_size)
+    # An output's (L-1)-token prefix and last token: the indices are non-negative, so lax's truncating division
+    # and remainder are floor's (see `output_tokens`).
+    ids = output_ids.astype(jnp.int32)
+    vocab = jnp.full_like(ids, vocab_size)
+    hidden = _gru_step(tables, prefix_hidden[jax.lax.div(ids, vocab)], jax.lax.rem(ids, vocab))
     return _head(params, hidden, include_bias)[:, 0]
