@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.grid.step_rows import WorkGroupShape
 from tools import test_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,13 +206,13 @@ def test_what_sets_shapes_apart_counts_the_shapes_each_part_alone_separates(tmp_
 
 
 def test_the_parts_that_move_together_count_as_one(tmp_path: Path) -> None:
-    """Three grid shapes as `GridShape.parts` writes them. a and b differ only in their run counts (n_runs and the
-    work group's runs and slots): padding runs to buckets would leave 2 shapes. c also has another group (its row is
-    another), which only a program independent of the conditions merges: 1 shape left there, where the batch never
-    varies and is not listed."""
+    """Three grid shapes as `GridShape.parts` writes them (the groups as their repr). a and b differ only in their run
+    counts (n_runs and the work group's runs and slots): padding runs to buckets would leave 2 shapes. c also has
+    another group (its row is another), which only a program independent of the conditions merges: 1 shape left
+    there, where the batch never varies and is not listed."""
 
     def group(row: str, runs: int) -> str:
-        return f"(WorkGroupShape(row='{row}', cadence='every_step', runs={runs}, slots={runs}, size=0),)"
+        return repr((WorkGroupShape(row, "every_step", runs, runs),))
 
     shapes = {
         "a": {"n_runs": "2", "groups": group("judge_update", 2), "batch_size": "16"},
