@@ -310,22 +310,22 @@ def test_the_loop_grows_only_open_claims_conditions_and_resumes(tmp_path: Path) 
         until_decided.run_until_decided(None, tmp_path, 160, backend=synthetic_backend)
 
 
+def _files_but_the_lock(run_dir: Path) -> dict[Path, bytes]:
+    """Every file of a run directory and its bytes, but its lock (which a command takes and leaves in place)."""
+    return {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and path.suffix != LOCK_SUFFIX}
+
+
 def test_a_planned_budget_cannot_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The command refuses another budget for a run whose looks are planned, in one line that names the planned one,
     and changes none of its files; --max-seeds without --until-decided is refused too. (The refusal comes before
     anything trains, so a run grown by the synthetic backend stands in for a trained one.)"""
     run = tmp_path / "run"
     until_decided.run_until_decided(grid_from_mapping(SYNTHETIC), run, 40, backend=synthetic_backend, figures=False)
-
-    def files() -> dict[Path, bytes]:
-        """The run's files but its lock (which a command takes and leaves in place)."""
-        return {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.suffix != LOCK_SUFFIX}
-
-    before = files()
+    before = _files_but_the_lock(run)
     assert _coevolab("run", "--resume", run, "--until-decided", "--max-seeds", 80) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "planned for 40 seeds" in err and "cannot change" in err and err.count("\n") == 1
-    assert files() == before
+    assert _files_but_the_lock(run) == before
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID)
     assert _coevolab("run", grid, "--max-seeds", 80, "--out", tmp_path / "x") == cli.EXIT_BAD_INPUT
@@ -446,8 +446,7 @@ def test_a_run_whose_claims_were_judged_cannot_be_a_look(tmp_path: Path, capsys:
     assert _coevolab("run", "--resume", judged, "--until-decided", "--max-seeds", 40) == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "already judged" in err and "start a fresh plan" in err and err.count("\n") == 1
-    after = {path: path.read_bytes() for path in judged.rglob("*") if not path.name.endswith(LOCK_SUFFIX)}
-    assert after == before  # the lock the command took is the only file added
+    assert _files_but_the_lock(judged) == before  # the lock the command took is the only file added
     stages = tmp_path / "stages-without-plan"
     _finished_run(stages, range(20))
     (stages / STAGES_DIR / "0").mkdir(parents=True)

@@ -404,6 +404,5 @@ def judge_scores_of_outputs(
     # An output's (L-1)-token prefix and last token: the indices are non-negative, so lax's truncating division
     # and remainder are floor's (see `output_tokens`).
     ids = output_ids.astype(jnp.int32)
-    vocab = jnp.full_like(ids, vocab_size)
-    hidden = _gru_step(tables, prefix_hidden[jax.lax.div(ids, vocab)], jax.lax.rem(ids, vocab))
+    hidden = _gru_step(tables, prefix_hidden[jax.lax.div(ids, vocab_size)], jax.lax.rem(ids, vocab_size))
     return _head(params, hidden, include_bias)[:, 0]

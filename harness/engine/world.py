@@ -117,10 +117,10 @@ def output_tokens(output_ids: jax.Array, vocab_size: int, seq_len: int) -> jax.A
     Indices are non-negative, so lax's truncating division and remainder give floor's results without the sign
     handling jnp's // and % compile to, written out in every judge loss that scores outputs by index.
     """
-    ids = output_ids.astype(jnp.int32)[:, None]
-    places = jnp.asarray(vocab_size ** np.arange(seq_len - 1, -1, -1), jnp.int32)[None, :]
-    ids, places = jnp.broadcast_arrays(ids, places)
-    return jax.lax.rem(jax.lax.div(ids, places), jnp.full_like(ids, vocab_size))
+    ids, places = jnp.broadcast_arrays(
+        output_ids.astype(jnp.int32)[:, None], jnp.asarray(vocab_size ** np.arange(seq_len - 1, -1, -1), jnp.int32)
+    )
+    return jax.lax.rem(jax.lax.div(ids, places), vocab_size)
 
 
 def output_index(tokens: jax.Array, vocab_size: int) -> jax.Array:
