@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import re
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from jax.sharding import PartitionSpec as P
 
 from harness.engine.world import World
 from harness.grid.conditions import load_grid
+from harness.grid.contract import GridShape
 from harness.grid.knobs import Knobs
 from harness.grid.layout import group_membership, layout_grid
 from harness.grid.pretrain import pretrain_program
@@ -27,6 +29,7 @@ from harness.grid.sharding import (
     deal_runs,
     piece_work_for,
     plan_shards,
+    runs_rung,
     seeds_per_shard,
     shard_mesh,
 )
@@ -96,6 +99,23 @@ def test_grids_of_many_seed_counts_share_a_few_shard_shapes() -> None:
     assert [plan.pieces for plan in plans] == [2, 7, 25]
 
 
+def test_grids_of_another_condition_count_on_one_rung_share_a_shard_shape() -> None:
+    assert [runs_rung(n) for n in range(1, 18)] == [1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16, 16, 16, 16, 24]
+    assert runs_rung(2**16) == 2**16 and runs_rung(2**16 + 1) == 2**16 + 1  # above the ladder: the count itself
+
+    def shape(conditions: int, seeds: int, devices: int, piece_work: int | None = PIECE_WORK) -> GridShape:
+        """The shard shape of `conditions` slow-judge conditions (one kind: k = 2, 3, ...) at `seeds`."""
+        knobs = [Knobs(judge_update_every=2 + c) for c in range(conditions)]
+        return plan_shards(layout_grid(_grid(*knobs, seeds=seeds)), devices, None, piece_work).shape
+
+    # Split by seeds (a seed per shard), by work (one seed on two devices) and on an accelerator: 5 and 6 conditions
+    # of a kind share a rung, so a shape; 4 and 7 are on rungs of their own.
+    for seeds, devices, piece_work in ((2, 2, PIECE_WORK), (1, 2, PIECE_WORK), (3, 1, None)):
+        shapes = {n: shape(n, seeds, devices, piece_work) for n in (4, 5, 6, 7)}
+        assert shapes[5] == shapes[6] and len({shapes[4], shapes[6], shapes[7]}) == 3
+    assert shape(5, 2, 2).n_runs == 6 and shape(1, 1, 2).n_runs == 1
+
+
 def test_an_accelerator_runs_its_runs_as_one_shard() -> None:
     assert piece_work_for("cpu") == PIECE_WORK and piece_work_for("gpu") is None and piece_work_for("tpu") is None
     # The published grid's 5 seeds on one GPU: one shard of the rung of 6 seeds (a CPU takes five turns of one).
@@ -133,14 +153,22 @@ def test_every_run_and_slot_computed_once_in_shards_of_one_shape(grid: str, n_sh
         # A shard slot is its shard run's judge of the same member.
         np.testing.assert_array_equal(layout.slot_run[slots], runs[shard.slot_run])
         np.testing.assert_array_equal(layout.slot_member[slots], shard.slot_member)
-    # The plan picks the split whose laid-out shard has the least runs + slots (fewer shards on ties).
-    costs = {n: deal_runs(layout, n).shape for n in range(1, n_shards + 1)}
-    best = plan_shards(layout, n_shards, pieces=1)
-    assert best.shape.n_runs + best.shape.n_slots == min(s.n_runs + s.n_slots for s in costs.values())
     # Shards only add runs: never fewer than an even split, never more than one extra per kind.
     mechanisms, n_outputs = layout.shape.mechanisms, layout.spec.world.n_outputs
-    kinds = {group_membership(c.knobs, n_outputs, mechanisms) for c in layout.spec.conditions}
+    run_kinds = [group_membership(layout.spec.conditions[c].knobs, n_outputs, mechanisms) for c in layout.run_condition]
+    kinds = collections.Counter(run_kinds)
     assert -(-layout.shape.n_runs // n_shards) <= plan.shape.n_runs <= layout.shape.n_runs // n_shards + len(kinds)
+    # The plan picks the split whose laid-out shard, each kind's runs rounded up to a rung of the ladder, has the
+    # least runs + slots (fewer shards on ties).
+    costs = {
+        n: deal_runs(layout, n, per_shard={kind: runs_rung(-(-count // n)) for kind, count in kinds.items()}).shape
+        for n in range(1, n_shards + 1)
+    }
+    best = plan_shards(layout, n_shards, pieces=1)
+    assert best.shape.n_runs + best.shape.n_slots == min(s.n_runs + s.n_slots for s in costs.values())
+    assert all(
+        count in SEEDS_PER_SHARD for count in collections.Counter(run_kinds[r] for r in best.shard_runs[0]).values()
+    )
 
 
 def _grid(*knobs: Knobs, seeds: int = 1) -> GridSpec:

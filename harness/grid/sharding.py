@@ -11,7 +11,9 @@ one kind are interchangeable for shape), and a shard that is short of a run of s
 gets a filler: a copy of a real run of that kind, computed alongside and then ignored. Where the
 grid has a seed per device or more, a shard holds as many runs of each kind as s seeds of the grid
 have (`seeds_per_shard`), so beyond a few seeds per device its shape, and the program compiled for
-it, does not depend on the grid's seed count.
+it, does not depend on the grid's seed count. A shard's count of each kind is itself a rung of the same ladder
+(`runs_rung`), so grids whose conditions differ only in how many of them share a kind (5 or 6 slow-judge values)
+run one program too.
 On a CPU a device runs its shards in turns of a few runs each, which keeps a shard's working set in cache; an
 accelerator runs all of its runs as one shard (`piece_work_for`).
 The static sizes mechanisms declare (pair counts, a history's depth, a look-ahead's length) are
@@ -164,6 +166,17 @@ SEEDS_PER_SHARD = tuple(sorted({2**k for k in range(16)} | {3 * 2**k for k in ra
 SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per seed of the grid, above one per device
 
 
+# Runs of a kind per shard: rounded up to a rung of the same ladder (fillers make up the difference), so that a shard's
+# shape, and with it the compiled program, depends on how many conditions share a kind only through the rung their
+# count falls on: 5 and 6 conditions of a kind run one program, as do 9 to 12. The ladder holds every count up to 4,
+# so those are never padded. A filler changes the other runs of its shard in their last float bits (a vmapped batch
+# of another size rounds differently), so a grid whose counts are on rungs keeps its bits: the published grid's
+# (1 to 4 runs of a kind per shard, at 5 seeds and at 100) do.
+def runs_rung(count: int) -> int:
+    """The smallest rung of `SEEDS_PER_SHARD` that holds `count` runs (`count` itself above the ladder's top)."""
+    return next((rung for rung in SEEDS_PER_SHARD if rung >= count), count)
+
+
 def seeds_per_shard(n_seeds: int, devices: int, seed_work: int, piece_work: int | None = PIECE_WORK) -> int | None:
     """The rung of `SEEDS_PER_SHARD` for a grid of `n_seeds` seeds on `devices` devices whose runs of one seed are
     `seed_work` networks: the largest rung whose shard is at most `piece_work` networks (or 1, where one seed is
@@ -192,20 +205,22 @@ def plan_shards(
     """Split `layout` into shards: at most `max_shards` devices side by side, each running `pieces` shards in turn.
 
     Where the grid has at least `max_shards` seeds (and `pieces` is None), by seeds: every device is used and each
-    shard holds `seeds_per_shard` seeds' worth of runs of every kind, so that, beyond a few seeds per device, the
-    shard's shape depends on the grid's conditions and not on its seed count. Otherwise (or where that would pad more
+    shard holds `seeds_per_shard` seeds' worth of runs of every kind (a seed's runs of a kind: the kind's conditions,
+    rounded up by `runs_rung`), so that, beyond a few seeds per device, the shard's shape depends on the grid's
+    kinds of condition and the rungs of their counts, not on its seed count. Otherwise (or where that would pad more
     than `SEED_PADDING` allows) by work: the device count whose busiest device has the
     least work (runs plus judge slots, fillers included; ties go to fewer devices), then pieces (None: chosen here)
     that make shards near `piece_work` networks each, as long as the fillers that more, smaller shards need add at
-    most `PIECE_OVERHEAD` to the total work. Costs follow from the run counts per kind, so only the chosen split is
-    laid out. `piece_work` None (an accelerator's, `piece_work_for`): one turn, each device's runs in one shard.
+    most `PIECE_OVERHEAD` to the total work; a shard's runs of each kind are an even share rounded up by `runs_rung`.
+    Costs follow from the run counts per kind, so only the chosen split is laid out. `piece_work` None (an
+    accelerator's, `piece_work_for`): one turn, each device's runs in one shard.
     """
     if max_shards < 1:
         raise ValueError(f"max_shards must be at least 1, got {max_shards}")
     runs_of_kind = _runs_of_kind(layout)
     n_runs = layout.shape.n_runs
     n_seeds = len(np.unique(layout.run_seed_index))
-    per_seed = {kind: math.ceil(len(runs) / n_seeds) for kind, runs in runs_of_kind.items()}
+    per_seed = {kind: runs_rung(math.ceil(len(runs) / n_seeds)) for kind, runs in runs_of_kind.items()}
     seed_work = sum(count * (1 + n_judges) for (n_judges, _), count in per_seed.items())
     seeds = (
         seeds_per_shard(n_seeds, max_shards, seed_work, piece_work)
@@ -217,9 +232,13 @@ def plan_shards(
         shard_kinds = {kind: count * seeds for kind, count in per_seed.items()}
         return deal_runs(layout, max_shards * turns, devices=max_shards, per_shard=shard_kinds)
 
+    def per_shard(n_shards: int) -> dict[GroupMembership, int]:
+        """Runs of each kind per shard when the grid is dealt into n_shards shards."""
+        return {kind: runs_rung(math.ceil(len(runs) / n_shards)) for kind, runs in runs_of_kind.items()}
+
     def cost(n_shards: int) -> int:
         """Networks per shard when the grid is dealt into n_shards shards."""
-        return sum(math.ceil(len(runs) / n_shards) * (1 + n_judges) for (n_judges, _), runs in runs_of_kind.items())
+        return sum(count * (1 + n_judges) for (n_judges, _), count in per_shard(n_shards).items())
 
     devices = min(range(1, min(max_shards, n_runs) + 1), key=lambda n: (cost(n), n))
     if pieces is None and piece_work is None:
@@ -231,7 +250,7 @@ def plan_shards(
         ]
         pieces = min(affordable, key=lambda p: (abs(math.log(cost(devices * p) / piece_work)), p))
     pieces = max(1, min(pieces, n_runs // devices))
-    return deal_runs(layout, devices * pieces, devices=devices)
+    return deal_runs(layout, devices * pieces, devices=devices, per_shard=per_shard(devices * pieces))
 
 
 def deal_runs(
