@@ -256,20 +256,21 @@ def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path, capsys: py
 
 
 @pytest.mark.skipif(usable_cores() != 2, reason="the seed counts are chosen for two devices (one per core)")
-def test_another_seed_and_iteration_count_of_one_shard_shape_compiles_nothing(
+def test_another_seed_condition_and_iteration_count_of_one_shard_shape_compiles_nothing(
     first_run: FirstRun, tmp_path: Path
 ) -> None:
-    # 3 and 4 seeds on two devices: two seeds per shard, one turn, two judges per device to pretrain, policies
-    # initialised in one bucket of 4. The second grid loads the training, diagnostics, pretraining and initialisation
-    # programs from the compile cache the first filled: none is written to it again. (What still compiles is small:
-    # the initial policies' log-probability tables, whose rounding follows their count, and single operations on
-    # arrays of 3 seeds' runs; 0.4 s and 0.1 s here.) A copy of the first run's cache, which other tests read as that
-    # run left it.
+    # 5 slow-judge conditions (one kind) at 4 seeds, then 6 at 3 seeds and 3 iterations, on two devices: a seed per
+    # shard, each shard's 5 or 6 runs of the kind on the ladder's rung of 6 (`runs_rung`), two turns; 10 or 9 judges
+    # per device to pretrain, on the pretraining ladder's rung of 16; policies initialised in one bucket of 4 seeds.
+    # The second grid loads the training, diagnostics, pretraining and initialisation programs from the compile cache
+    # the first filled: none is written to it again. (What still compiles is small: the initial policies'
+    # log-probability tables, whose rounding follows their count, and single operations on arrays of the grid's own
+    # runs.) A copy of the first run's cache, which other tests read as that run left it.
     cache = Path(shutil.copytree(first_run.cache, tmp_path / "compile-cache"))
     programs = ("jit_iterate", "jit_diagnose_shards", "jit_pretrain_shard", "jit_scan")
 
-    def run(*argv: str) -> Path:
-        out = tmp_path / argv[1]
+    def run(name: str, *argv: str) -> Path:
+        out = tmp_path / name
         env = {**os.environ, CACHE_DIR_ENV: str(cache)}
         result = coevolab("run", str(first_run.grid), *argv, "--out", str(out), "--quiet", "--no-figures", env=env)
         assert result.returncode == 0, result.stderr
@@ -280,13 +281,27 @@ def test_another_seed_and_iteration_count_of_one_shard_shape_compiles_nothing(
         files = {path for path in cache.rglob("*") if path.is_file()}
         return {path for path in files if path.parent.name == "exported" or path.name.split("-")[0] in programs}
 
-    run("--seeds", "4")
+    five = run("five", "--seeds", "4", "--set", "conditions.baseline.judge_update_every=[2, 3, 4, 5, 6]")
     cached = grid_programs()
     assert {name for name in programs if any(path.name.startswith(f"{name}-") for path in cached)} == set(programs)
-    three = run("--seeds", "3", "--set", "run.iterations=3")
+    six = run(
+        "six",
+        "--seeds",
+        "3",
+        "--set",
+        "run.iterations=3",
+        "--set",
+        "conditions.baseline.judge_update_every=[2, 3, 4, 5, 6, 7]",
+    )
     assert grid_programs() == cached
-    metrics = pd.read_csv(three / "metrics.csv.gz")
-    assert (metrics["seed"].nunique(), metrics["iteration"].max()) == (3, 3)
+    for out, (conditions, seeds, iterations) in ((five, (5, 4, 2)), (six, (6, 3, 3))):
+        metrics = pd.read_csv(out / "metrics.csv.gz")
+        assert (metrics["condition"].nunique(), metrics["seed"].nunique(), metrics["iteration"].max()) == (
+            conditions,
+            seeds,
+            iterations,
+        )
+        assert json.loads((out / "manifest.json").read_text())["shards"] == 4
 
 
 def test_compiled_programs_are_cached_on_disk(first_run: FirstRun, tmp_path: Path) -> None:
