@@ -11,9 +11,9 @@ one kind are interchangeable for shape), and a shard that is short of a run of s
 gets a filler: a copy of a real run of that kind, computed alongside and then ignored. Where the
 grid has a seed per device or more, a shard holds as many runs of each kind as s seeds of the grid
 have (`seeds_per_shard`), so beyond a few seeds per device its shape, and the program compiled for
-it, does not depend on the grid's seed count. A shard's count of each kind is itself a rung of the same ladder
-(`runs_rung`), so grids whose conditions differ only in how many of them share a kind (5 or 6 slow-judge values)
-run one program too.
+it, does not depend on the grid's seed count. A seed's runs of each kind (its conditions of that kind), or a shard's
+where the grid is split by work, are rounded up to a rung of the same ladder (`runs_rung`), so grids whose conditions
+differ only in how many of them share a kind (5 or 6 slow-judge values) run one program too.
 On a CPU a device runs its shards in turns of a few runs each, which keeps a shard's working set in cache; an
 accelerator runs all of its runs as one shard (`piece_work_for`).
 The static sizes mechanisms declare (pair counts, a history's depth, a look-ahead's length) are
@@ -166,9 +166,10 @@ SEEDS_PER_SHARD = tuple(sorted({2**k for k in range(16)} | {3 * 2**k for k in ra
 SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per seed of the grid, above one per device
 
 
-# Runs of a kind per shard: rounded up to a rung of the same ladder (fillers make up the difference), so that a shard's
-# shape, and with it the compiled program, depends on how many conditions share a kind only through the rung their
-# count falls on: 5 and 6 conditions of a kind run one program, as do 9 to 12. The ladder holds every count up to 4,
+# Runs of a kind per seed (split by seeds) or per shard (split by work): rounded up to a rung of the same ladder
+# (fillers make up the difference), so that a shard's shape, and with it the compiled program, depends on how many
+# conditions share a kind only through the rung their count falls on: 5 and 6 conditions of a kind run one program,
+# as do 9 to 12. The ladder holds every count up to 4,
 # so those are never padded. A filler changes the other runs of its shard in their last float bits (a vmapped batch
 # of another size rounds differently), so a grid whose counts are on rungs keeps its bits: the published grid's
 # (1 to 4 runs of a kind per shard, at 5 seeds and at 100) do.
