@@ -259,10 +259,10 @@ def test_too_large_a_grid_is_refused_before_compiling(tmp_path: Path, capsys: py
 def test_another_seed_condition_and_iteration_count_of_one_shard_shape_compiles_nothing(
     first_run: FirstRun, tmp_path: Path
 ) -> None:
-    # 5 slow-judge conditions (one kind) at 4 seeds, then 6 at 3 seeds and 3 iterations, on two devices: a seed per
-    # shard, each shard's 5 or 6 runs of the kind on the ladder's rung of 6 (`runs_rung`), two turns; two judges per
-    # device to pretrain (conditions of equal judge choices share their seed's judge: 4 or 3 in all); policies
-    # initialised in one bucket of 4 seeds.
+    # 5 slow-judge conditions (one kind) at 4 seeds, then 6 at 3 seeds and 3 iterations, on two devices: one seed's
+    # worth per shard, each seed's 5 or 6 runs of the kind rounded up to the ladder's rung of 6 (`runs_rung`), the 20 or
+    # 18 runs dealt into four shards of 6 in two turns; two judges per device to pretrain (conditions of equal judge
+    # choices share their seed's judge: 4 or 3 in all); policies initialised in one bucket of 4 seeds.
     # The second grid loads the training, diagnostics, pretraining and initialisation programs from the compile cache
     # the first filled: none is written to it again. (What still compiles is small: the initial policies'
     # log-probability tables, whose rounding follows their count, and single operations on arrays of the grid's own

@@ -108,12 +108,19 @@ def test_grids_of_another_condition_count_on_one_rung_share_a_shard_shape() -> N
         knobs = [Knobs(judge_update_every=2 + c) for c in range(conditions)]
         return plan_shards(layout_grid(_grid(*knobs, seeds=seeds)), devices, None, piece_work).shape
 
-    # Split by seeds (a seed per shard), by work (one seed on two devices) and on an accelerator: 5 and 6 conditions
-    # of a kind share a rung, so a shape; 4 and 7 are on rungs of their own.
-    for seeds, devices, piece_work in ((2, 2, PIECE_WORK), (1, 2, PIECE_WORK), (3, 1, None)):
+    # Split by seeds (a seed per shard) and on an accelerator: 5 and 6 conditions of a kind share a rung, so a shape;
+    # 4 and 7 are on rungs of their own.
+    for seeds, devices, piece_work in ((2, 2, PIECE_WORK), (3, 1, None)):
         shapes = {n: shape(n, seeds, devices, piece_work) for n in (4, 5, 6, 7)}
         assert shapes[5] == shapes[6] and len({shapes[4], shapes[6], shapes[7]}) == 3
     assert shape(5, 2, 2).n_runs == 6 and shape(1, 1, 2).n_runs == 1
+    # Split by work (one seed on two devices): a shard's even share, 5 runs of 9 conditions and 6 of 12, is rounded
+    # up to the same rung; 8 conditions' 4 are on a rung of their own.
+    assert shape(9, 1, 2) == shape(12, 1, 2) != shape(8, 1, 2)
+    # The turns are those of the kind that needs most: 9 conditions at 5 seeds, each seed's 9 runs rounded up to 12,
+    # fill two turns of two devices (3 fillers), not the three turns that 5 seeds at a seed per shard would take.
+    nine = plan_shards(layout_grid(_grid(*(Knobs(judge_update_every=2 + c) for c in range(9)), seeds=5)), 2)
+    assert (nine.devices, nine.pieces, nine.shape.n_runs, nine.fillers) == (2, 2, 12, 2 * 2 * 12 - 45)
 
 
 def test_an_accelerator_runs_its_runs_as_one_shard() -> None:

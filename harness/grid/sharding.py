@@ -162,6 +162,7 @@ def piece_work_for(platform: str) -> int | None:
 # several conditions are not always whole seeds), so grids of one set of conditions share their shard shape (and so
 # their programs) whatever their seed count, beyond a few seeds per device.
 # Powers of two and their halfway steps (3 * 2**k), far enough for one shard of a grid of many thousands of seeds.
+# The same ladder rounds up a grid's runs of each kind (`runs_rung`).
 SEEDS_PER_SHARD = tuple(sorted({2**k for k in range(16)} | {3 * 2**k for k in range(15)}))
 SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per seed of the grid, above one per device
 
@@ -169,10 +170,10 @@ SEED_PADDING = 4 / 3  # the most seeds' worth of runs (fillers included) per see
 # Runs of a kind per seed (split by seeds) or per shard (split by work): rounded up to a rung of the same ladder
 # (fillers make up the difference), so that a shard's shape, and with it the compiled program, depends on how many
 # conditions share a kind only through the rung their count falls on: 5 and 6 conditions of a kind run one program,
-# as do 9 to 12. The ladder holds every count up to 4,
-# so those are never padded. A filler changes the other runs of its shard in their last float bits (a vmapped batch
-# of another size rounds differently), so a grid whose counts are on rungs keeps its bits: the published grid's
-# (1 to 4 runs of a kind per shard, at 5 seeds and at 100) do.
+# as do 9 to 12. The ladder holds every count up to 4, so those are never padded; above, a kind computes less than
+# half again its runs (17 rounds up to 24). A filler changes the other runs of its shard in their last float bits (a
+# vmapped batch of another size rounds differently), so a grid whose counts are on rungs keeps its bits: the
+# published grid's (1 to 4 runs of a kind per shard, at 5 seeds and at 100) do.
 def runs_rung(count: int) -> int:
     """The smallest rung of `SEEDS_PER_SHARD` that holds `count` runs (`count` itself above the ladder's top)."""
     return next((rung for rung in SEEDS_PER_SHARD if rung >= count), count)
@@ -221,7 +222,13 @@ def plan_shards(
     runs_of_kind = _runs_of_kind(layout)
     n_runs = layout.shape.n_runs
     n_seeds = len(np.unique(layout.run_seed_index))
-    per_seed = {kind: runs_rung(math.ceil(len(runs) / n_seeds)) for kind, runs in runs_of_kind.items()}
+
+    def per_shard(n_shards: int) -> dict[GroupMembership, int]:
+        """Runs of each kind per shard when the grid is dealt into n_shards shards (or per seed, n_shards the
+        seed count), rounded up to a rung."""
+        return {kind: runs_rung(math.ceil(len(runs) / n_shards)) for kind, runs in runs_of_kind.items()}
+
+    per_seed = per_shard(n_seeds)
     seed_work = sum(count * (1 + n_judges) for (n_judges, _), count in per_seed.items())
     seeds = (
         seeds_per_shard(n_seeds, max_shards, seed_work, piece_work)
@@ -229,13 +236,11 @@ def plan_shards(
         else None
     )
     if seeds is not None:
-        turns = math.ceil(n_seeds / (seeds * max_shards))
         shard_kinds = {kind: count * seeds for kind, count in per_seed.items()}
+        # As many turns as the kind that needs most: with every kind's count rounded up, its runs fill the shards
+        # faster than the seeds do, and a turn by seeds would compute shards of fillers alone.
+        turns = max(math.ceil(len(runs) / (shard_kinds[kind] * max_shards)) for kind, runs in runs_of_kind.items())
         return deal_runs(layout, max_shards * turns, devices=max_shards, per_shard=shard_kinds)
-
-    def per_shard(n_shards: int) -> dict[GroupMembership, int]:
-        """Runs of each kind per shard when the grid is dealt into n_shards shards."""
-        return {kind: runs_rung(math.ceil(len(runs) / n_shards)) for kind, runs in runs_of_kind.items()}
 
     def cost(n_shards: int) -> int:
         """Networks per shard when the grid is dealt into n_shards shards."""
